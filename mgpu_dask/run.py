@@ -1,0 +1,140 @@
+"""Command line: ``python -m mgpu_dask.run {info,data,...}``.
+
+Parsing, calling and printing only; the work is in the library modules.
+Errors a user can cause print as one ``error:`` line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable
+
+import numpy as np
+
+from . import __version__
+from .exceptions import MgpuDaskError
+
+
+def add_data_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", default=None,
+                   help="mnist, fashion-mnist, digits, synthetic or idx (default: mnist, "
+                        "falling back to digits when MNIST cannot be had)")
+    g.add_argument("--data-dir", default=None, help="folder with the IDX files "
+                   "(default: $MGPU_DASK_DATA_DIR, then the cache, then download)")
+    g.add_argument("--no-download", action="store_true", help="never download")
+    g.add_argument("--test-size", type=float, default=0.25, help="held-out share (default 0.25)")
+    g.add_argument("--fraction", type=float, default=1.0,
+                   help="shrink (<1) or replicate (>1) train and test (default 1)")
+    g.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+
+
+def add_cluster_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster")
+    g.add_argument("--workers", type=int, default=None,
+                   help="workers: one per GPU (default all GPUs) or CPU processes")
+    g.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto")
+    g.add_argument("--scheduler-address", default=None, help="join a running scheduler")
+    g.add_argument("--dashboard-address", default=None, help="dashboard port, e.g. :8787")
+    g.add_argument("--timeout", type=float, default=None,
+                   help="seconds allowed for cluster start and each wait")
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .info import describe
+
+    info = describe(args.workers, args.scheduler_address, args.device)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"mgpu_dask {__version__} on Python {info['python']} ({info['platform']})")
+    if info["gpus"]:
+        for g in info["gpus"]:
+            print(f"GPU {g['index']}: {g['name']}, {g['memory_gib']} GiB")
+    else:
+        print("GPUs: none visible")
+    if info["topology"]:
+        print("topology (nvidia-smi topo -m):\n" + info["topology"])
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
+    print("backends: " + ", ".join(f"{k} {'yes' if ok else 'no'}"
+                                   for k, ok in info["backends"].items()))
+    c = info["cluster"]
+    if "error" in c:
+        print(f"cluster: cannot start as asked: {c['error']}")
+    else:
+        gpus = f" on GPUs {c['gpus']}" if c["gpus"] else ""
+        print(f"cluster: would start {c['kind']} with {c['workers']} worker(s){gpus}")
+        if c["note"]:
+            print(f"note: {c['note']}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from .data import load_dataset, split
+
+    ds = load_dataset(args.dataset, data_dir=args.data_dir, download=not args.no_download,
+                      verify=args.verify, seed=args.seed)
+    if ds.note:
+        print(f"note: {ds.note}")
+    parts = split(ds.X, ds.y, test_size=args.test_size, seed=args.seed, fraction=args.fraction)
+    counts = np.bincount(ds.y, minlength=ds.n_classes)
+    print(f"dataset {ds.name}: {ds.X.shape[0]} samples x {ds.X.shape[1]} features, "
+          f"{ds.n_classes} classes, {ds.X.dtype}")
+    print(f"source: {ds.source}; checksums {'verified' if ds.verified else 'not checked'}")
+    print("class counts: " + " ".join(str(int(c)) for c in counts))
+    print(f"split (test size {args.test_size}, seed {args.seed}, fraction {args.fraction}): "
+          f"train {len(parts.X_train)}, test {len(parts.X_test)}")
+    if args.shard:
+        from .cluster import connect
+        from .data import shard, shard_locations
+
+        with connect(args.workers, scheduler_address=args.scheduler_address, device=args.device,
+                     dashboard_address=args.dashboard_address, timeout=args.timeout) as rc:
+            print(f"cluster: {rc.plan.kind.value}, {len(rc.client.scheduler_info()['workers'])} "
+                  f"workers, started in {rc.start_seconds:.2f} s; dashboard {rc.dashboard_link}")
+            X = shard(parts.X_train, rc.client, dtype=np.float32, timeout=args.timeout)
+            print(f"train shards: {X.numblocks[0]} x float32, meta "
+                  f"{type(X._meta).__module__}.{type(X._meta).__name__}")
+            for s in shard_locations(X, rc.client):
+                print(f"  shard {s.index}: {s.rows} rows on {s.worker} as {s.array_type} ({s.device})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m mgpu_dask.run", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"mgpu_dask {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("info", help="GPUs, versions, usable backends, the cluster it would start")
+    add_cluster_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=cmd_info)
+
+    p = sub.add_parser("data", help="fetch/verify a data set and print a summary")
+    add_data_args(p)
+    add_cluster_args(p)
+    p.add_argument("--verify", action="store_true", help="check SHA-256 of local files too")
+    p.add_argument("--shard", action="store_true",
+                   help="start the cluster, shard the training set, show where shards live")
+    p.set_defaults(handler=cmd_data)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except MgpuDaskError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

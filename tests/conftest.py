@@ -1,0 +1,103 @@
+"""Shared fixtures: isolated config, a small CPU cluster, tiny IDX data, real MNIST."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+# Without a GPU, run our Numba CUDA kernels in the CUDA simulator.  This must
+# be decided before numba is first imported, hence here, at the very top.
+if not os.environ.get("MGPU_DASK_TEST_REAL_CUDA") and shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import dask
+import numpy as np
+import pytest
+
+from mgpu_dask.data.idx import write_idx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _mnist_dir() -> Path | None:
+    candidates = [os.environ.get("MGPU_DASK_TEST_MNIST_DIR"), REPO.parent / "shared/data/mnist",
+                  REPO / "shared/data/mnist"]
+    for c in candidates:
+        if c and (Path(c) / "train-images-idx3-ubyte.gz").is_file():
+            return Path(c)
+    return None
+
+
+@pytest.fixture(scope="session")
+def mnist_dir() -> Path:
+    """The real MNIST files (../shared/data/mnist or $MGPU_DASK_TEST_MNIST_DIR)."""
+    found = _mnist_dir()
+    if found is None:
+        pytest.skip("real MNIST not found (set MGPU_DASK_TEST_MNIST_DIR)")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path_factory, monkeypatch):
+    """No test reads the user's cache or data dir, and none reaches the internet."""
+    cache = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("MGPU_DASK_CACHE_DIR", str(cache))
+    monkeypatch.delenv("MGPU_DASK_DATA_DIR", raising=False)
+    with dask.config.set({"mgpu-dask.data.mirrors.mnist": [],
+                          "mgpu-dask.data.mirrors.fashion-mnist": [],
+                          "mgpu-dask.data.download-timeout": "5s"}):
+        yield cache
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A 2-worker in-process CPU cluster shared by the CPU tests."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as c:
+        yield c
+
+
+def make_idx_dir(folder: Path, n_train: int = 60, n_test: int = 20, side: int = 4,
+                 seed: int = 0, gz: bool = True) -> Path:
+    """Four small, valid IDX files with MNIST's names; returns the folder."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = ".gz" if gz else ""
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}",
+                  rng.integers(0, 256, (n, side, side), dtype=np.uint8))
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}",
+                  rng.integers(0, 10, n, dtype=np.uint8))
+    return folder
+
+
+@pytest.fixture
+def idx_dir(tmp_path) -> Path:
+    return make_idx_dir(tmp_path / "idx")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    """Serve a folder on 127.0.0.1; yields (folder, base URL)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import mgpu_dask.cluster as cluster_mod
+from mgpu_dask import _compat
+from mgpu_dask.cluster import ClusterKind, connect, plan_cluster
+from mgpu_dask.exceptions import ClusterError
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    def install(n, with_cuda_stack=True):
+        gpus = tuple(_compat.GPU(i, "Fake GPU", 2**34) for i in range(n))
+        monkeypatch.setattr(cluster_mod, "visible_gpus", lambda: gpus)
+        monkeypatch.setattr(cluster_mod, "gpu_count", lambda: n)
+        monkeypatch.setattr(cluster_mod, "is_installed", lambda name: with_cuda_stack)
+    return install
+
+
+def test_cpu_plan_without_gpus(fake_gpus):
+    fake_gpus(0)
+    plan = plan_cluster(3)
+    assert plan.kind is ClusterKind.LOCAL_CPU and plan.n_workers == 3 and plan.device == "cpu"
+
+
+def test_gpu_plan_one_worker_per_gpu(fake_gpus):
+    fake_gpus(4)
+    plan = plan_cluster()
+    assert plan.kind is ClusterKind.LOCAL_CUDA and plan.n_workers == 4
+    assert plan.gpu_indices == (0, 1, 2, 3)
+    assert plan_cluster(2).gpu_indices == (0, 1)
+
+
+def test_more_workers_than_gpus_is_an_error(fake_gpus):
+    fake_gpus(4)
+    with pytest.raises(ClusterError, match="--workers 8 .* 4 GPU"):
+        plan_cluster(8)
+
+
+def test_gpu_requested_without_gpu(fake_gpus):
+    fake_gpus(0)
+    with pytest.raises(ClusterError, match="no NVIDIA GPU"):
+        plan_cluster(device="gpu")
+
+
+def test_gpus_without_dask_cuda_fall_back_with_note(fake_gpus):
+    fake_gpus(2, with_cuda_stack=False)
+    plan = plan_cluster()
+    assert plan.device == "cpu" and "dask-cuda" in plan.note
+    with pytest.raises(ClusterError, match="pip install"):
+        plan_cluster(device="gpu")
+
+
+@pytest.mark.parametrize("kwargs", [{"workers": 0}, {"device": "tpu"}])
+def test_bad_arguments(kwargs):
+    with pytest.raises(ClusterError):
+        plan_cluster(**kwargs)
+
+
+def test_visible_devices_filter(monkeypatch):
+    gpus = [_compat.GPU(i, "g", 1) for i in range(4)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    assert [g.index for g in _compat._visible_filter(gpus)] == [2, 0]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert _compat._visible_filter(gpus) == []
+
+
+def test_connect_local_cpu_and_join_by_address(fake_gpus):
+    fake_gpus(0)
+    with connect(2, device="cpu", dashboard_address=":0", timeout=60) as rc:
+        assert len(rc.client.scheduler_info()["workers"]) == 2
+        assert rc.start_seconds > 0 and rc.dashboard_link.startswith("http")
+        assert rc.client.submit(sum, [1, 2]).result(timeout=30) == 3
+        with connect(scheduler_address=rc.client.scheduler.address, timeout=10) as joined:
+            assert joined.plan.kind is ClusterKind.ADDRESS
+            assert len(joined.client.scheduler_info()["workers"]) == 2
+        workers_client = rc.client
+    assert workers_client.status == "closed"
+
+
+def test_unreachable_scheduler_fails_within_timeout():
+    started = time.perf_counter()
+    with pytest.raises(ClusterError, match="no Dask scheduler answered at tcp://127.0.0.1:9"):
+        with connect(scheduler_address="tcp://127.0.0.1:9", timeout=2):
+            pass
+    assert time.perf_counter() - started < 30

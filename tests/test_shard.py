@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mgpu_dask.data import shard, shard_locations, worker_addresses
+from mgpu_dask.data.shard import row_bounds
+
+
+def test_one_shard_per_worker(client):
+    X = np.random.default_rng().integers(0, 256, (101, 7), dtype=np.uint8)
+    arr = shard(X, client, dtype=np.float32)
+    assert arr.numblocks == (2, 1) and arr.dtype == np.float32
+    assert type(arr._meta) is np.ndarray
+    locations = shard_locations(arr, client)
+    assert [s.index for s in locations] == [0, 1]
+    assert sorted(s.worker for s in locations) == sorted(worker_addresses(client))
+    assert sum(s.rows for s in locations) == 101
+    assert all(s.array_type == "numpy.ndarray" and s.device == "host" for s in locations)
+    np.testing.assert_array_equal(arr.compute(), X.astype(np.float32))
+
+
+def test_chunk_rows_and_labels(client):
+    y = np.arange(50, dtype=np.int32)
+    arr = shard(y, client, chunk_rows=12)
+    assert arr.chunks == ((10, 10, 10, 10, 10),)  # ceil(50 / 12) = 5 near-equal shards
+    assert {s.worker for s in shard_locations(arr, client)} == set(worker_addresses(client))
+    np.testing.assert_array_equal(arr.compute(), y)
+
+
+def test_who_has_agrees(client):
+    arr = shard(np.ones((10, 2)), client)
+    who = client.who_has(arr)
+    assert len(who) == 2 and all(len(w) == 1 for w in who.values())
+
+
+@pytest.mark.parametrize("n, shards, rows, expect", [
+    (10, 3, None, [(0, 3), (3, 7), (7, 10)]), (10, None, 4, [(0, 3), (3, 7), (7, 10)]),
+    (2, 5, None, [(0, 1), (1, 2)]),
+])
+def test_row_bounds(n, shards, rows, expect):
+    assert row_bounds(n, shards, rows) == expect
+
+
+def test_bad_device(client):
+    with pytest.raises(ValueError, match="device"):
+        shard(np.ones((4, 2)), client, device="tpu")
