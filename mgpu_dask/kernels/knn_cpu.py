@@ -1,0 +1,122 @@
+"""Numba CPU kernels for k-nearest neighbours: the same contracts as ``knn_cuda``.
+
+Used on CPU workers (NumPy chunks).  Rows run in parallel (``prange``); ties
+are broken by the smaller training index, exactly as on the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def sqdist_direct(Q, T, out):
+    """out[i, j] = sum_f (Q[i, f] - T[j, f])^2, accumulated in the input precision."""
+    for i in prange(Q.shape[0]):
+        for j in range(T.shape[0]):
+            acc = Q.dtype.type(0)
+            for f in range(Q.shape[1]):
+                t = Q[i, f] - T[j, f]
+                acc += t * t
+            out[i, j] = acc
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def topk_rows(D, alpha, beta, k, out_val, out_idx):
+    """Per row, the k smallest ``alpha * D[r, c] + beta[c]`` (ascending, stable)."""
+    for r in prange(D.shape[0]):
+        vals = np.full(k, np.inf, dtype=np.float32)
+        idxs = np.full(k, 2**31 - 1, dtype=np.int32)
+        worst = np.float32(np.inf)
+        for c in range(D.shape[1]):
+            v = np.float32(alpha * D[r, c] + beta[c])
+            if v < worst:
+                j = k - 1
+                while j > 0 and vals[j - 1] > v:
+                    vals[j] = vals[j - 1]
+                    idxs[j] = idxs[j - 1]
+                    j -= 1
+                vals[j] = v
+                idxs[j] = c
+                worst = vals[k - 1]
+        out_val[r, :] = vals
+        out_idx[r, :] = idxs
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def refine_rows(Q, T, cand, k, out_sq, out_idx):
+    """Exact float64 squared distances of each row's candidates; keep the k best."""
+    for r in prange(Q.shape[0]):
+        best = np.full(k, np.inf)
+        best_i = np.full(k, 2**31 - 1, dtype=np.int32)
+        for j in range(cand.shape[1]):
+            t = cand[r, j]
+            if t < 0 or t >= T.shape[0]:
+                continue
+            acc = 0.0
+            for f in range(Q.shape[1]):
+                diff = np.float64(Q[r, f]) - np.float64(T[t, f])
+                acc += diff * diff
+            if acc < best[k - 1] or (acc == best[k - 1] and t < best_i[k - 1]):
+                p = k - 1
+                while p > 0 and (best[p - 1] > acc or (best[p - 1] == acc and best_i[p - 1] > t)):
+                    best[p] = best[p - 1]
+                    best_i[p] = best_i[p - 1]
+                    p -= 1
+                best[p] = acc
+                best_i[p] = t
+        out_sq[r, :] = best
+        out_idx[r, :] = best_i
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def merge_pairs(a, b, out):
+    """Merge two sorted packed candidate lists per row into the k best."""
+    k = out.shape[1]
+    for row in prange(a.shape[0]):
+        i = 0
+        j = 0
+        for r in range(k):
+            take_a = j >= b.shape[1] or (i < a.shape[1] and (
+                a[row, i, 0] < b[row, j, 0]
+                or (a[row, i, 0] == b[row, j, 0] and a[row, i, 1] <= b[row, j, 1])))
+            if take_a:
+                out[row, r, :] = a[row, i, :]
+                i += 1
+            else:
+                out[row, r, :] = b[row, j, :]
+                j += 1
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def vote_rows(cand, n_classes, uniform, out_proba, out_pred):
+    """Class probabilities and prediction per row (ties: the smaller class)."""
+    k = cand.shape[1]
+    for row in prange(cand.shape[0]):
+        score = np.zeros(n_classes)
+        exact = False
+        if not uniform:
+            for j in range(k):
+                if cand[row, j, 0] == 0.0:
+                    exact = True
+        total = 0.0
+        for j in range(k):
+            if cand[row, j, 1] < 0 or cand[row, j, 0] == np.inf:
+                continue
+            if uniform:
+                w = 1.0
+            elif exact:
+                w = 1.0 if cand[row, j, 0] == 0.0 else 0.0
+            else:
+                w = 1.0 / math.sqrt(cand[row, j, 0])
+            score[int(cand[row, j, 2])] += w
+            total += w
+        best = 0
+        for c in range(n_classes):
+            out_proba[row, c] = score[c] / total if total > 0 else 0.0
+            if score[c] > score[best]:
+                best = c
+        out_pred[row] = best

@@ -1,0 +1,295 @@
+"""Numba CUDA kernels for k-nearest neighbours.
+
+- ``sqdist_tiled``: squared euclidean distances, 64x64 output tiles in shared
+  memory, 4x4 outputs per thread.  Accumulates ``(q - t)^2`` directly, so it
+  is exact for 8-bit pixel data (every partial sum is an integer below 2^24
+  for the near neighbours that matter).
+- ``topk_rows``: per row of a score matrix, the k smallest ``alpha*D + beta``
+  (one block per row; threads keep sorted lists, then k rounds of block argmin).
+- ``refine_rows``: exact float64 distances for candidate columns, keep k best.
+- ``merge_pairs``: merge two sorted candidate lists per query.
+- ``vote_rows``: uniform or 1/d weighted vote (exact matches win), per query.
+
+Ties are broken by the smaller training index everywhere, so results are
+deterministic.  Candidate lists are packed as float64 ``(m, k, 3)`` arrays of
+``[squared distance, training index, label]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import config, cuda, float32, float64, int32
+
+MAX_K = 64          # longest candidate list a lane keeps (k plus refine margin)
+MAX_CLASSES = 1024  # classes a vote can count
+TILE = 64           # output tile side of sqdist_tiled
+BK = 16             # feature slice per shared-memory step
+INT_MAX = 2**31 - 1
+
+
+@cuda.jit
+def sqdist_tiled(Q, T, out):
+    """out[i, j] = sum_f (Q[i, f] - T[j, f])^2; launch with block (16, 16)."""
+    qs = cuda.shared.array((BK, TILE + 1), float32)
+    ts = cuda.shared.array((BK, TILE + 1), float32)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    tid = ty * 16 + tx
+    row0 = cuda.blockIdx.y * TILE
+    col0 = cuda.blockIdx.x * TILE
+    m = Q.shape[0]
+    n = T.shape[0]
+    d = Q.shape[1]
+    c00 = c01 = c02 = c03 = float32(0.0)
+    c10 = c11 = c12 = c13 = float32(0.0)
+    c20 = c21 = c22 = c23 = float32(0.0)
+    c30 = c31 = c32 = c33 = float32(0.0)
+    for k0 in range(0, d, BK):
+        for step in range(4):
+            e = tid + step * 256
+            r = e // BK
+            kk = e % BK
+            gk = k0 + kk
+            qv = float32(0.0)
+            tv = float32(0.0)
+            if gk < d:
+                if row0 + r < m:
+                    qv = Q[row0 + r, gk]
+                if col0 + r < n:
+                    tv = T[col0 + r, gk]
+            qs[kk, r] = qv
+            ts[kk, r] = tv
+        cuda.syncthreads()
+        for kk in range(BK):
+            a0 = qs[kk, ty]
+            a1 = qs[kk, ty + 16]
+            a2 = qs[kk, ty + 32]
+            a3 = qs[kk, ty + 48]
+            b0 = ts[kk, tx]
+            b1 = ts[kk, tx + 16]
+            b2 = ts[kk, tx + 32]
+            b3 = ts[kk, tx + 48]
+            t = a0 - b0; c00 += t * t
+            t = a0 - b1; c01 += t * t
+            t = a0 - b2; c02 += t * t
+            t = a0 - b3; c03 += t * t
+            t = a1 - b0; c10 += t * t
+            t = a1 - b1; c11 += t * t
+            t = a1 - b2; c12 += t * t
+            t = a1 - b3; c13 += t * t
+            t = a2 - b0; c20 += t * t
+            t = a2 - b1; c21 += t * t
+            t = a2 - b2; c22 += t * t
+            t = a2 - b3; c23 += t * t
+            t = a3 - b0; c30 += t * t
+            t = a3 - b1; c31 += t * t
+            t = a3 - b2; c32 += t * t
+            t = a3 - b3; c33 += t * t
+        cuda.syncthreads()
+    _store4(out, row0 + ty, col0 + tx, m, n, c00, c01, c02, c03)
+    _store4(out, row0 + ty + 16, col0 + tx, m, n, c10, c11, c12, c13)
+    _store4(out, row0 + ty + 32, col0 + tx, m, n, c20, c21, c22, c23)
+    _store4(out, row0 + ty + 48, col0 + tx, m, n, c30, c31, c32, c33)
+
+
+@cuda.jit(device=True, inline=True)
+def _store4(out, row, col, m, n, v0, v1, v2, v3):
+    if row < m:
+        if col < n:
+            out[row, col] = v0
+        if col + 16 < n:
+            out[row, col + 16] = v1
+        if col + 32 < n:
+            out[row, col + 32] = v2
+        if col + 48 < n:
+            out[row, col + 48] = v3
+
+
+# Threads that share one row in topk_rows / refine_rows (a power of 2).  The CUDA
+# simulator runs every thread as a Python thread, so it gets a narrow row.
+ROW_THREADS = 4 if config.ENABLE_CUDASIM else 128
+
+
+@cuda.jit(device=True, inline=True)
+def _block_min(value, index, sh_v, sh_i):
+    """Smallest (value, index) over the block, returned to every thread."""
+    tid = cuda.threadIdx.x
+    sh_v[tid] = value
+    sh_i[tid] = index
+    cuda.syncthreads()
+    stride = ROW_THREADS // 2
+    while stride > 0:
+        if tid < stride:
+            ov = sh_v[tid + stride]
+            oi = sh_i[tid + stride]
+            if ov < sh_v[tid] or (ov == sh_v[tid] and oi < sh_i[tid]):
+                sh_v[tid] = ov
+                sh_i[tid] = oi
+        cuda.syncthreads()
+        stride //= 2
+    best_v = sh_v[0]
+    best_i = sh_i[0]
+    cuda.syncthreads()
+    return best_v, best_i
+
+
+@cuda.jit(device=True, inline=True)
+def _block_sum(value, sh):
+    tid = cuda.threadIdx.x
+    sh[tid] = value
+    cuda.syncthreads()
+    stride = ROW_THREADS // 2
+    while stride > 0:
+        if tid < stride:
+            sh[tid] += sh[tid + stride]
+        cuda.syncthreads()
+        stride //= 2
+    total = sh[0]
+    cuda.syncthreads()
+    return total
+
+
+@cuda.jit
+def topk_rows(D, alpha, beta, k, out_val, out_idx):
+    """Per row r, the k smallest ``alpha * D[r, c] + beta[c]`` and their columns.
+
+    One block of ROW_THREADS threads per row: each thread keeps a sorted list of
+    its columns (strided, so reads are coalesced), then k rounds of block argmin.
+    """
+    row = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    sh_v = cuda.shared.array(ROW_THREADS, float32)
+    sh_i = cuda.shared.array(ROW_THREADS, int32)
+    vals = cuda.local.array(MAX_K, float32)
+    idxs = cuda.local.array(MAX_K, int32)
+    for j in range(k):
+        vals[j] = float32(math.inf)
+        idxs[j] = INT_MAX
+    worst = float32(math.inf)
+    if row < D.shape[0]:
+        for c in range(tid, D.shape[1], ROW_THREADS):
+            v = float32(alpha * D[row, c] + beta[c])
+            if v < worst:  # a thread's later columns never win a tie: strict '<' is stable
+                j = k - 1
+                while j > 0 and vals[j - 1] > v:
+                    vals[j] = vals[j - 1]
+                    idxs[j] = idxs[j - 1]
+                    j -= 1
+                vals[j] = v
+                idxs[j] = c
+                worst = vals[k - 1]
+    head = 0
+    for r in range(k):
+        mine_v = float32(math.inf)
+        mine_i = INT_MAX
+        if head < k:
+            mine_v = vals[head]
+            mine_i = idxs[head]
+        best_v, best_i = _block_min(mine_v, mine_i, sh_v, sh_i)
+        if tid == 0 and row < D.shape[0]:
+            out_val[row, r] = best_v
+            out_idx[row, r] = best_i
+        if head < k and mine_i == best_i and best_i != INT_MAX:
+            head += 1
+
+
+@cuda.jit
+def refine_rows(Q, T, cand, k, out_sq, out_idx):
+    """Exact float64 squared distances of each row's candidates; keep the k best.
+
+    One block of ROW_THREADS threads per row; thread 0 keeps the sorted list.
+    """
+    row = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    sh = cuda.shared.array(ROW_THREADS, float64)
+    best = cuda.local.array(MAX_K, float64)
+    best_i = cuda.local.array(MAX_K, int32)
+    for j in range(k):
+        best[j] = math.inf
+        best_i[j] = INT_MAX
+    valid_row = row < Q.shape[0]
+    for j in range(cand.shape[1]):
+        t = INT_MAX
+        if valid_row:
+            t = cand[row, j]
+        ok = t >= 0 and t < T.shape[0]
+        acc = 0.0
+        if ok:
+            for f in range(tid, Q.shape[1], ROW_THREADS):
+                diff = float64(Q[row, f]) - float64(T[t, f])
+                acc += diff * diff
+        acc = _block_sum(acc, sh)
+        if tid == 0 and ok:
+            if acc < best[k - 1] or (acc == best[k - 1] and t < best_i[k - 1]):
+                p = k - 1
+                while p > 0 and (best[p - 1] > acc or (best[p - 1] == acc and best_i[p - 1] > t)):
+                    best[p] = best[p - 1]
+                    best_i[p] = best_i[p - 1]
+                    p -= 1
+                best[p] = acc
+                best_i[p] = t
+    if tid == 0 and valid_row:
+        for j in range(k):
+            out_sq[row, j] = best[j]
+            out_idx[row, j] = best_i[j]
+
+
+@cuda.jit
+def merge_pairs(a, b, out):
+    """Merge two sorted packed candidate lists per row into the k best."""
+    row = cuda.grid(1)
+    if row >= a.shape[0]:
+        return
+    k = out.shape[1]
+    i = 0
+    j = 0
+    for r in range(k):
+        take_a = j >= b.shape[1] or (i < a.shape[1] and (
+            a[row, i, 0] < b[row, j, 0] or (a[row, i, 0] == b[row, j, 0] and a[row, i, 1] <= b[row, j, 1])))
+        if take_a:
+            out[row, r, 0] = a[row, i, 0]
+            out[row, r, 1] = a[row, i, 1]
+            out[row, r, 2] = a[row, i, 2]
+            i += 1
+        else:
+            out[row, r, 0] = b[row, j, 0]
+            out[row, r, 1] = b[row, j, 1]
+            out[row, r, 2] = b[row, j, 2]
+            j += 1
+
+
+@cuda.jit
+def vote_rows(cand, n_classes, uniform, out_proba, out_pred):
+    """Class probabilities and prediction per row (ties: the smaller class)."""
+    row = cuda.grid(1)
+    if row >= cand.shape[0]:
+        return
+    k = cand.shape[1]
+    score = cuda.local.array(MAX_CLASSES, float64)
+    for c in range(n_classes):
+        score[c] = 0.0
+    exact = False
+    if not uniform:
+        for j in range(k):
+            if cand[row, j, 0] == 0.0:
+                exact = True
+    total = 0.0
+    for j in range(k):
+        if cand[row, j, 1] < 0 or cand[row, j, 0] == math.inf:
+            continue
+        if uniform:
+            w = 1.0
+        elif exact:
+            w = 1.0 if cand[row, j, 0] == 0.0 else 0.0
+        else:
+            w = 1.0 / math.sqrt(cand[row, j, 0])
+        score[int32(cand[row, j, 2])] += w
+        total += w
+    best = 0
+    for c in range(n_classes):
+        out_proba[row, c] = score[c] / total if total > 0 else 0.0
+        if score[c] > score[best]:
+            best = c
+    out_pred[row] = best
