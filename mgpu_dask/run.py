@@ -102,6 +102,44 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_job(result: dict) -> None:
+    """The human-readable summary of a job's result dictionary."""
+    print(f"dataset {result['dataset']}: train {result['n_train']} x {result['n_features']}, "
+          f"test {result['n_test']} (fraction {result['fraction']}, seed {result['seed']})")
+    print(f"cluster: {result['cluster']}, {result['workers']} workers ({result['device']}); "
+          f"dashboard {result['dashboard']}")
+    for s in result.get("shards", []):
+        print(f"  query shard {s['index']}: {s['rows']} rows on {s['worker']} "
+              f"as {s['array_type']} ({s['device']})")
+    print(f"model: k={result['n_neighbors']}, weights={result['weights']}, plan={result['plan']}, "
+          f"method={result['method']}")
+    print(f"accuracy: {result['accuracy']:.4f}")
+    for run in ("cold", "warm"):
+        phases = ", ".join(f"{k} {v:.3f}s" for k, v in result[run].items())
+        print(f"{run}: {phases}")
+    print(f"warm predict (one graph, data resident), median of {len(result['warm_predict_seconds'])}: "
+          f"{result['warm_predict_median'] * 1000:.1f} ms")
+
+
+def cmd_knn(args: argparse.Namespace) -> int:
+    from .files import write_json
+    from .jobs import knn_job
+    from .timing import stderr_echo
+
+    result = knn_job(dataset=args.dataset, data_dir=args.data_dir, download=not args.no_download,
+                     fraction=args.fraction, test_size=args.test_size, seed=args.seed,
+                     n_neighbors=args.k, weights=args.weights, plan=args.plan, method=args.method,
+                     memory_budget=args.memory_budget, workers=args.workers, device=args.device,
+                     scheduler_address=args.scheduler_address,
+                     dashboard_address=args.dashboard_address, timeout=args.timeout,
+                     repeats=args.repeats, echo=None if args.quiet else stderr_echo)
+    print_job(result)
+    if args.json:
+        write_json(args.json, result)
+        print(f"wrote {args.json}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mgpu_dask.run", description=__doc__)
     parser.add_argument("--version", action="version", version=f"mgpu_dask {__version__}")
@@ -119,6 +157,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", action="store_true",
                    help="start the cluster, shard the training set, show where shards live")
     p.set_defaults(handler=cmd_data)
+
+    p = sub.add_parser("knn", help="k-nearest neighbours with our Numba kernels, cold and warm")
+    add_data_args(p)
+    add_cluster_args(p)
+    p.add_argument("--k", "--n-neighbors", dest="k", type=int, default=3, help="neighbours (3)")
+    p.add_argument("--weights", choices=("distance", "uniform"), default="distance")
+    p.add_argument("--plan", choices=("auto", "replicate", "shard"), default="auto",
+                   help="replicate the training set on every worker, or shard it and "
+                        "tree-merge (auto: replicate when it fits the memory budget)")
+    p.add_argument("--method", choices=("gemm", "direct"), default="gemm",
+                   help="bulk distances by BLAS/cuBLAS product or our tiled kernel")
+    p.add_argument("--backend", choices=("numba",), default="numba",
+                   help="numba: our kernels (the comparison backends come with `bench`)")
+    p.add_argument("--memory-budget", default=None,
+                   help="per-worker bytes for the training set, e.g. 2GB (default: 80%% of free)")
+    p.add_argument("--repeats", type=int, default=5, help="warm repetitions (median reported)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=cmd_knn)
     return parser
 
 

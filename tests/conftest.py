@@ -101,3 +101,15 @@ def http_root(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip ``gpu`` tests cleanly where no GPU (or only the simulator) is available."""
+    from mgpu_dask._compat import has_gpu
+
+    if has_gpu() and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy and numba-cuda")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -78,7 +78,7 @@ def row_bounds(n_rows: int, n_shards: int | None, chunk_rows: int | None) -> lis
 
 def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
           chunk_rows: int | None = None, device: str = "auto", dtype: Any = None,
-          timeout: float | None = None) -> da.Array:
+          workers: list[str] | None = None, timeout: float | None = None) -> da.Array:
     """Place ``array`` on the cluster as row shards, round-robin over the workers.
 
     Parameters
@@ -97,6 +97,8 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     dtype : numpy dtype or None, default None
         Cast to this dtype on the worker (after the transfer, so uint8 pixels
         travel as bytes and become float32 on the GPU).
+    workers : list of str or None, default None
+        Worker addresses to place shards on, round-robin; ``None`` means all.
     timeout : float or None, default None
         Seconds to wait for the shards to land; defaults to
         ``mgpu-dask.cluster.compute-timeout``.
@@ -110,7 +112,7 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
         device = detect_device(client)
     if device not in ("gpu", "cpu"):
         raise ValueError(f"device={device!r} must be 'auto', 'gpu' or 'cpu'")
-    workers = worker_addresses(client)
+    workers = list(workers) if workers else worker_addresses(client)
     if not workers:
         raise ClusterError("the cluster has no workers; start some or check --scheduler-address")
     out_dtype = np.dtype(dtype) if dtype is not None else array.dtype

@@ -91,7 +91,7 @@ def _pack(xp: Any, sq: Any, columns: Any, labels: Any, index: Any) -> Any:
 
 
 def local_candidates(Q: Any, T: Any, labels: Any, index: Any, k: int, *, method: str = "gemm",
-                     margin: int = 8, block_bytes: int = 1 << 30,
+                     margin: int = 8, block_bytes: int = 1 << 30, norms: Any = None,
                      target: str | None = None) -> Any:
     """The k nearest training rows of every query row, as packed candidates.
 
@@ -115,6 +115,8 @@ def local_candidates(Q: Any, T: Any, labels: Any, index: Any, k: int, *, method:
         Extra candidates re-ranked exactly (0 skips the refinement).
     block_bytes : int, default 1 GiB
         Largest score matrix built at once; queries are processed in slices.
+    norms : array of shape (n,), optional
+        ``(T * T).sum(1)`` in float32 for ``"gemm"``, when precomputed.
     target : {None, "cuda", "cpu"}
         Kernel family; ``None`` follows the array type.
 
@@ -134,7 +136,8 @@ def local_candidates(Q: Any, T: Any, labels: Any, index: Any, k: int, *, method:
         out[..., 0], out[..., 1], out[..., 2] = np.inf, -1, 0
         return out
     rows_per_block = max(1, block_bytes // (4 * n))
-    norms = (T * T).sum(axis=1, dtype=np.float32) if method == "gemm" else None
+    if method == "gemm" and norms is None:
+        norms = row_norms(T)
     for start in range(0, Q.shape[0], rows_per_block):
         Qb = Q[start:start + rows_per_block]
         if method == "gemm":
@@ -155,6 +158,11 @@ def local_candidates(Q: Any, T: Any, labels: Any, index: Any, k: int, *, method:
                                                        dtype=np.int32)], axis=1)
         out[start:start + Qb.shape[0]] = _pack(xp, sq, columns, labels, index)
     return out
+
+
+def row_norms(T: Any) -> Any:
+    """Squared euclidean norm of each row, float32."""
+    return (T * T).sum(axis=1, dtype=np.float32)
 
 
 def merge(a: Any, b: Any, *, target: str | None = None) -> Any:

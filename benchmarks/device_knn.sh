@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device call: GPU stack, info, 4 CuPy shards, GPU tests, kernel benchmark,
+# CLI runs on 1/2/4 GPUs at fractions 1 and 4, plan (b) under a capped budget.
+# Usage on the device machine (repo root):  bash benchmarks/device_knn.sh
+set -u
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+bash .gpu/gpu-stack-install > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+source /tmp/gpu-stack.env
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export MGPU_DASK_DATA_DIR=$PWD/.mnist MGPU_DASK_TEST_MNIST_DIR=$PWD/.mnist
+log() { echo "== $*" | tee -a "$OUT/summary.log"; }
+log info; python3 -m mgpu_dask.run info 2>&1 | tee -a "$OUT/summary.log"
+log shards; python3 -m mgpu_dask.run data --shard --workers 4 2>&1 | tee -a "$OUT/summary.log"
+log gpu-tests; timeout 300 python3 -m pytest -q -m gpu tests 2>&1 | tail -15 | tee -a "$OUT/summary.log"
+log kernels; timeout 240 python3 benchmarks/knn_kernels.py --data-dir .mnist --json "$OUT/knn_kernels.json" > "$OUT/kernels.log" 2>&1; tail -30 "$OUT/kernels.log"
+for f in 1 4; do for w in 1 2 4; do
+  log "knn fraction $f workers $w"
+  s=$(date +%s.%N)
+  timeout 300 python3 -m mgpu_dask.run knn --workers $w --fraction $f --quiet --json "$OUT/knn_f${f}_w${w}.json" 2>&1 | tail -4 | tee -a "$OUT/summary.log"
+  echo "process wall $(echo "$(date +%s.%N) - $s" | bc) s" | tee -a "$OUT/summary.log"
+done; done
+log "plan shard, budget 100MB, 4 workers"
+timeout 300 python3 -m mgpu_dask.run knn --workers 4 --memory-budget 100MB --plan auto --quiet --json "$OUT/knn_shard_w4.json" 2>&1 | tail -5 | tee -a "$OUT/summary.log"

@@ -1,0 +1,105 @@
+"""GPU tests: real CUDA kernels, CuPy shards on LocalCUDACluster (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+
+from mgpu_dask._compat import has_gpu  # noqa: E402
+
+if not has_gpu() or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    pytest.skip("needs a CUDA GPU (not the simulator)", allow_module_level=True)
+
+from mgpu_dask.kernels import knn as K  # noqa: E402
+
+
+def _exact(Q, T):
+    return ((Q[:, None, :].astype(np.float64) - T[None].astype(np.float64)) ** 2).sum(-1)
+
+
+def test_kernels_match_numpy_reference():
+    rng = np.random.default_rng()
+    Q = rng.integers(0, 256, (300, 80)).astype(np.float32)
+    T = rng.integers(0, 256, (1500, 80)).astype(np.float32)
+    y = rng.integers(0, 7, 1500).astype(np.int32)
+    ref = _exact(Q, T)
+    D = cupy.asnumpy(K.sqdist(cupy.asarray(Q), cupy.asarray(T)))
+    np.testing.assert_array_equal(D, ref)
+    order = np.argsort(ref, axis=1, kind="stable")
+    values, cols = K.topk(cupy.asarray(D), 9)
+    np.testing.assert_array_equal(cupy.asnumpy(cols), order[:, :9])
+    for method in ("gemm", "direct"):
+        cand = cupy.asnumpy(K.local_candidates(cupy.asarray(Q), cupy.asarray(T), cupy.asarray(y),
+                                               cupy.arange(1500, dtype=cupy.int64), 5, method=method,
+                                               block_bytes=1 << 20))
+        np.testing.assert_array_equal(cand[..., 1], order[:, :5])
+        np.testing.assert_array_equal(cand[..., 0], np.take_along_axis(ref, order[:, :5], 1))
+        cpu = K.local_candidates(Q, T, y, np.arange(1500, dtype=np.int64), 5, method=method)
+        np.testing.assert_array_equal(cand, cpu)
+        for weights in ("distance", "uniform"):
+            gp, gpred = K.vote(cupy.asarray(cand), 7, weights)
+            cp_, cpred = K.vote(cpu, 7, weights)
+            np.testing.assert_array_equal(cupy.asnumpy(gpred), cpred)
+            np.testing.assert_allclose(cupy.asnumpy(gp), cp_, rtol=1e-12)
+
+
+def test_local_cuda_cluster_shards_and_knn_match_cpu():
+    from mgpu_dask.cluster import connect
+    from mgpu_dask.data import load_dataset, shard, shard_locations, split
+    from mgpu_dask.knn import KNeighborsClassifier, to_host
+
+    ds = load_dataset("digits")
+    s = split(ds.X, ds.y)
+    cpu = KNeighborsClassifier(3).fit(s.X_train, s.y_train).predict(s.X_test.astype(np.float32))
+    cpu = to_host(cpu)
+    with connect(device="gpu", dashboard_address=":0") as rc:
+        client = rc.client
+        n = len(client.scheduler_info()["workers"])
+        Q = shard(s.X_test, client, dtype=np.float32)
+        assert type(Q._meta).__module__.startswith("cupy")
+        where = shard_locations(Q, client)
+        assert len(where) == n and all(w.array_type == "cupy.ndarray" for w in where)
+        assert len({w.worker for w in where}) == n and len({w.device for w in where}) == n
+        for plan in ("replicate", "shard"):
+            clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
+            pred = clf.predict(Q)
+            assert type(pred._meta).__module__.startswith("cupy")
+            np.testing.assert_array_equal(to_host(pred), cpu)
+
+
+_NO_CONTEXT_SCRIPT = '''
+import os, numpy as np
+from mgpu_dask.cluster import connect
+from mgpu_dask.data import load_dataset, shard, split
+from mgpu_dask.knn import KNeighborsClassifier
+ds = load_dataset("digits"); s = split(ds.X, ds.y)
+with connect(device="gpu", dashboard_address=":0") as rc:
+    Q = shard(s.X_test, rc.client, dtype=np.float32)
+    clf = KNeighborsClassifier(3).fit(s.X_train, s.y_train)
+    pred = clf.predict(Q).persist()
+    import distributed; distributed.wait(pred)
+    import pynvml
+    pynvml.nvmlInit()
+    pids = set()
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        pids |= {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)}
+    print("WORKER_CONTEXTS", len(pids), "CLIENT_CONTEXT", os.getpid() in pids)
+'''
+
+
+def test_client_process_creates_no_cuda_context():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _NO_CONTEXT_SCRIPT], capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = [x for x in proc.stdout.splitlines() if x.startswith("WORKER_CONTEXTS")][0]
+    assert line.endswith("CLIENT_CONTEXT False"), line
+    assert int(line.split()[1]) >= 1, line
