@@ -29,7 +29,7 @@ BK = 16             # feature slice per shared-memory step
 INT_MAX = 2**31 - 1
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def sqdist_tiled(Q, T, out):
     """out[i, j] = sum_f (Q[i, f] - T[j, f])^2; launch with block (16, 16)."""
     qs = cuda.shared.array((BK, TILE + 1), float32)
@@ -151,7 +151,7 @@ def _block_sum(value, sh):
     return total
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def topk_rows(D, alpha, beta, k, out_val, out_idx):
     """Per row r, the k smallest ``alpha * D[r, c] + beta[c]`` and their columns.
 
@@ -195,7 +195,7 @@ def topk_rows(D, alpha, beta, k, out_val, out_idx):
             head += 1
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def refine_rows(Q, T, cand, k, out_sq, out_idx):
     """Exact float64 squared distances of each row's candidates; keep the k best.
 
@@ -236,7 +236,7 @@ def refine_rows(Q, T, cand, k, out_sq, out_idx):
             out_idx[row, j] = best_i[j]
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def merge_pairs(a, b, out):
     """Merge two sorted packed candidate lists per row into the k best."""
     row = cuda.grid(1)
@@ -260,7 +260,7 @@ def merge_pairs(a, b, out):
             j += 1
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def vote_rows(cand, n_classes, uniform, out_proba, out_pred):
     """Class probabilities and prediction per row (ties: the smaller class)."""
     row = cuda.grid(1)
