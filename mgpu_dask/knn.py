@@ -244,9 +244,19 @@ class KNeighborsClassifier:
         return accuracy(self.predict(X), y)
 
 
+def _asnumpy(block: Any) -> np.ndarray:
+    return block.get() if hasattr(block, "get") else np.asarray(block)
+
+
 def to_host(array: Any) -> np.ndarray:
-    """A NumPy copy of a dask, CuPy or NumPy array."""
+    """A NumPy copy of a dask, CuPy or NumPy array.
+
+    Dask arrays of CuPy chunks are copied to host memory on their workers, so
+    the client never needs a CUDA context to receive them.
+    """
     if isinstance(array, da.Array):
+        if _device_of(array) == "gpu":
+            array = array.map_blocks(_asnumpy, meta=np.empty((0,) * array.ndim, array.dtype))
         array = array.compute()
     return array.get() if hasattr(array, "get") else np.asarray(array)
 

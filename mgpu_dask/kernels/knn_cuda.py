@@ -26,14 +26,15 @@ MAX_K = 64          # longest candidate list a lane keeps (k plus refine margin)
 MAX_CLASSES = 1024  # classes a vote can count
 TILE = 64           # output tile side of sqdist_tiled
 BK = 16             # feature slice per shared-memory step
+TILE_PAD = TILE + 1  # padded shared-memory row: fewer bank conflicts on the transposed store
 INT_MAX = 2**31 - 1
 
 
 @cuda.jit(cache=True)
 def sqdist_tiled(Q, T, out):
     """out[i, j] = sum_f (Q[i, f] - T[j, f])^2; launch with block (16, 16)."""
-    qs = cuda.shared.array((BK, TILE + 1), float32)
-    ts = cuda.shared.array((BK, TILE + 1), float32)
+    qs = cuda.shared.array((BK, TILE_PAD), float32)
+    ts = cuda.shared.array((BK, TILE_PAD), float32)
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
     tid = ty * 16 + tx
