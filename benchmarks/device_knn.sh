@@ -4,7 +4,7 @@
 # Usage on the device machine (repo root):  bash benchmarks/device_knn.sh
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/runs
 bash .gpu/gpu-stack-install > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 source /tmp/gpu-stack.env
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -17,8 +17,9 @@ log kernels; timeout 240 python3 benchmarks/knn_kernels.py --data-dir .mnist --j
 for f in 1 4; do for w in 1 2 4; do
   log "knn fraction $f workers $w"
   s=$(date +%s%N)
-  timeout 300 python3 -m mgpu_dask.run knn --workers $w --fraction $f --quiet --json "$OUT/knn_f${f}_w${w}.json" 2>&1 | tail -4 | tee -a "$OUT/summary.log"
+  timeout 300 python3 -m mgpu_dask.run knn --workers $w --fraction $f --quiet --json "/tmp/runs/knn_f${f}_w${w}.json" 2>&1 | tail -4 | tee -a "$OUT/summary.log"
   echo "process wall (python start to exit): $(( ($(date +%s%N) - s) / 1000000 )) ms" | tee -a "$OUT/summary.log"
 done; done
 log "plan shard at fraction 4 (660 MB float32 train), budget 400MB, 4 workers"
-timeout 300 python3 -m mgpu_dask.run knn --workers 4 --fraction 4 --memory-budget 400MB --quiet --json "$OUT/knn_shard_w4.json" 2>&1 | tail -5 | tee -a "$OUT/summary.log"
+timeout 300 python3 -m mgpu_dask.run knn --workers 4 --fraction 4 --memory-budget 400MB --quiet --json /tmp/runs/knn_shard_f4_w4.json 2>&1 | tail -5 | tee -a "$OUT/summary.log"
+tar czf "$OUT/runs.tgz" -C /tmp runs
