@@ -70,6 +70,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
                                              device=device, dashboard_address=dashboard_address,
                                              timeout=timeout))
         client = rc.client
+        stack.enter_context(client.as_current())  # the estimator uses the active client
         say(f"  dashboard: {rc.dashboard_link}")
         say("[3/4] transfer (queries sharded, training set placed by plan)")
         clf = KNeighborsClassifier(n_neighbors, weights=weights, plan=plan, method=method,
@@ -88,7 +89,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
         fused = []
         for _ in range(max(1, repeats)):
             started = time.perf_counter()
-            to_host(clf.predict(queries).compute())
+            to_host(clf.predict(queries, on_host=True))
             fused.append(time.perf_counter() - started)
         result.update({
             "dataset": ds.name, "data_source": ds.source, "note": ds.note,

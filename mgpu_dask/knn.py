@@ -204,13 +204,21 @@ class KNeighborsClassifier:
         self.n_samples_fit_ = int(X.shape[0])
         return self
 
-    def _candidates(self, X: Any, n_neighbors: int | None = None) -> da.Array:
+    def _candidates(self, X: Any, n_neighbors: int | None = None,
+                    vote: tuple | None = None) -> da.Array:
         Q = self._as_queries(X)
         k = n_neighbors or self.n_neighbors
         if not 1 <= k <= self.n_samples_fit_:
             raise DataError(f"n_neighbors={k} must be between 1 and {self.n_samples_fit_}")
+        client = _active_client()
+        # Where each query block lives, asked once per query array (a scheduler round trip).
+        cache = self.__dict__.setdefault("_placement_cache", {})
+        if Q.name not in cache:
+            cache.clear()
+            cache[Q.name] = plans.placement(Q, client)
         return plans.candidates(Q, self.layout_, k, method=self.method, margin=self.margin,
-                                block_bytes=parse_bytes(self.block_bytes), client=_active_client())
+                                block_bytes=parse_bytes(self.block_bytes), client=client,
+                                holders=cache[Q.name], vote=vote)
 
     def kneighbors(self, X: Any, n_neighbors: int | None = None,
                    return_distance: bool = True) -> Any:
@@ -230,9 +238,23 @@ class KNeighborsClassifier:
         """Packed ``(m, k, 3)`` candidates: squared distance, training index, encoded label."""
         return self._candidates(X)
 
-    def predict(self, X: Any) -> da.Array:
-        """Predicted class label per row (a lazy dask array)."""
-        return self.predict_from_candidates(self._candidates(X))
+    def predict(self, X: Any, *, on_host: bool = False) -> da.Array:
+        """Predicted class label per row (a lazy dask array).
+
+        Parameters
+        ----------
+        X : dask.array.Array or numpy.ndarray of shape (n_queries, n_features)
+        on_host : bool, default False
+            Return NumPy chunks even from GPU workers (copied there, in the same task).
+        """
+        self._check_fitted()
+        if self.layout_.plan == "replicate":
+            vote = (len(self.classes_), self.weights, self._classes_out, on_host)
+            return self._candidates(X, vote=vote)
+        pred = self.predict_from_candidates(self._candidates(X))
+        if on_host and self.layout_.device == "gpu":
+            pred = pred.map_blocks(_asnumpy, meta=np.empty(0, pred.dtype))
+        return pred
 
     def predict_proba(self, X: Any) -> da.Array:
         """Class probabilities per row, columns ordered as ``classes_`` (lazy)."""
@@ -257,6 +279,11 @@ def to_host(array: Any) -> np.ndarray:
     if isinstance(array, da.Array):
         if _device_of(array) == "gpu":
             array = array.map_blocks(_asnumpy, meta=np.empty((0,) * array.ndim, array.dtype))
+        client = _active_client()
+        if client is not None and array.ndim >= 1 and array.numblocks[0] > 1:
+            # Gather the row blocks directly: no concatenating task on a worker.
+            blocks = client.compute(list(array.to_delayed().ravel()), optimize_graph=False)
+            return np.concatenate(client.gather(blocks), axis=0)
         array = array.compute()
     return array.get() if hasattr(array, "get") else np.asarray(array)
 

@@ -90,7 +90,7 @@ def shard_train(X: Any, y: Any, client: Client | None, device: str,
     return TrainLayout("shard", [Xd], [yd], [norms], [], int(Xd.shape[0]), device)
 
 
-def _holder_of_blocks(Q: da.Array, client: Client | None) -> list[str | None]:
+def placement(Q: da.Array, client: Client | None) -> list[str | None]:
     """The worker holding each row block of ``Q`` (``None`` where not persisted)."""
     holders: list[str | None] = [None] * Q.numblocks[0]
     if client is None:
@@ -128,12 +128,15 @@ def _finished(out: Any) -> Any:
 
 
 def _replicated_block(Qb: Any, Tb: Any, yb: Any, nb: Any, k: int, method: str, margin: int,
-                      block_bytes: int) -> Any:
+                      block_bytes: int, vote: tuple | None = None) -> Any:
     xp = array_module(Tb)
     Qb = _check_queries(Qb, xp)
     index = xp.arange(Tb.shape[0], dtype=np.int64)
-    return _finished(kernels.local_candidates(Qb, Tb, yb, index, k, method=method, margin=margin,
-                                              block_bytes=block_bytes, norms=nb))
+    cand = kernels.local_candidates(Qb, Tb, yb, index, k, method=method, margin=margin,
+                                    block_bytes=block_bytes, norms=nb)
+    if vote is not None:  # predict in the same task: one task per query block
+        return _vote_pred(cand, *vote)
+    return _finished(cand)
 
 
 def _sharded_block(Tb: Any, yb: Any, nb: Any, offset: np.ndarray, Qb: Any, k: int, method: str,
@@ -151,17 +154,28 @@ def _merge_blocks(a: Any, b: Any) -> Any:
 
 
 def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin: int,
-               block_bytes: int, client: Client | None) -> da.Array:
-    """Packed ``(m, k, 3)`` candidates for every query row, under either plan."""
+               block_bytes: int, client: Client | None, holders: list[str | None] | None = None,
+               vote: tuple | None = None) -> da.Array:
+    """Packed ``(m, k, 3)`` candidates for every query row, under either plan.
+
+    With ``vote=(n_classes, weights, classes, host)`` the replicate plan votes
+    in the same task and returns predictions (on the host when ``host``).
+    """
     meta = meta_for(layout.device, 3, np.float64)
     opts = dict(k=k, method=method, margin=margin, block_bytes=block_bytes)
     if layout.plan == "replicate":
-        holders = _holder_of_blocks(Q, client)
+        holders = holders if holders is not None else placement(Q, client)
         pick = [layout.workers.index(h) if h in layout.workers else i % len(layout.workers)
                 for i, h in enumerate(holders)]
         R = da.concatenate([layout.X[p] for p in pick])
         yR = da.concatenate([layout.y[p] for p in pick])
         nR = da.concatenate([layout.norms[p] for p in pick])
+        if vote is not None:
+            dtype = vote[2].dtype if vote[2] is not None else np.int32
+            out_meta = np.empty(0, dtype) if vote[3] else meta_for(layout.device, 1, dtype)
+            return da.blockwise(_replicated_block, "i", Q, "ij", R, "ij", yR, "i", nR, "i",
+                                align_arrays=False, concatenate=True, dtype=dtype,
+                                meta=out_meta, vote=vote, **opts)
         return da.blockwise(_replicated_block, "ikc", Q, "ij", R, "ij", yR, "i", nR, "i",
                             new_axes={"k": k, "c": 3}, align_arrays=False, concatenate=True,
                             dtype=np.float64, meta=meta, **opts)
@@ -179,11 +193,14 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin:
     return level[0]
 
 
-def _vote_pred(cand: Any, n_classes: int, weights: str, classes: np.ndarray | None) -> Any:
+def _vote_pred(cand: Any, n_classes: int, weights: str, classes: np.ndarray | None,
+               host: bool = False) -> Any:
     _, pred = kernels.vote(cand, n_classes, weights)
-    if classes is None:
-        return pred
-    return array_module(pred).asarray(classes)[pred]
+    if classes is not None:
+        pred = array_module(pred).asarray(classes)[pred]
+    if host and hasattr(pred, "get"):
+        return pred.get()
+    return _finished(pred)
 
 
 def _vote_proba(cand: Any, n_classes: int, weights: str) -> Any:

@@ -1,0 +1,174 @@
+"""KNeighborsClassifier on a 2-worker CPU cluster, checked against scikit-learn."""
+
+from __future__ import annotations
+
+import json
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.neighbors import KNeighborsClassifier as SkKNN
+
+from mgpu_dask.data import load_dataset, shard, split
+from mgpu_dask.exceptions import DataError
+from mgpu_dask.knn import KNeighborsClassifier, NotFittedError, to_host
+from mgpu_dask.run import main
+
+
+@pytest.fixture(scope="module")
+def digits():
+    ds = load_dataset("digits")
+    return split(ds.X, ds.y, test_size=0.25, seed=1)
+
+
+def _tie_queries(X_train, X_test, k):
+    """Queries whose k-th and (k+1)-th exact distances are equal (ambiguous neighbours)."""
+    d = ((X_test[:, None, :].astype(np.float64) - X_train[None].astype(np.float64)) ** 2).sum(-1)
+    d.sort(axis=1)
+    return d[:, k - 1] == d[:, k]
+
+
+@pytest.mark.parametrize("plan", ["replicate", "shard"])
+@pytest.mark.parametrize("method", ["gemm", "direct"])
+@pytest.mark.parametrize("weights", ["distance", "uniform"])
+def test_matches_sklearn_on_digits(client, digits, plan, method, weights):
+    s = digits
+    clf = KNeighborsClassifier(3, weights=weights, plan=plan, method=method).fit(s.X_train, s.y_train)
+    queries = shard(s.X_test, client, dtype=np.float32)
+    ours = to_host(clf.predict(queries))
+    sk = SkKNN(3, weights=weights, algorithm="brute").fit(
+        s.X_train.astype(np.float64), s.y_train).predict(s.X_test.astype(np.float64))
+    differ = ours != sk
+    tied = _tie_queries(s.X_train, s.X_test, 3)
+    assert not (differ & ~tied).any(), f"{differ.sum()} differences, {(differ & tied).sum()} tied"
+    assert clf.plan_ == plan and (ours == s.y_test).mean() > 0.97
+
+
+def test_matches_sklearn_on_mnist_subset(client, mnist_dir):
+    ds = load_dataset("mnist", data_dir=mnist_dir)
+    s = split(ds.X, ds.y, fraction=0.05, seed=3)   # 2,625 train x 875 test
+    ours = to_host(KNeighborsClassifier(3).fit(shard(s.X_train, client), shard(s.y_train, client))
+                   .predict(shard(s.X_test, client)))
+    sk = SkKNN(3, weights="distance", algorithm="brute").fit(
+        s.X_train.astype(np.float64), s.y_train).predict(s.X_test.astype(np.float64))
+    tied = _tie_queries(s.X_train, s.X_test, 3)
+    assert not ((ours != sk) & ~tied).any()
+    assert (ours == s.y_test).mean() > 0.9
+
+
+@pytest.mark.parametrize("plan", ["replicate", "shard"])
+def test_kneighbors_and_proba_match_sklearn(client, plan):
+    rng = np.random.default_rng()
+    X = rng.standard_normal((400, 12)).astype(np.float32)
+    y = rng.integers(0, 4, 400)
+    Q = rng.standard_normal((90, 12)).astype(np.float32)
+    clf = KNeighborsClassifier(5, plan=plan).fit(shard(X, client), shard(y, client))
+    sk = SkKNN(5, weights="distance", algorithm="brute").fit(X.astype(np.float64), y)
+    dist, ind = clf.kneighbors(shard(Q, client))
+    sk_dist, sk_ind = sk.kneighbors(Q.astype(np.float64))
+    np.testing.assert_array_equal(to_host(ind), sk_ind)
+    np.testing.assert_allclose(to_host(dist), sk_dist, rtol=1e-6)
+    np.testing.assert_allclose(to_host(clf.predict_proba(shard(Q, client))),
+                               sk.predict_proba(Q.astype(np.float64)), rtol=1e-6)
+    assert clf.score(shard(Q, client), sk.predict(Q.astype(np.float64))) == 1.0
+
+
+def test_arbitrary_class_labels(client):
+    rng = np.random.default_rng()
+    X = rng.standard_normal((200, 5)).astype(np.float32)
+    y = rng.choice(np.array([3, 7, 42]), 200)
+    pred = to_host(KNeighborsClassifier(1).fit(X, y).predict(X))
+    np.testing.assert_array_equal(pred, y)
+
+
+@pytest.mark.parametrize("plan", ["replicate", "shard"])
+def test_without_a_client_runs_on_the_local_scheduler(digits, monkeypatch, plan):
+    import dask
+
+    import mgpu_dask.knn as knn_module
+
+    monkeypatch.setattr(knn_module, "_active_client", lambda: None)
+    s = digits
+    Q = da.from_array(s.X_test.astype(np.float32), chunks=(100, -1))
+    y = da.from_array(s.y_train, chunks=500)
+    with dask.config.set(scheduler="threads"):
+        clf = KNeighborsClassifier(3, plan=plan).fit(da.from_array(s.X_train, chunks=(500, -1)), y)
+        pred = clf.predict(Q).compute()
+    assert (pred == s.y_test).mean() > 0.97
+
+
+def test_shard_plan_chosen_when_over_budget(client, digits):
+    s = digits
+    train_bytes = s.X_train.size * 4
+    clf = KNeighborsClassifier(3, memory_budget=train_bytes - 1).fit(s.X_train, s.y_train)
+    assert clf.plan_ == "shard"
+    assert KNeighborsClassifier(3, memory_budget=train_bytes).fit(s.X_train, s.y_train).plan_ == "replicate"
+    with pytest.raises(DataError, match="does not fit 2 worker"):
+        KNeighborsClassifier(3, plan="shard", memory_budget=train_bytes // 3).fit(s.X_train, s.y_train)
+
+
+@pytest.mark.parametrize("kwargs, fit_args, match", [
+    ({"n_neighbors": 0}, None, "positive integer"),
+    ({"n_neighbors": 2.5}, None, "positive integer"),
+    ({"n_neighbors": 11}, None, "larger than the 10 training rows"),
+    ({"weights": "cosine"}, None, "weights='cosine'"),
+    ({"plan": "broadcast"}, None, "plan='broadcast'"),
+    ({}, "nan", "NaN or infinity"),
+    ({}, "1d", "must be 2-D"),
+    ({}, "labels", "one label per row"),
+    ({}, "float-labels", "integer class labels"),
+])
+def test_bad_fit_input(client, kwargs, fit_args, match):
+    X = np.random.default_rng().random((10, 3)).astype(np.float32)
+    y = np.arange(10) % 2
+    if fit_args == "nan":
+        X[3, 1] = np.nan
+    elif fit_args == "1d":
+        X = X[:, 0]
+    elif fit_args == "labels":
+        y = y[:5]
+    elif fit_args == "float-labels":
+        y = y + 0.5
+    with pytest.raises(DataError, match=match):
+        KNeighborsClassifier(**kwargs).fit(X, y)
+
+
+def test_bad_predict_input(client):
+    X = np.random.default_rng().random((10, 3)).astype(np.float32)
+    clf = KNeighborsClassifier(3)
+    with pytest.raises(NotFittedError, match="call fit"):
+        clf.predict(X)
+    clf.fit(X, np.arange(10) % 2)
+    with pytest.raises(DataError, match="4 features per row but the model was fitted with 3"):
+        clf.predict(np.zeros((2, 4), np.float32))
+    bad = X.copy()
+    bad[0, 0] = np.inf
+    with pytest.raises(DataError, match="query rows contain NaN or infinity"):
+        to_host(clf.predict(bad))
+    with pytest.raises(DataError, match="between 1 and 10"):
+        clf.kneighbors(X, n_neighbors=11)
+
+
+def test_cli_knn_digits(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["knn", "--dataset", "digits", "--workers", "2", "--device", "cpu", "--k", "5",
+                 "--repeats", "2", "--quiet", "--dashboard-address", ":0", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "accuracy:" in text and "warm predict" in text and "query shard 1" in text
+    result = json.loads(out.read_text())
+    assert result["n_neighbors"] == 5 and result["workers"] == 2 and result["accuracy"] > 0.95
+    for phase in ("cluster start", "transfer", "distances+top-k", "vote", "total"):
+        assert result["cold"][phase] > 0
+    assert len(result["warm_predict_seconds"]) == 2 and result["machine"]["host"]
+    assert not list(tmp_path.glob(".*part"))
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--k", "0"], "positive integer"),
+    (["--k", "5000"], "larger than the 1348 training rows"),
+])
+def test_cli_knn_bad_k(capsys, argv, match):
+    code = main(["knn", "--dataset", "digits", "--workers", "1", "--device", "cpu", "--quiet",
+                 "--dashboard-address", ":0", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error:") and match in err and "\n" not in err
