@@ -106,6 +106,7 @@ def test_client_process_creates_no_cuda_context():
     proc = subprocess.run([sys.executable, "-c", _NO_CONTEXT_SCRIPT], capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    print(proc.stdout)
     lines = dict(x.split(" ", 1) for x in proc.stdout.splitlines() if x.startswith("AFTER_"))
     # No context in the client when the workers start (dask-cuda's pitfall) ...
     assert lines["AFTER_START"].split()[1] == "False", lines
