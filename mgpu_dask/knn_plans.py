@@ -163,6 +163,9 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin:
     """
     meta = meta_for(layout.device, 3, np.float64)
     opts = dict(k=k, method=method, margin=margin, block_bytes=block_bytes)
+    # A fresh key per call: deterministic names would let the scheduler hand back a
+    # previous call's result still in memory, and warm timings would measure nothing.
+    tag = uuid.uuid4().hex[:12]
     if layout.plan == "replicate":
         holders = holders if holders is not None else placement(Q, client)
         pick = [layout.workers.index(h) if h in layout.workers else i % len(layout.workers)
@@ -174,21 +177,25 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin:
             dtype = vote[2].dtype if vote[2] is not None else np.int32
             out_meta = np.empty(0, dtype) if vote[3] else meta_for(layout.device, 1, dtype)
             return da.blockwise(_replicated_block, "i", Q, "ij", R, "ij", yR, "i", nR, "i",
-                                align_arrays=False, concatenate=True, dtype=dtype,
+                                name=f"knn-predict-{tag}", align_arrays=False, concatenate=True,
+                                dtype=dtype,
                                 meta=out_meta, vote=vote, **opts)
         return da.blockwise(_replicated_block, "ikc", Q, "ij", R, "ij", yR, "i", nR, "i",
-                            new_axes={"k": k, "c": 3}, align_arrays=False, concatenate=True,
+                            name=f"knn-candidates-{tag}", new_axes={"k": k, "c": 3},
+                            align_arrays=False, concatenate=True,
                             dtype=np.float64, meta=meta, **opts)
     T, yT, nT = layout.X[0], layout.y[0], layout.norms[0]
     starts = np.cumsum((0,) + T.chunks[0][:-1]).astype(np.int64)
     offsets = da.from_array(starts, chunks=1)
     partial = da.blockwise(_sharded_block, "pikc", T, "pj", yT, "p", nT, "p", offsets, "p",
-                           Q, "ij", new_axes={"k": k, "c": 3}, adjust_chunks={"p": 1},
+                           Q, "ij", name=f"knn-local-{tag}", new_axes={"k": k, "c": 3},
+                           adjust_chunks={"p": 1},
                            align_arrays=False, concatenate=True, dtype=np.float64,
                            meta=meta_for(layout.device, 4, np.float64), **opts)
     level = [partial[p] for p in range(partial.shape[0])]
     while len(level) > 1:  # pairwise tree: log2(workers) merge rounds
-        level = [da.map_blocks(_merge_blocks, level[i], level[i + 1], dtype=np.float64, meta=meta)
+        level = [da.map_blocks(_merge_blocks, level[i], level[i + 1], dtype=np.float64, meta=meta,
+                               token=f"knn-merge-{tag}-{len(level)}-{i}")
                  if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
     return level[0]
 
@@ -212,10 +219,12 @@ def vote_predictions(cand: da.Array, n_classes: int, weights: str, classes: np.n
     """Predicted labels (``classes[argmax]``) per query row."""
     dtype = classes.dtype if classes is not None else np.int32
     return cand.map_blocks(_vote_pred, n_classes, weights, classes, drop_axis=[1, 2],
+                           token=f"knn-vote-{uuid.uuid4().hex[:12]}",
                            dtype=dtype, meta=meta_for(device, 1, dtype))
 
 
 def vote_probabilities(cand: da.Array, n_classes: int, weights: str, device: str) -> da.Array:
     return cand.map_blocks(_vote_proba, n_classes, weights, drop_axis=2,
+                           token=f"knn-proba-{uuid.uuid4().hex[:12]}",
                            chunks=(cand.chunks[0], (n_classes,)), dtype=np.float64,
                            meta=meta_for(device, 2, np.float64))

@@ -73,6 +73,16 @@ def test_kneighbors_and_proba_match_sklearn(client, plan):
     assert clf.score(shard(Q, client), sk.predict(Q.astype(np.float64))) == 1.0
 
 
+@pytest.mark.parametrize("plan", ["replicate", "shard"])
+def test_every_predict_gets_fresh_keys(client, digits, plan):
+    """Repeated predictions must recompute, not reuse a previous result still in memory."""
+    s = digits
+    clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
+    Q = shard(s.X_test, client, dtype=np.float32)
+    assert clf.predict(Q).name != clf.predict(Q).name
+    assert clf.kneighbors_candidates(Q).name != clf.kneighbors_candidates(Q).name
+
+
 def test_arbitrary_class_labels(client):
     rng = np.random.default_rng()
     X = rng.standard_normal((200, 5)).astype(np.float32)
