@@ -100,6 +100,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             "workers": len(client.scheduler_info(n_workers=-1)["workers"]),
             "device": clf.layout_.device, "dashboard": rc.dashboard_link,
             "shards": [s._asdict() for s in shard_locations(queries, client)],
+            "train_copies_on": clf.layout_.workers,
             "accuracy": accuracy(pred, parts.y_test),
             "cold": {**cold.seconds, "total": cold_total},
             "warm": {name: statistics.median(r[name] for r in warm_runs) for name in warm_runs[0]},

@@ -44,7 +44,18 @@ def _norms_block(block: Any) -> Any:
 def _persist_on(client: Client | None, array: da.Array, worker: str | None) -> da.Array:
     if client is None:
         return array.persist()
-    return client.persist(array, workers=[worker] if worker else None, allow_other_workers=True)
+    return client.persist(array, workers=[worker] if worker else None,
+                          allow_other_workers=worker is None)
+
+
+def _holders(client: Client, arrays: list[da.Array]) -> list[str | None]:
+    """The worker that actually holds each single-block array."""
+    who_has = client.who_has(futures_of(arrays))
+    found = []
+    for array in arrays:
+        keys = [f.key for f in futures_of(array)]
+        found.append(next((w[0] for k in keys for w in [list(who_has.get(k, ()))] if w), None))
+    return found
 
 
 def replicate_train(X: Any, y: Any, client: Client | None, device: str,
@@ -56,9 +67,9 @@ def replicate_train(X: Any, y: Any, client: Client | None, device: str,
     for i, worker in enumerate(workers):
         if isinstance(X, np.ndarray) and client is not None:
             xi = shard(X, client, n_shards=1, device=device, dtype=np.float32, workers=[worker],
-                       timeout=timeout)
+                       block=False)
             yi = shard(y, client, n_shards=1, device=device, dtype=np.int32, workers=[worker],
-                       timeout=timeout)
+                       block=False)
         else:
             single = da.asarray(X).astype(np.float32).rechunk({0: -1, 1: -1})
             xi = _persist_on(client, single.map_blocks(_same, name=f"knn-train-{token}-{i}"),
@@ -70,6 +81,7 @@ def replicate_train(X: Any, y: Any, client: Client | None, device: str,
         xs.append(xi), ys.append(yi), ns.append(ni)
     if client is not None:
         wait(futures_of(xs + ys + ns), timeout=timeout)
+        workers = _holders(client, xs)  # where the copies really are
     return TrainLayout("replicate", xs, ys, ns, workers, int(xs[0].shape[0]), device)
 
 

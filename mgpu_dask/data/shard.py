@@ -78,7 +78,8 @@ def row_bounds(n_rows: int, n_shards: int | None, chunk_rows: int | None) -> lis
 
 def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
           chunk_rows: int | None = None, device: str = "auto", dtype: Any = None,
-          workers: list[str] | None = None, timeout: float | None = None) -> da.Array:
+          workers: list[str] | None = None, timeout: float | None = None,
+          block: bool = True) -> da.Array:
     """Place ``array`` on the cluster as row shards, round-robin over the workers.
 
     Parameters
@@ -102,6 +103,8 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     timeout : float or None, default None
         Seconds to wait for the shards to land; defaults to
         ``mgpu-dask.cluster.compute-timeout``.
+    block : bool, default True
+        Wait for the shards to land before returning.
 
     Returns
     -------
@@ -122,15 +125,17 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     pieces = []
     for i, (start, stop) in enumerate(row_bounds(len(array), n_shards or len(workers), chunk_rows)):
         host = da.from_array(array[start:stop], chunks=-1, name=f"mgpu-host-{token}-{i:05d}")
-        block = host.map_blocks(convert, np.dtype(dtype) if dtype is not None else None,
+        piece = host.map_blocks(convert, np.dtype(dtype) if dtype is not None else None,
                                 dtype=out_dtype, meta=meta, name=f"{_PREFIX}{token}-{i:05d}")
         # The slice travels inside the graph (so a lost shard can be rebuilt):
-        # large by design, hence no large-graph warning.
+        # large by design, hence no large-graph warning.  Placement is strict: a
+        # loose one lets the scheduler put two shards on one GPU when it is busy.
         with dask.config.set({"distributed.admin.large-graph-warning-threshold": "64GiB"}):
-            pieces.append(client.persist(block, workers=[workers[i % len(workers)]],
-                                         allow_other_workers=True))
+            pieces.append(client.persist(piece, workers=[workers[i % len(workers)]],
+                                         allow_other_workers=False))
     result = da.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
-    wait(futures_of(result), timeout=timeout or config.seconds("cluster.compute-timeout"))
+    if block:
+        wait(futures_of(result), timeout=timeout or config.seconds("cluster.compute-timeout"))
     return result
 
 
