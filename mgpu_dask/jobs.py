@@ -108,3 +108,70 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             "warm_predict_median": statistics.median(fused),
         })
     return result
+
+
+def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
+               fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, C: float = 1.0,
+               max_iter: int = 100, tol: float = 1e-4, workers: int | None = None,
+               device: str = "auto", scheduler_address: str | None = None,
+               dashboard_address: str | None = None, timeout: float | None = None,
+               repeats: int = 3, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Logistic regression end to end (pixels scaled to [0, 1]); every number the CLI prints."""
+    from .logreg import LogisticRegression
+
+    say = echo or (lambda message: None)
+    wait_timeout = timeout or config.seconds("cluster.compute-timeout")
+    result: dict[str, Any] = {"task": "logreg", "command": " ".join(sys.argv),
+                              "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    cold = Phases(say)
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        say("[1/4] data")
+        with cold("load"):
+            ds = load_dataset(dataset, data_dir=data_dir, download=download, seed=seed)
+            parts = split(ds.X, ds.y, test_size=test_size, seed=seed, fraction=fraction)
+        if ds.note:
+            say(f"note: {ds.note}")
+        scale = 1.0 / max(1.0, float(ds.X.max()))  # pixels to [0, 1]
+        say("[2/4] cluster")
+        with cold("cluster start"):
+            rc = stack.enter_context(connect(workers, scheduler_address=scheduler_address,
+                                             device=device, dashboard_address=dashboard_address,
+                                             timeout=timeout))
+        client = rc.client
+        stack.enter_context(client.as_current())
+        say(f"  dashboard: {rc.dashboard_link}")
+        say("[3/4] transfer (train and test sharded, one shard per worker)")
+        with cold("transfer"):
+            X_train = shard(parts.X_train, client, dtype=np.float32, scale=scale, timeout=wait_timeout)
+            X_test = shard(parts.X_test, client, dtype=np.float32, scale=scale, timeout=wait_timeout)
+        say("[4/4] fit and predict: cold, then warm")
+        runs = []
+        for i in range(1 + max(1, repeats)):
+            phases = cold if i == 0 else Phases()
+            clf = LogisticRegression(C=C, max_iter=max_iter, tol=tol)
+            with phases("fit"):
+                clf.fit(X_train, parts.y_train)
+            with phases("predict"):
+                pred = to_host(clf.predict(X_test))
+            if i == 0:
+                cold_total = time.perf_counter() - t0
+            else:
+                runs.append(phases.seconds)
+        result.update({
+            "dataset": ds.name, "data_source": ds.source, "note": ds.note,
+            "n_train": int(len(parts.X_train)), "n_test": int(len(parts.X_test)),
+            "n_features": int(parts.X_train.shape[1]), "fraction": fraction, "seed": seed,
+            "C": C, "max_iter": max_iter, "tol": tol, "cluster": rc.plan.kind.value,
+            "workers": len(client.scheduler_info(n_workers=-1)["workers"]),
+            "device": "gpu" if type(X_train._meta).__module__.startswith("cupy") else "cpu",
+            "dashboard": rc.dashboard_link,
+            "shards": [s._asdict() for s in shard_locations(X_train, client)],
+            "accuracy": accuracy(pred, parts.y_test), "n_iter": clf.n_iter_,
+            "round_trips": clf.n_round_trips_, "loss": clf.loss_, "converged": clf.converged_,
+            "cold": {**cold.seconds, "total": cold_total},
+            "warm": {name: statistics.median(r[name] for r in runs) for name in runs[0]},
+            "warm_fit_predict_seconds": [r["fit"] + r["predict"] for r in runs],
+        })
+        result["warm_fit_predict_median"] = statistics.median(result["warm_fit_predict_seconds"])
+    return result

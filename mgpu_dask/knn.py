@@ -215,7 +215,7 @@ class KNeighborsClassifier:
         cache = self.__dict__.setdefault("_placement_cache", {})
         if Q.name not in cache:
             cache.clear()
-            cache[Q.name] = plans.placement(Q, client)
+            cache[Q.name] = [w for _, w in plans.block_futures(Q, client)]
         return plans.candidates(Q, self.layout_, k, method=self.method, margin=self.margin,
                                 block_bytes=parse_bytes(self.block_bytes), client=client,
                                 holders=cache[Q.name], vote=vote)

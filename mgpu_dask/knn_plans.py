@@ -17,7 +17,7 @@ import dask.array as da
 import numpy as np
 from distributed import Client, futures_of, wait
 
-from .data.shard import meta_for, shard, worker_addresses
+from .data.shard import block_futures, meta_for, shard, worker_addresses
 from .exceptions import DataError
 from .kernels import knn as kernels
 from .kernels._launch import array_module
@@ -102,27 +102,6 @@ def shard_train(X: Any, y: Any, client: Client | None, device: str,
     return TrainLayout("shard", [Xd], [yd], [norms], [], int(Xd.shape[0]), device)
 
 
-def placement(Q: da.Array, client: Client | None) -> list[str | None]:
-    """The worker holding each row block of ``Q`` (``None`` where not persisted)."""
-    holders: list[str | None] = [None] * Q.numblocks[0]
-    if client is None:
-        return holders
-    graph = dict(Q.__dask_graph__())
-    who_has = client.who_has(futures_of(Q)) if futures_of(Q) else {}
-    for i, key in enumerate(k[0] if isinstance(k, list) else k for k in Q.__dask_keys__()):
-        for _ in range(8):  # follow aliases (concatenate, astype of persisted) to the future
-            value = graph.get(key)
-            if hasattr(value, "key") and hasattr(value, "status"):  # a Future
-                key = value.key
-                break
-            if isinstance(value, tuple) and value in graph:
-                key = value
-                continue
-            break
-        holders[i] = (list(who_has.get(key, ())) or [None])[0]
-    return holders
-
-
 def _check_queries(Qb: Any, xp: Any) -> Any:
     Qb = xp.asarray(Qb, dtype=np.float32)
     if not bool(xp.isfinite(Qb).all()):
@@ -179,7 +158,7 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin:
     # previous call's result still in memory, and warm timings would measure nothing.
     tag = uuid.uuid4().hex[:12]
     if layout.plan == "replicate":
-        holders = holders if holders is not None else placement(Q, client)
+        holders = holders if holders is not None else [w for _, w in block_futures(Q, client)]
         pick = [layout.workers.index(h) if h in layout.workers else i % len(layout.workers)
                 for i, h in enumerate(holders)]
         R = da.concatenate([layout.X[p] for p in pick])

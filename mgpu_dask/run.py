@@ -109,16 +109,27 @@ def print_job(result: dict) -> None:
     print(f"cluster: {result['cluster']}, {result['workers']} workers ({result['device']}); "
           f"dashboard {result['dashboard']}")
     for s in result.get("shards", []):
-        print(f"  query shard {s['index']}: {s['rows']} rows on {s['worker']} "
+        print(f"  {'query ' if result['task'] == 'knn' else 'train '}shard {s['index']}: "
+              f"{s['rows']} rows on {s['worker']} "
               f"as {s['array_type']} ({s['device']})")
-    print(f"model: k={result['n_neighbors']}, weights={result['weights']}, plan={result['plan']}, "
-          f"method={result['method']}")
+    if result["task"] == "knn":
+        print(f"model: k={result['n_neighbors']}, weights={result['weights']}, "
+              f"plan={result['plan']}, method={result['method']}")
+    else:
+        print(f"model: C={result['C']}, iterations {result['n_iter']} (max {result['max_iter']}), "
+              f"round trips {result['round_trips']}, loss {result['loss']:.6f}"
+              f"{'' if result['converged'] else ' (not converged: raise --max-iter)'}")
     print(f"accuracy: {result['accuracy']:.4f}")
     for run in ("cold", "warm"):
         phases = ", ".join(f"{k} {v:.3f}s" for k, v in result[run].items())
         print(f"{run}: {phases}")
-    print(f"warm predict (one graph, data resident), median of {len(result['warm_predict_seconds'])}: "
-          f"{result['warm_predict_median'] * 1000:.1f} ms")
+    if result["task"] == "knn":
+        print(f"warm predict (one graph, data resident), median of "
+              f"{len(result['warm_predict_seconds'])}: {result['warm_predict_median'] * 1000:.1f} ms")
+    else:
+        print(f"warm fit+predict (data resident), median of "
+              f"{len(result['warm_fit_predict_seconds'])}: "
+              f"{result['warm_fit_predict_median'] * 1000:.1f} ms")
 
 
 def cmd_knn(args: argparse.Namespace) -> int:
@@ -133,6 +144,25 @@ def cmd_knn(args: argparse.Namespace) -> int:
                      scheduler_address=args.scheduler_address,
                      dashboard_address=args.dashboard_address, timeout=args.timeout,
                      repeats=args.repeats, echo=None if args.quiet else stderr_echo)
+    print_job(result)
+    if args.json:
+        write_json(args.json, result)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_logreg(args: argparse.Namespace) -> int:
+    from .files import write_json
+    from .jobs import logreg_job
+    from .timing import stderr_echo
+
+    result = logreg_job(dataset=args.dataset, data_dir=args.data_dir,
+                        download=not args.no_download, fraction=args.fraction,
+                        test_size=args.test_size, seed=args.seed, C=args.C,
+                        max_iter=args.max_iter, tol=args.tol, workers=args.workers,
+                        device=args.device, scheduler_address=args.scheduler_address,
+                        dashboard_address=args.dashboard_address, timeout=args.timeout,
+                        repeats=args.repeats, echo=None if args.quiet else stderr_echo)
     print_job(result)
     if args.json:
         write_json(args.json, result)
@@ -176,6 +206,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=cmd_knn)
+
+    p = sub.add_parser("logreg", help="multinomial logistic regression, data-parallel L-BFGS")
+    add_data_args(p)
+    add_cluster_args(p)
+    p.add_argument("--C", "-C", dest="C", type=float, default=1.0,
+                   help="inverse L2 strength, as scikit-learn (1.0)")
+    p.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations at most (100)")
+    p.add_argument("--tol", type=float, default=1e-4, help="gradient tolerance (1e-4)")
+    p.add_argument("--backend", choices=("numba",), default="numba",
+                   help="numba: our fused kernel (the comparison backends come with `bench`)")
+    p.add_argument("--repeats", type=int, default=3, help="warm repetitions (median reported)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=cmd_logreg)
     return parser
 
 

@@ -113,3 +113,18 @@ def test_client_process_creates_no_cuda_context():
     # Afterwards the client may hold one (CuPy ``_meta`` objects are built there); the
     # workers must all have theirs.
     assert int(lines["AFTER_PREDICT"].split()[0]) >= int(lines["AFTER_START"].split()[0]), lines
+
+
+def test_logreg_loss_grad_gpu_matches_cpu():
+    from mgpu_dask.kernels import logreg as L
+
+    rng = np.random.default_rng()
+    X = rng.random((3000, 50)).astype(np.float32)
+    y = rng.integers(0, 10, 3000).astype(np.int32)
+    W = rng.standard_normal((50, 10)) * 0.1
+    b = rng.standard_normal(10) * 0.1
+    gpu = L.loss_grad(cupy.asarray(X), cupy.asarray(y), W, b)
+    cpu = L.loss_grad(X, y, W, b)
+    assert abs(gpu[0] - cpu[0]) / cpu[0] < 1e-5
+    np.testing.assert_allclose(gpu[1], cpu[1], rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(gpu[2], cpu[2], rtol=1e-3, atol=1e-3)

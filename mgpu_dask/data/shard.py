@@ -45,15 +45,17 @@ def detect_device(client: Client) -> str:
     return "gpu" if answers and all(answers.values()) else "cpu"
 
 
-def _to_gpu(block: np.ndarray, dtype: np.dtype | None) -> Any:
+def _to_gpu(block: np.ndarray, dtype: np.dtype | None, scale: float | None = None) -> Any:
     import cupy
 
     out = cupy.asarray(block)
-    return out.astype(dtype, copy=False) if dtype is not None else out
+    out = out.astype(dtype, copy=False) if dtype is not None else out
+    return out * out.dtype.type(scale) if scale is not None else out
 
 
-def _to_cpu(block: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
-    return block.astype(dtype, copy=False) if dtype is not None else block
+def _to_cpu(block: np.ndarray, dtype: np.dtype | None, scale: float | None = None) -> np.ndarray:
+    out = block.astype(dtype, copy=False) if dtype is not None else block
+    return out * out.dtype.type(scale) if scale is not None else out
 
 
 def meta_for(device: str, ndim: int, dtype: np.dtype) -> Any:
@@ -79,7 +81,7 @@ def row_bounds(n_rows: int, n_shards: int | None, chunk_rows: int | None) -> lis
 def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
           chunk_rows: int | None = None, device: str = "auto", dtype: Any = None,
           workers: list[str] | None = None, timeout: float | None = None,
-          block: bool = True) -> da.Array:
+          block: bool = True, scale: float | None = None) -> da.Array:
     """Place ``array`` on the cluster as row shards, round-robin over the workers.
 
     Parameters
@@ -105,6 +107,8 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
         ``mgpu-dask.cluster.compute-timeout``.
     block : bool, default True
         Wait for the shards to land before returning.
+    scale : float or None, default None
+        Multiply by this on the worker after the cast (``1/255`` puts pixels in [0, 1]).
 
     Returns
     -------
@@ -125,7 +129,7 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     pieces = []
     for i, (start, stop) in enumerate(row_bounds(len(array), n_shards or len(workers), chunk_rows)):
         host = da.from_array(array[start:stop], chunks=-1, name=f"mgpu-host-{token}-{i:05d}")
-        piece = host.map_blocks(convert, np.dtype(dtype) if dtype is not None else None,
+        piece = host.map_blocks(convert, np.dtype(dtype) if dtype is not None else None, scale,
                                 dtype=out_dtype, meta=meta, name=f"{_PREFIX}{token}-{i:05d}")
         # The slice travels inside the graph (so a lost shard can be rebuilt):
         # large by design, hence no large-graph warning.  Placement is strict: a
@@ -137,6 +141,34 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     if block:
         wait(futures_of(result), timeout=timeout or config.seconds("cluster.compute-timeout"))
     return result
+
+
+def block_futures(array: da.Array, client: Client | None) -> list[tuple[Any, str | None]]:
+    """The persisted future behind each row block of ``array``, and the worker holding it.
+
+    Follows the aliases that ``concatenate`` and friends put in front of
+    persisted keys; a block that is not simply persisted gets ``(None, None)``.
+    """
+    found: list[tuple[Any, str | None]] = [(None, None)] * array.numblocks[0]
+    futures = futures_of(array) if client is not None else []
+    if not futures:
+        return found
+    graph = dict(array.__dask_graph__())
+    who_has = client.who_has(futures)
+    keys = array.__dask_keys__()
+    while keys and isinstance(keys[0], list):  # first column block of each row block
+        keys = [k[0] for k in keys]
+    for i, key in enumerate(keys):
+        for _ in range(8):
+            value = graph.get(key)
+            if hasattr(value, "key") and hasattr(value, "status"):  # a Future
+                found[i] = (value, (list(who_has.get(value.key, ())) or [None])[0])
+                break
+            if isinstance(value, tuple) and value in graph:
+                key = value
+                continue
+            break
+    return found
 
 
 def _describe_local(dask_worker: Any, keys: list[str]) -> dict[str, tuple[str, str, int]]:

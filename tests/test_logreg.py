@@ -1,0 +1,162 @@
+"""LogisticRegression against scikit-learn's objective, on CPU workers and kernels."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from numba import config
+from sklearn.linear_model import LogisticRegression as SkLR
+
+from mgpu_dask.data import load_dataset, shard, split
+from mgpu_dask.exceptions import DataError
+from mgpu_dask.kernels import logreg as L
+from mgpu_dask.knn import NotFittedError, to_host
+from mgpu_dask.logreg import LogisticRegression
+from mgpu_dask.run import main
+
+
+def objective(coef, intercept, X, y, C, classes):
+    """scikit-learn's multinomial L2 objective, in float64."""
+    z = X.astype(np.float64) @ coef.T + intercept
+    z -= z.max(1, keepdims=True)
+    lse = np.log(np.exp(z).sum(1))
+    yi = np.searchsorted(classes, y)
+    return (lse - z[np.arange(len(y)), yi]).mean() + (coef ** 2).sum() / (2 * C * len(y))
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator"))])
+def test_softmax_xent_kernel(target):
+    rng = np.random.default_rng()
+    m = 9 if target == "cuda" else 500
+    z = (rng.standard_normal((m, 6)) * 5).astype(np.float32)
+    y = rng.integers(0, 6, m).astype(np.int32)
+    resid, loss = L.softmax_xent(z, y, target=target)
+    z64 = z.astype(np.float64)
+    p = np.exp(z64 - z64.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(resid, p - np.eye(6)[y], atol=1e-6)
+    np.testing.assert_allclose(loss, -np.log(p[np.arange(m), y]), rtol=1e-6, atol=1e-9)
+
+
+def test_loss_grad_matches_finite_differences():
+    rng = np.random.default_rng()
+    X = rng.standard_normal((50, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 50).astype(np.int32)
+    W = rng.standard_normal((4, 3)) * 0.1
+    b = rng.standard_normal(3) * 0.1
+    loss, gW, gb = L.loss_grad(X, y, W, b)
+    eps = 1e-3
+    for i, j in [(0, 0), (3, 2), (1, 1)]:
+        Wp, Wm = W.copy(), W.copy()
+        Wp[i, j] += eps
+        Wm[i, j] -= eps
+        numeric = (L.loss_grad(X, y, Wp, b)[0] - L.loss_grad(X, y, Wm, b)[0]) / (2 * eps)
+        assert abs(numeric - gW[i, j]) < 1e-2 * max(1, abs(gW[i, j]))
+    bp = b.copy()
+    bp[1] += eps
+    assert abs((L.loss_grad(X, y, W, bp)[0] - loss) / eps - gb[1]) < 5e-2
+
+
+@pytest.mark.parametrize("C", [0.05, 1.0])
+def test_objective_matches_sklearn_on_digits(client, C):
+    ds = load_dataset("digits")
+    s = split(ds.X, ds.y, seed=2)
+    X = s.X_train / 16.0
+    ours = LogisticRegression(C=C, max_iter=1000, tol=1e-7).fit(
+        shard(s.X_train, client, dtype=np.float32, scale=1 / 16), s.y_train)
+    sk = SkLR(C=C, max_iter=10000, tol=1e-10).fit(X, s.y_train)
+    a = objective(ours.coef_, ours.intercept_, X, s.y_train, C, ours.classes_)
+    b = objective(sk.coef_, sk.intercept_, X, s.y_train, C, sk.classes_)
+    assert abs(a - b) / b < 1e-4
+    assert abs(ours.loss_ - a) / a < 1e-5
+    assert ours.n_round_trips_ >= ours.n_iter_ > 0
+    acc = ours.score(shard(s.X_test, client, dtype=np.float32, scale=1 / 16), s.y_test)
+    assert abs(acc - sk.score(s.X_test / 16.0, s.y_test)) < 0.01
+
+
+def test_objective_matches_sklearn_on_mnist_subset(client, mnist_dir):
+    ds = load_dataset("mnist", data_dir=mnist_dir)
+    s = split(ds.X, ds.y, fraction=0.04, seed=5)
+    X = s.X_train / 255.0
+    ours = LogisticRegression(C=1.0, max_iter=2000, tol=1e-7).fit(
+        shard(s.X_train, client, dtype=np.float32, scale=1 / 255), s.y_train)
+    sk = SkLR(C=1.0, max_iter=10000, tol=1e-10).fit(X, s.y_train)
+    a = objective(ours.coef_, ours.intercept_, X, s.y_train, 1.0, ours.classes_)
+    b = objective(sk.coef_, sk.intercept_, X, s.y_train, 1.0, sk.classes_)
+    assert abs(a - b) / b < 1e-4
+
+
+def test_without_a_client(monkeypatch):
+    import dask
+
+    import mgpu_dask.knn as knn_module
+    import mgpu_dask.logreg as module
+
+    monkeypatch.setattr(module, "_active_client", lambda: None)
+    monkeypatch.setattr(knn_module, "_active_client", lambda: None)
+    monkeypatch.setitem(dask.config.config, "scheduler", "threads")
+    rng = np.random.default_rng()
+    X = rng.standard_normal((300, 5))
+    y = np.array([2, 7, 9])[np.argmax(X[:, :3] + 0.3 * rng.standard_normal((300, 3)), axis=1)]
+    ours = LogisticRegression(C=2.0, max_iter=500, tol=1e-8).fit(X, y)
+    sk = SkLR(C=2.0, max_iter=5000, tol=1e-10).fit(X, y)
+    a = objective(ours.coef_, ours.intercept_, X, y, 2.0, ours.classes_)
+    b = objective(sk.coef_, sk.intercept_, X, y, 2.0, sk.classes_)
+    assert abs(a - b) / b < 1e-4
+    np.testing.assert_array_equal(np.unique(to_host(ours.predict(X))), [2, 7, 9])
+    proba = to_host(ours.predict_proba(X))
+    np.testing.assert_allclose(proba.sum(1), 1.0)
+
+
+@pytest.mark.parametrize("kwargs, y_kind, match", [
+    ({"C": 0}, "ok", "C=0 must be a positive"),
+    ({"C": -1.0}, "ok", "positive"),
+    ({"solver": "newton"}, "ok", "solver='newton'"),
+    ({}, "one-class", "single class"),
+    ({"classes": [0, 1, 2]}, "outside", r"label\(s\) \[5\] are not among the declared classes"),
+    ({}, "nan", "NaN or infinity"),
+    ({}, "float", "integer class labels"),
+])
+def test_bad_input(client, kwargs, y_kind, match):
+    rng = np.random.default_rng()
+    X = rng.standard_normal((40, 3)).astype(np.float32)
+    y = np.arange(40) % 3
+    if y_kind == "one-class":
+        y = np.zeros(40, int)
+    elif y_kind == "outside":
+        y[7] = 5
+    elif y_kind == "nan":
+        X[4, 2] = np.nan
+    elif y_kind == "float":
+        y = y + 0.5
+    with pytest.raises(DataError, match=match):
+        LogisticRegression(**kwargs).fit(X, y)
+
+
+def test_predict_before_fit_and_wrong_width(client):
+    with pytest.raises(NotFittedError):
+        LogisticRegression().predict(np.zeros((2, 3)))
+    clf = LogisticRegression().fit(np.random.default_rng().random((30, 3)), np.arange(30) % 2)
+    with pytest.raises(DataError, match="4 features per row but the model was fitted with 3"):
+        clf.predict(np.zeros((2, 4)))
+
+
+def test_cli_logreg_digits(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["logreg", "--dataset", "digits", "--workers", "2", "--device", "cpu",
+                 "--repeats", "1", "--quiet", "--dashboard-address", ":0", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "round trips" in text and "accuracy:" in text
+    r = json.loads(out.read_text())
+    assert r["task"] == "logreg" and r["accuracy"] > 0.9 and r["round_trips"] >= r["n_iter"]
+    assert set(r["cold"]) >= {"cluster start", "transfer", "fit", "predict", "total"}
+
+
+def test_cli_logreg_bad_c(capsys):
+    assert main(["logreg", "--dataset", "digits", "--workers", "1", "--device", "cpu", "--C", "0",
+                 "--quiet", "--dashboard-address", ":0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: C=0.0 must be a positive") and "\n" not in err
