@@ -27,6 +27,8 @@ class ClusterKind(str, Enum):
     LOCAL_CUDA = "local-cuda"
     LOCAL_CPU = "local-cpu"
     ADDRESS = "address"
+    SLURM = "slurm"
+    PBS = "pbs"
 
 
 class ClusterPlan(NamedTuple):
@@ -39,6 +41,8 @@ class ClusterPlan(NamedTuple):
     threads_per_worker: int
     address: str | None
     note: str | None
+    jobs: int = 0                  # batch jobs (slurm / pbs)
+    gpus_per_job: int | None = None
 
 
 class RunningCluster(NamedTuple):
@@ -49,7 +53,8 @@ class RunningCluster(NamedTuple):
 
 
 def plan_cluster(workers: int | None = None, *, scheduler_address: str | None = None,
-                 device: str = "auto") -> ClusterPlan:
+                 device: str = "auto", cluster: str = "local", jobs: int = 1,
+                 gpus_per_job: int | None = None, scheduler_file: str | None = None) -> ClusterPlan:
     """Decide the cluster for the arguments given; raise what the user must fix.
 
     Parameters
@@ -59,15 +64,42 @@ def plan_cluster(workers: int | None = None, *, scheduler_address: str | None = 
         (default ``min(4, cpu_count)``).
     scheduler_address : str or None, default None
         Join this scheduler instead of starting a local cluster.
+    scheduler_file : str or None, default None
+        Join the scheduler described by this file (``dask scheduler --scheduler-file``).
     device : {"auto", "gpu", "cpu"}, default "auto"
-        ``"auto"`` uses GPUs when any are visible and dask-cuda is installed.
+        ``"auto"`` uses GPUs when any are visible and dask-cuda is installed
+        (for batch jobs: when ``gpus-per-job`` is set).
+    cluster : {"local", "slurm", "pbs"}, default "local"
+        Submit ``jobs`` batch jobs through dask-jobqueue instead of starting locally.
+    jobs : int, default 1
+        Batch jobs to submit (each brings ``gpus_per_job`` GPU workers).
+    gpus_per_job : int or None, default None
+        GPUs per batch job; ``None`` reads ``jobqueue.mgpu-<cluster>.gpus-per-job``.
     """
     if device not in ("auto", "gpu", "cpu"):
         raise ClusterError(f"--device {device!r} is not one of auto, gpu, cpu")
     if workers is not None and workers < 1:
         raise ClusterError(f"--workers {workers} must be at least 1")
-    if scheduler_address:
-        return ClusterPlan(ClusterKind.ADDRESS, workers, device, (), 0, scheduler_address, None)
+    if scheduler_address and scheduler_file:
+        raise ClusterError("give --scheduler-address or --scheduler-file, not both")
+    if scheduler_address or scheduler_file:
+        where = scheduler_address or f"file:{scheduler_file}"
+        return ClusterPlan(ClusterKind.ADDRESS, workers, device, (), 0, where, None)
+    if cluster != "local":
+        import dask
+
+        from .hpc import SYSTEMS, job_options
+
+        if cluster not in SYSTEMS:
+            raise ClusterError(f"--cluster {cluster!r} is not one of local, slurm, pbs")
+        if jobs < 1:
+            raise ClusterError(f"--jobs {jobs} must be at least 1")
+        if device == "auto":
+            configured = dask.config.get(f"jobqueue.mgpu-{cluster}.gpus-per-job", None)
+            device = "gpu" if (gpus_per_job or configured) else "cpu"
+        _, per_job = job_options(cluster, device, gpus_per_job)
+        kind = ClusterKind.SLURM if cluster == "slurm" else ClusterKind.PBS
+        return ClusterPlan(kind, jobs * per_job, device, (), 1, None, None, jobs, gpus_per_job)
     n_gpus = gpu_count()
     note = None
     if device == "auto":
@@ -106,15 +138,27 @@ def _start_local(plan: ClusterPlan, dashboard_address: str, memory_limit: str | 
                         memory_limit=memory_limit or "auto", silence_logs=logging.ERROR)
 
 
+def _wait_for_file(path: str, timeout: float) -> None:
+    """A scheduler file appears once the scheduler is up (batch scripts start both at once)."""
+    deadline = time.perf_counter() + timeout
+    while not os.path.exists(path):
+        if time.perf_counter() > deadline:
+            raise ClusterError(f"no scheduler file at {path} after {timeout:.0f} s; start "
+                               f"`dask scheduler --scheduler-file {path}` first")
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def connect(workers: int | None = None, *, scheduler_address: str | None = None,
             device: str = "auto", dashboard_address: str | None = None,
-            timeout: float | None = None, memory_limit: str | None = None) -> Iterator[RunningCluster]:
+            timeout: float | None = None, memory_limit: str | None = None,
+            cluster: str = "local", jobs: int = 1, gpus_per_job: int | None = None,
+            scheduler_file: str | None = None) -> Iterator[RunningCluster]:
     """Start (or join) a cluster, yield it with its client, and shut it down.
 
     Parameters
     ----------
-    workers, scheduler_address, device
+    workers, scheduler_address, device, cluster, jobs, gpus_per_job, scheduler_file
         See :func:`plan_cluster`.
     dashboard_address : str or None, default None
         Where the dashboard listens (``":8787"``; ``":0"`` picks a free port);
@@ -130,29 +174,49 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
     RunningCluster
         The client, the plan, the start time in seconds and the dashboard link.
     """
-    plan = plan_cluster(workers, scheduler_address=scheduler_address, device=device)
+    plan = plan_cluster(workers, scheduler_address=scheduler_address, device=device,
+                        cluster=cluster, jobs=jobs, gpus_per_job=gpus_per_job,
+                        scheduler_file=scheduler_file)
     timeout = timeout or config.seconds("cluster.start-timeout")
     dashboard_address = dashboard_address or config.get("cluster.dashboard-address")
     started = time.perf_counter()
-    cluster = None
+    local = None
     client = None
     try:
         if plan.kind is ClusterKind.ADDRESS:
             try:
-                client = Client(plan.address, timeout=timeout)
+                if scheduler_file:
+                    _wait_for_file(scheduler_file, timeout)
+                    client = Client(scheduler_file=scheduler_file, timeout=timeout)
+                else:
+                    client = Client(plan.address, timeout=timeout)
             except (OSError, TimeoutError) as exc:
                 raise ClusterError(f"no Dask scheduler answered at {plan.address} within "
                                    f"{timeout:.0f} s ({exc}); check --scheduler-address") from None
+        elif plan.kind in (ClusterKind.SLURM, ClusterKind.PBS):
+            from .hpc import start_job_cluster
+
+            local, _ = start_job_cluster(plan.kind.value, jobs=plan.jobs, device=plan.device,
+                                         gpus_per_job=plan.gpus_per_job,
+                                         dashboard_address=dashboard_address)
+            client = Client(local, timeout=timeout)
         else:
-            cluster = _start_local(plan, dashboard_address, memory_limit)
-            client = Client(cluster, timeout=timeout)
+            local = _start_local(plan, dashboard_address, memory_limit)
+            client = Client(local, timeout=timeout)
         wanted = plan.n_workers or 1
         try:
             client.wait_for_workers(wanted, timeout=timeout)
         except TimeoutError:
             have = len(client.scheduler_info(n_workers=-1)["workers"])
+            detail = "raise --timeout or check the workers' logs"
+            if plan.kind in (ClusterKind.SLURM, ClusterKind.PBS):
+                from .hpc import job_ids
+
+                ids = job_ids(local)
+                detail = (f"the batch jobs did not start in time (queue busy or request too "
+                          f"large?); cancelled job(s) {', '.join(ids) or '(none submitted)'}")
             raise ClusterError(f"only {have} of {wanted} workers arrived within {timeout:.0f} s; "
-                               "raise --timeout or check the workers' logs") from None
+                               f"{detail}") from None
         link = client.dashboard_link if is_installed("bokeh") else None
         yield RunningCluster(client, plan, time.perf_counter() - started, link)
     finally:
@@ -160,5 +224,5 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
             if client is not None:
                 client.close(timeout=10)
         with contextlib.suppress(Exception):
-            if cluster is not None:
-                cluster.close(timeout=30)
+            if local is not None:
+                local.close(timeout=30)  # for batch clusters this cancels every job

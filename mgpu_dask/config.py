@@ -16,10 +16,9 @@ import dask
 import dask.config
 import yaml
 
-_DEFAULTS = Path(__file__).with_name("mgpu_dask.yaml")
-
-with _DEFAULTS.open() as f:
-    dask.config.update_defaults(yaml.safe_load(f))
+for _name in ("mgpu_dask.yaml", "jobqueue.yaml"):
+    with Path(__file__).with_name(_name).open() as f:
+        dask.config.update_defaults(yaml.safe_load(f))
 
 
 def get(key: str, default: Any = None) -> Any:

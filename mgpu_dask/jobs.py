@@ -1,28 +1,33 @@
 """End-to-end jobs behind the CLI: load, start, transfer, fit, predict, cold and warm.
 
 A job returns a plain dictionary (what ``--json`` writes) so the benchmark
-sweeps and the CLI share one code path.
+sweeps, workflows and the CLI share one code path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import socket
 import statistics
 import sys
+import tempfile
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
-from distributed import futures_of, wait
+from distributed import futures_of, performance_report, wait
 
 from . import __version__, config
 from ._compat import visible_gpus
-from .cluster import connect
-from .data import load_dataset, shard, shard_locations, split
+from .cluster import RunningCluster, connect
+from .data import Split, load_dataset, shard, shard_locations, split
 from .knn import KNeighborsClassifier, accuracy, to_host
 from .timing import Phases
+
+Echo = Callable[[str], None]
 
 
 def machine() -> dict[str, Any]:
@@ -30,6 +35,65 @@ def machine() -> dict[str, Any]:
     return {"host": socket.gethostname(), "platform": platform.platform(),
             "python": platform.python_version(), "mgpu_dask": __version__,
             "gpus": [f"{g.name} ({g.memory_bytes / 2**30:.0f} GiB)" for g in gpus]}
+
+
+@contextlib.contextmanager
+def _report(path: str | None) -> Iterator[None]:
+    """A Dask performance report written atomically (temporary name, then rename)."""
+    if not path:
+        yield
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part.html", dir=target.parent)
+    os.close(fd)
+    try:
+        with performance_report(filename=tmp):
+            yield
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+class Session(NamedTuple):
+    data: Split
+    dataset: Any
+    cluster: RunningCluster
+    wait_timeout: float
+
+
+@contextlib.contextmanager
+def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | None,
+            download: bool, fraction: float, test_size: float, seed: int,
+            cluster_options: dict[str, Any] | None, report: str | None,
+            say: Echo) -> Iterator[Session]:
+    """Load and split the data, start the cluster (timed), make its client current."""
+    options = dict(cluster_options or {})
+    wait_timeout = options.get("timeout") or config.seconds("cluster.compute-timeout")
+    say(f"[1/4] data ({task})")
+    with phases("load"):
+        ds = load_dataset(dataset, data_dir=data_dir, download=download, seed=seed)
+        parts = split(ds.X, ds.y, test_size=test_size, seed=seed, fraction=fraction)
+    if ds.note:
+        say(f"note: {ds.note}")
+    say("[2/4] cluster")
+    with contextlib.ExitStack() as stack:
+        with phases("cluster start"):
+            rc = stack.enter_context(connect(**options))
+        stack.enter_context(rc.client.as_current())  # estimators use the active client
+        stack.enter_context(_report(report))
+        say(f"  dashboard: {rc.dashboard_link}")
+        yield Session(parts, ds, rc, wait_timeout)
+
+
+def _summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any]:
+    client = s.cluster.client
+    return {"task": task, "command": " ".join(sys.argv), "machine": machine(),
+            "dataset": s.dataset.name, "data_source": s.dataset.source, "note": s.dataset.note,
+            "n_train": int(len(s.data.X_train)), "n_test": int(len(s.data.X_test)),
+            "n_features": int(s.data.X_train.shape[1]), "fraction": fraction, "seed": seed,
+            "cluster": s.cluster.plan.kind.value, "dashboard": s.cluster.dashboard_link,
+            "workers": len(client.scheduler_info(n_workers=-1)["workers"])}
 
 
 def _predict_phases(clf: KNeighborsClassifier, queries: Any, timeout: float,
@@ -46,105 +110,71 @@ def _predict_phases(clf: KNeighborsClassifier, queries: Any, timeout: float,
 def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
             fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, n_neighbors: int = 3,
             weights: str = "distance", plan: str = "auto", method: str = "gemm",
-            memory_budget: str | None = None, workers: int | None = None, device: str = "auto",
-            scheduler_address: str | None = None, dashboard_address: str | None = None,
-            timeout: float | None = None, repeats: int = 5,
-            echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+            memory_budget: str | None = None, cluster_options: dict[str, Any] | None = None,
+            repeats: int = 5, report: str | None = None, echo: Echo | None = None) -> dict[str, Any]:
     """Run KNN end to end and return every number the CLI prints."""
     say = echo or (lambda message: None)
-    wait_timeout = timeout or config.seconds("cluster.compute-timeout")
-    result: dict[str, Any] = {"task": "knn", "command": " ".join(sys.argv),
-                              "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     cold = Phases(say)
     t0 = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        say("[1/4] data")
-        with cold("load"):
-            ds = load_dataset(dataset, data_dir=data_dir, download=download, seed=seed)
-            parts = split(ds.X, ds.y, test_size=test_size, seed=seed, fraction=fraction)
-        if ds.note:
-            say(f"note: {ds.note}")
-        say("[2/4] cluster")
-        with cold("cluster start"):
-            rc = stack.enter_context(connect(workers, scheduler_address=scheduler_address,
-                                             device=device, dashboard_address=dashboard_address,
-                                             timeout=timeout))
-        client = rc.client
-        stack.enter_context(client.as_current())  # the estimator uses the active client
-        say(f"  dashboard: {rc.dashboard_link}")
+    with session("knn", cold, dataset=dataset, data_dir=data_dir, download=download,
+                 fraction=fraction, test_size=test_size, seed=seed,
+                 cluster_options=cluster_options, report=report, say=say) as s:
+        client, parts = s.cluster.client, s.data
         say("[3/4] transfer (queries sharded, training set placed by plan)")
         clf = KNeighborsClassifier(n_neighbors, weights=weights, plan=plan, method=method,
                                    memory_budget=memory_budget)
         with cold("transfer"):
-            queries = shard(parts.X_test, client, dtype=np.float32, timeout=wait_timeout)
+            queries = shard(parts.X_test, client, dtype=np.float32, timeout=s.wait_timeout)
             clf.fit(parts.X_train, parts.y_train)
         say("[4/4] predict: cold, then warm")
-        pred = _predict_phases(clf, queries, wait_timeout, cold)
+        pred = _predict_phases(clf, queries, s.wait_timeout, cold)
         cold_total = time.perf_counter() - t0
         warm_runs = []
         for _ in range(max(1, repeats)):
             warm = Phases()
-            _predict_phases(clf, queries, wait_timeout, warm)
+            _predict_phases(clf, queries, s.wait_timeout, warm)
             warm_runs.append(warm.seconds)
         fused = []
         for _ in range(max(1, repeats)):
             started = time.perf_counter()
             to_host(clf.predict(queries, on_host=True))
             fused.append(time.perf_counter() - started)
-        result.update({
-            "dataset": ds.name, "data_source": ds.source, "note": ds.note,
-            "n_train": int(len(parts.X_train)), "n_test": int(len(parts.X_test)),
-            "n_features": int(parts.X_train.shape[1]), "fraction": fraction, "seed": seed,
+        return {
+            **_summary(s, "knn", fraction, seed),
             "n_neighbors": n_neighbors, "weights": weights, "method": method,
-            "plan": clf.plan_, "cluster": rc.plan.kind.value,
-            "workers": len(client.scheduler_info(n_workers=-1)["workers"]),
-            "device": clf.layout_.device, "dashboard": rc.dashboard_link,
-            "shards": [s._asdict() for s in shard_locations(queries, client)],
+            "plan": clf.plan_, "device": clf.layout_.device,
+            "shards": [x._asdict() for x in shard_locations(queries, client)],
             "train_copies_on": clf.layout_.workers,
             "accuracy": accuracy(pred, parts.y_test),
             "cold": {**cold.seconds, "total": cold_total},
             "warm": {name: statistics.median(r[name] for r in warm_runs) for name in warm_runs[0]},
             "warm_predict_seconds": fused,
             "warm_predict_median": statistics.median(fused),
-        })
-    return result
+        }
 
 
 def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
                fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, C: float = 1.0,
-               max_iter: int = 100, tol: float = 1e-4, workers: int | None = None,
-               device: str = "auto", scheduler_address: str | None = None,
-               dashboard_address: str | None = None, timeout: float | None = None,
-               repeats: int = 3, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+               max_iter: int = 100, tol: float = 1e-4,
+               cluster_options: dict[str, Any] | None = None, repeats: int = 3,
+               report: str | None = None, echo: Echo | None = None) -> dict[str, Any]:
     """Logistic regression end to end (pixels scaled to [0, 1]); every number the CLI prints."""
     from .logreg import LogisticRegression
 
     say = echo or (lambda message: None)
-    wait_timeout = timeout or config.seconds("cluster.compute-timeout")
-    result: dict[str, Any] = {"task": "logreg", "command": " ".join(sys.argv),
-                              "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     cold = Phases(say)
     t0 = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        say("[1/4] data")
-        with cold("load"):
-            ds = load_dataset(dataset, data_dir=data_dir, download=download, seed=seed)
-            parts = split(ds.X, ds.y, test_size=test_size, seed=seed, fraction=fraction)
-        if ds.note:
-            say(f"note: {ds.note}")
-        scale = 1.0 / max(1.0, float(ds.X.max()))  # pixels to [0, 1]
-        say("[2/4] cluster")
-        with cold("cluster start"):
-            rc = stack.enter_context(connect(workers, scheduler_address=scheduler_address,
-                                             device=device, dashboard_address=dashboard_address,
-                                             timeout=timeout))
-        client = rc.client
-        stack.enter_context(client.as_current())
-        say(f"  dashboard: {rc.dashboard_link}")
+    with session("logreg", cold, dataset=dataset, data_dir=data_dir, download=download,
+                 fraction=fraction, test_size=test_size, seed=seed,
+                 cluster_options=cluster_options, report=report, say=say) as s:
+        client, parts = s.cluster.client, s.data
+        scale = 1.0 / max(1.0, float(s.dataset.X.max()))  # pixels to [0, 1]
         say("[3/4] transfer (train and test sharded, one shard per worker)")
         with cold("transfer"):
-            X_train = shard(parts.X_train, client, dtype=np.float32, scale=scale, timeout=wait_timeout)
-            X_test = shard(parts.X_test, client, dtype=np.float32, scale=scale, timeout=wait_timeout)
+            X_train = shard(parts.X_train, client, dtype=np.float32, scale=scale,
+                            timeout=s.wait_timeout)
+            X_test = shard(parts.X_test, client, dtype=np.float32, scale=scale,
+                           timeout=s.wait_timeout)
         say("[4/4] fit and predict: cold, then warm")
         runs = []
         for i in range(1 + max(1, repeats)):
@@ -158,20 +188,16 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
                 cold_total = time.perf_counter() - t0
             else:
                 runs.append(phases.seconds)
-        result.update({
-            "dataset": ds.name, "data_source": ds.source, "note": ds.note,
-            "n_train": int(len(parts.X_train)), "n_test": int(len(parts.X_test)),
-            "n_features": int(parts.X_train.shape[1]), "fraction": fraction, "seed": seed,
-            "C": C, "max_iter": max_iter, "tol": tol, "cluster": rc.plan.kind.value,
-            "workers": len(client.scheduler_info(n_workers=-1)["workers"]),
+        warm_totals = [r["fit"] + r["predict"] for r in runs]
+        return {
+            **_summary(s, "logreg", fraction, seed),
+            "C": C, "max_iter": max_iter, "tol": tol,
             "device": "gpu" if type(X_train._meta).__module__.startswith("cupy") else "cpu",
-            "dashboard": rc.dashboard_link,
-            "shards": [s._asdict() for s in shard_locations(X_train, client)],
+            "shards": [x._asdict() for x in shard_locations(X_train, client)],
             "accuracy": accuracy(pred, parts.y_test), "n_iter": clf.n_iter_,
             "round_trips": clf.n_round_trips_, "loss": clf.loss_, "converged": clf.converged_,
             "cold": {**cold.seconds, "total": cold_total},
             "warm": {name: statistics.median(r[name] for r in runs) for name in runs[0]},
-            "warm_fit_predict_seconds": [r["fit"] + r["predict"] for r in runs],
-        })
-        result["warm_fit_predict_median"] = statistics.median(result["warm_fit_predict_seconds"])
-    return result
+            "warm_fit_predict_seconds": warm_totals,
+            "warm_fit_predict_median": statistics.median(warm_totals),
+        }

@@ -37,9 +37,44 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
                    help="workers: one per GPU (default all GPUs) or CPU processes")
     g.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto")
     g.add_argument("--scheduler-address", default=None, help="join a running scheduler")
+    g.add_argument("--scheduler-file", default=None,
+                   help="join the scheduler of this file (dask scheduler --scheduler-file)")
     g.add_argument("--dashboard-address", default=None, help="dashboard port, e.g. :8787")
     g.add_argument("--timeout", type=float, default=None,
                    help="seconds allowed for cluster start and each wait")
+    g.add_argument("--cluster", choices=("local", "slurm", "pbs"), default="local",
+                   help="start locally, or submit batch jobs through dask-jobqueue "
+                        "(settings: jobqueue.mgpu-slurm / mgpu-pbs, see deploy/jobqueue.yaml)")
+    g.add_argument("--jobs", type=int, default=1, help="batch jobs to submit (slurm/pbs)")
+    g.add_argument("--gpus-per-job", type=int, default=None,
+                   help="GPUs (and GPU workers) per batch job (default from the config)")
+    g.add_argument("--dry-run", action="store_true",
+                   help="with --cluster slurm|pbs: print the job script and stop")
+
+
+def cluster_kwargs(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``cluster.connect`` from the cluster options."""
+    return dict(workers=args.workers, scheduler_address=args.scheduler_address,
+                device=args.device, dashboard_address=args.dashboard_address,
+                timeout=args.timeout, cluster=args.cluster, jobs=args.jobs,
+                gpus_per_job=args.gpus_per_job, scheduler_file=args.scheduler_file)
+
+
+def dry_run(args: argparse.Namespace) -> bool:
+    """Print the batch job script for ``--dry-run``; True when the command should stop."""
+    if not args.dry_run:
+        return False
+    if args.cluster == "local":
+        raise MgpuDaskError("--dry-run prints a batch job script: use it with --cluster slurm|pbs")
+    from .cluster import plan_cluster
+    from .hpc import job_script
+
+    plan = plan_cluster(cluster=args.cluster, jobs=args.jobs, gpus_per_job=args.gpus_per_job,
+                        device=args.device)
+    print(f"# {args.jobs} job(s) x {plan.n_workers // max(args.jobs, 1)} worker(s), "
+          f"device {plan.device}")
+    print(job_script(args.cluster, device=plan.device, gpus_per_job=args.gpus_per_job))
+    return True
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -90,8 +125,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         from .cluster import connect
         from .data import shard, shard_locations
 
-        with connect(args.workers, scheduler_address=args.scheduler_address, device=args.device,
-                     dashboard_address=args.dashboard_address, timeout=args.timeout) as rc:
+        with connect(**cluster_kwargs(args)) as rc:
             print(f"cluster: {rc.plan.kind.value}, {len(rc.client.scheduler_info()['workers'])} "
                   f"workers, started in {rc.start_seconds:.2f} s; dashboard {rc.dashboard_link}")
             X = shard(parts.X_train, rc.client, dtype=np.float32, timeout=args.timeout)
@@ -132,18 +166,27 @@ def print_job(result: dict) -> None:
               f"{result['warm_fit_predict_median'] * 1000:.1f} ms")
 
 
-def cmd_knn(args: argparse.Namespace) -> int:
-    from .files import write_json
-    from .jobs import knn_job
+def run_task(args: argparse.Namespace) -> dict:
+    """Run the ``knn`` or ``logreg`` job the parsed options describe; return its results."""
+    from .jobs import knn_job, logreg_job
     from .timing import stderr_echo
 
-    result = knn_job(dataset=args.dataset, data_dir=args.data_dir, download=not args.no_download,
-                     fraction=args.fraction, test_size=args.test_size, seed=args.seed,
-                     n_neighbors=args.k, weights=args.weights, plan=args.plan, method=args.method,
-                     memory_budget=args.memory_budget, workers=args.workers, device=args.device,
-                     scheduler_address=args.scheduler_address,
-                     dashboard_address=args.dashboard_address, timeout=args.timeout,
-                     repeats=args.repeats, echo=None if args.quiet else stderr_echo)
+    common = dict(dataset=args.dataset, data_dir=args.data_dir, download=not args.no_download,
+                  fraction=args.fraction, test_size=args.test_size, seed=args.seed,
+                  cluster_options=cluster_kwargs(args), repeats=args.repeats,
+                  report=args.report, echo=None if args.quiet else stderr_echo)
+    if args.command == "knn":
+        return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
+                       method=args.method, memory_budget=args.memory_budget, **common)
+    return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, **common)
+
+
+def cmd_task(args: argparse.Namespace) -> int:
+    from .files import write_json
+
+    if dry_run(args):
+        return 0
+    result = run_task(args)
     print_job(result)
     if args.json:
         write_json(args.json, result)
@@ -151,21 +194,15 @@ def cmd_knn(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_logreg(args: argparse.Namespace) -> int:
+def cmd_workflow(args: argparse.Namespace) -> int:
     from .files import write_json
-    from .jobs import logreg_job
-    from .timing import stderr_echo
+    from .workflow import load_workflow, run_workflow
 
-    result = logreg_job(dataset=args.dataset, data_dir=args.data_dir,
-                        download=not args.no_download, fraction=args.fraction,
-                        test_size=args.test_size, seed=args.seed, C=args.C,
-                        max_iter=args.max_iter, tol=args.tol, workers=args.workers,
-                        device=args.device, scheduler_address=args.scheduler_address,
-                        dashboard_address=args.dashboard_address, timeout=args.timeout,
-                        repeats=args.repeats, echo=None if args.quiet else stderr_echo)
-    print_job(result)
+    flow = load_workflow(args.file)
+    results = run_workflow(flow, build_parser(), cluster_argv=args.cluster_argv, echo=print)
+    payload = {"workflow": flow.name, "file": str(args.file), "runs": results}
     if args.json:
-        write_json(args.json, result)
+        write_json(args.json, payload)
         print(f"wrote {args.json}")
     return 0
 
@@ -204,8 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-worker bytes for the training set, e.g. 2GB (default: 80%% of free)")
     p.add_argument("--repeats", type=int, default=5, help="warm repetitions (median reported)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
+    p.add_argument("--report", default=None, metavar="FILE.html",
+                   help="write a Dask performance report of the run")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.set_defaults(handler=cmd_knn)
+    p.set_defaults(handler=cmd_task)
 
     p = sub.add_parser("logreg", help="multinomial logistic regression, data-parallel L-BFGS")
     add_data_args(p)
@@ -218,14 +257,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="numba: our fused kernel (the comparison backends come with `bench`)")
     p.add_argument("--repeats", type=int, default=3, help="warm repetitions (median reported)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
+    p.add_argument("--report", default=None, metavar="FILE.html",
+                   help="write a Dask performance report of the run")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.set_defaults(handler=cmd_logreg)
+    p.set_defaults(handler=cmd_task)
+
+    p = sub.add_parser("workflow", help="run a declarative sweep file from workflows/")
+    p.add_argument("file", help="a workflow YAML file, e.g. workflows/knn-mnist.yaml")
+    p.add_argument("--json", default=None, metavar="FILE", help="write every run's results")
+    p.set_defaults(handler=cmd_workflow)
+    p.epilog = "Other options (e.g. --scheduler-file F, --workers 4) apply to every run."
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "workflow":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.cluster_argv = extra
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
