@@ -270,20 +270,30 @@ def _asnumpy(block: Any) -> np.ndarray:
     return block.get() if hasattr(block, "get") else np.asarray(block)
 
 
-def to_host(array: Any) -> np.ndarray:
-    """A NumPy copy of a dask, CuPy or NumPy array.
+def to_host(array: Any, timeout: float | None = None) -> np.ndarray:
+    """A NumPy copy of a dask, CuPy or NumPy array, within ``timeout`` seconds.
 
     Dask arrays of CuPy chunks are copied to host memory on their workers, so
-    the client never needs a CUDA context to receive them.
+    the client never needs a CUDA context to receive them.  ``timeout``
+    defaults to ``mgpu-dask.cluster.compute-timeout``; past it, TimeoutError.
     """
     if isinstance(array, da.Array):
         if _device_of(array) == "gpu":
             array = array.map_blocks(_asnumpy, meta=np.empty((0,) * array.ndim, array.dtype))
         client = _active_client()
-        if client is not None and array.ndim >= 1 and array.numblocks[0] > 1:
+        if client is not None:
+            from distributed import wait
+
+            timeout = timeout or config.seconds("cluster.compute-timeout")
             # Gather the row blocks directly: no concatenating task on a worker.
             blocks = client.compute(list(array.to_delayed().ravel()), optimize_graph=False)
-            return np.concatenate(client.gather(blocks), axis=0)
+            try:
+                wait(blocks, timeout=timeout)
+            except TimeoutError:
+                client.cancel(blocks)
+                raise TimeoutError(f"results did not arrive within {timeout:.0f} s") from None
+            parts = client.gather(blocks)
+            return np.concatenate(parts, axis=0) if array.ndim else np.asarray(parts[0])
         array = array.compute()
     return array.get() if hasattr(array, "get") else np.asarray(array)
 

@@ -17,7 +17,7 @@ import dask.array as da
 import numpy as np
 from distributed import Client, futures_of, wait
 
-from .data.shard import block_futures, meta_for, shard, worker_addresses
+from .data.shard import block_futures, loosen_placement, meta_for, shard, worker_addresses
 from .exceptions import DataError
 from .kernels import knn as kernels
 from .kernels._launch import array_module
@@ -82,6 +82,7 @@ def replicate_train(X: Any, y: Any, client: Client | None, device: str,
     if client is not None:
         wait(futures_of(xs + ys + ns), timeout=timeout)
         workers = _holders(client, xs)  # where the copies really are
+        loosen_placement(client, *xs, *ys, *ns)
     return TrainLayout("replicate", xs, ys, ns, workers, int(xs[0].shape[0]), device)
 
 
@@ -109,6 +110,24 @@ def _check_queries(Qb: Any, xp: Any) -> Any:
     return Qb
 
 
+def _out_of_memory(exc: BaseException, rows: int, n: int) -> DataError:
+    return DataError(f"GPU out of memory on a worker while comparing {rows} queries with {n} "
+                     "training rows; lower --memory-budget (so the training set is sharded), "
+                     f"lower block_bytes, or add GPUs ({type(exc).__name__})")
+
+
+def _guarded(fn: Any, Qb: Any, Tb: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a block function; a CUDA out-of-memory becomes one clear error."""
+    try:
+        return fn(Qb, Tb, *args, **kwargs)
+    except MemoryError as exc:
+        raise _out_of_memory(exc, Qb.shape[0], Tb.shape[0]) from None
+    except Exception as exc:
+        if type(exc).__name__ == "OutOfMemoryError":  # cupy.cuda.memory.OutOfMemoryError
+            raise _out_of_memory(exc, Qb.shape[0], Tb.shape[0]) from None
+        raise
+
+
 def _finished(out: Any) -> Any:
     """Wait for the GPU before the task reports done, so Dask's timings are honest."""
     if type(out).__module__.startswith("cupy"):
@@ -123,8 +142,8 @@ def _replicated_block(Qb: Any, Tb: Any, yb: Any, nb: Any, k: int, method: str, m
     xp = array_module(Tb)
     Qb = _check_queries(Qb, xp)
     index = xp.arange(Tb.shape[0], dtype=np.int64)
-    cand = kernels.local_candidates(Qb, Tb, yb, index, k, method=method, margin=margin,
-                                    block_bytes=block_bytes, norms=nb)
+    cand = _guarded(kernels.local_candidates, Qb, Tb, yb, index, k, method=method, margin=margin,
+                    block_bytes=block_bytes, norms=nb)
     if vote is not None:  # predict in the same task: one task per query block
         return _vote_pred(cand, *vote)
     return _finished(cand)
@@ -135,8 +154,8 @@ def _sharded_block(Tb: Any, yb: Any, nb: Any, offset: np.ndarray, Qb: Any, k: in
     xp = array_module(Tb)
     Qb = _check_queries(Qb, xp)
     index = xp.arange(Tb.shape[0], dtype=np.int64) + int(offset[0])
-    out = kernels.local_candidates(Qb, Tb, yb, index, k, method=method, margin=margin,
-                                   block_bytes=block_bytes, norms=nb)
+    out = _guarded(kernels.local_candidates, Qb, Tb, yb, index, k, method=method, margin=margin,
+                   block_bytes=block_bytes, norms=nb)
     return _finished(out[None])
 
 

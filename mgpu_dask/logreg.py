@@ -10,6 +10,7 @@ no scheduler in between; without one, a small graph per evaluation is used.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -85,6 +86,8 @@ class LogisticRegression:
     n_iter_ : int
     n_round_trips_ : int
         Objective evaluations, each one round trip to all workers.
+    n_recoveries_ : int
+        Times a lost worker's shards were rebuilt elsewhere during the fit.
     loss_ : float
         Objective at the solution.
 
@@ -182,6 +185,7 @@ class LogisticRegression:
         self.intercept_ = theta[d * n_classes:].copy()
         self.n_iter_ = int(result.nit)
         self.n_round_trips_ = evaluate.calls
+        self.n_recoveries_ = getattr(evaluate, "rebuilds", 0)
         self.loss_ = float(result.fun)
         self.converged_ = bool(result.success)
         self.n_features_in_ = d
@@ -235,16 +239,32 @@ class _ActorEvaluator:
 
         X, y = client.persist([X, y])
         wait(futures_of([X, y]), timeout=timeout)
-        placed = block_futures(X, client)
-        labels = block_futures(y, client)
-        if any(f is None for f, _ in placed + labels):
-            raise MgpuDaskError("could not locate the persisted row blocks of X; persist X first")
+        self.timeout = timeout
+        self.calls = 0
+        self.rebuilds = 0
+        self._client = client
+        self._keep = (X, y)
+        self._start_actors()
+
+    def _start_actors(self) -> None:
+        from distributed import futures_of, wait
+
+        client, (X, y), timeout = self._client, self._keep, self.timeout
+        deadline = time.perf_counter() + timeout
+        while True:  # after a worker loss, lost blocks are recomputed and get a holder
+            wait(futures_of([X, y]), timeout=timeout)
+            placed = block_futures(X, client)
+            labels = block_futures(y, client)
+            if any(f is None for f, _ in placed + labels):
+                raise MgpuDaskError("could not locate the persisted row blocks of X; persist X first")
+            if all(w is not None for _, w in placed + labels):
+                break
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"row blocks of X had no worker after {timeout:.0f} s")
+            time.sleep(0.1)
         by_worker: dict[str, list[int]] = {}
         for i, (_, worker) in enumerate(placed):
             by_worker.setdefault(worker, []).append(i)
-        self.timeout = timeout
-        self.calls = 0
-        self._keep = (X, y)
         self.actors = [
             client.submit(ShardLossGrad, len(idx), *[placed[i][0] for i in idx],
                           *[labels[i][0] for i in idx], workers=[worker], actor=True,
@@ -254,9 +274,21 @@ class _ActorEvaluator:
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         self.calls += 1
-        pending = [a.loss_grad(coef, intercept) for a in self.actors]
-        parts = [p.result(timeout=self.timeout) for p in pending]
+        try:
+            parts = self._evaluate(coef, intercept)
+        except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            if isinstance(exc, TimeoutError) or self.rebuilds >= 3:
+                raise
+            # A worker died (its actor with it): its shards are rebuilt from their
+            # slices on the survivors, new actors take them, and L-BFGS goes on.
+            self.rebuilds += 1
+            self._start_actors()
+            parts = self._evaluate(coef, intercept)
         return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+
+    def _evaluate(self, coef: np.ndarray, intercept: np.ndarray) -> list:
+        pending = [a.loss_grad(coef, intercept) for a in self.actors]
+        return [p.result(timeout=self.timeout) for p in pending]
 
     def close(self) -> None:
         self.actors = []

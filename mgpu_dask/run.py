@@ -7,9 +7,11 @@ Errors a user can cause print as one ``error:`` line and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -270,6 +272,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so every ``with`` block (cluster, files) unwinds."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _timeouts(seconds: float | None) -> Iterator[None]:
+    """``--timeout`` bounds cluster start and every wait on results."""
+    if not seconds:
+        yield
+        return
+    import dask
+
+    with dask.config.set({"mgpu-dask.cluster.start-timeout": f"{seconds}s",
+                          "mgpu-dask.cluster.compute-timeout": f"{seconds}s"}):
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = build_parser()
@@ -278,14 +301,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.cluster_argv = extra
     handler: Callable[[argparse.Namespace], int] = args.handler
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return handler(args)
+        with _timeouts(getattr(args, "timeout", None)):
+            return handler(args)
     except MgpuDaskError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except TimeoutError as exc:
+        print(f"error: a wait timed out ({exc}); the cluster was shut down. Raise --timeout, or "
+              "watch the dashboard for a stuck or dead worker", file=sys.stderr)
+        return 3
+    except Terminated:
+        print("terminated (SIGTERM): cluster shut down, no partial result files", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted: cluster shut down, no partial result files", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,33 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     result = da.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
     if block:
         wait(futures_of(result), timeout=timeout or config.seconds("cluster.compute-timeout"))
+        loosen_placement(client, result)
     return result
+
+
+def _set_loose(dask_scheduler: Any, keys: list[Any]) -> int:
+    """On the scheduler: loose restrictions for these tasks and everything they depend on."""
+    stack = [dask_scheduler.tasks[k] for k in keys if k in dask_scheduler.tasks]
+    seen = set()
+    while stack:
+        ts = stack.pop()
+        if ts.key in seen:
+            continue
+        seen.add(ts.key)
+        ts.loose_restrictions = True
+        stack.extend(ts.dependencies)
+    return len(seen)
+
+
+def loosen_placement(client: Client, *arrays: Any) -> None:
+    """Once shards sit where they were placed, let Dask rebuild a lost one anywhere.
+
+    Placement is strict while the shards are created (a loose one may put two
+    on one GPU); afterwards the restriction is relaxed so that, if a worker
+    dies, its shards are recomputed from their slices on a surviving worker.
+    """
+    keys = [f.key for f in futures_of(list(arrays))]
+    client.run_on_scheduler(_set_loose, keys=keys)
 
 
 def block_futures(array: da.Array, client: Client | None) -> list[tuple[Any, str | None]]:

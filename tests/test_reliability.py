@@ -1,0 +1,168 @@
+"""Worker loss, timeouts, interruption and memory: each case ends cleanly and is listed
+in docs/reliability.md."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from mgpu_dask.data import load_dataset, shard, split
+from mgpu_dask.knn import KNeighborsClassifier, to_host
+from mgpu_dask.logreg import LogisticRegression
+from mgpu_dask.run import main
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def process_client():
+    """Three worker processes with nannies: a killed worker is replaced."""
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        with client.as_current():
+            yield client
+
+
+def _kill_one_worker(client) -> str:
+    pids = client.run(os.getpid)
+    victim = sorted(pids)[1]
+    os.kill(pids[victim], signal.SIGKILL)
+    return victim
+
+
+@pytest.mark.parametrize("plan", ["replicate", "shard"])
+def test_knn_worker_killed_between_fit_and_predict(process_client, plan):
+    s = split(*_digits(), seed=4)
+    Q = shard(s.X_test, process_client, dtype=np.float32)
+    clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
+    before = to_host(clf.predict(Q))
+    _kill_one_worker(process_client)
+    after = to_host(clf.predict(Q), timeout=120)  # lost shards are rebuilt from their slices
+    np.testing.assert_array_equal(after, before)
+
+
+def test_logreg_worker_killed_during_fit(process_client):
+    s = split(*_digits(), seed=4)
+    X = shard(s.X_train, process_client, dtype=np.float32, scale=1 / 16)
+    reference = LogisticRegression(C=1.0, max_iter=400, tol=1e-7).fit(X, s.y_train)
+    clf = LogisticRegression(C=1.0, max_iter=400, tol=1e-7)
+    killer = threading.Timer(0.5, _kill_one_worker, args=(process_client,))
+    killer.start()
+    clf.fit(X, s.y_train)
+    killer.join()
+    assert clf.n_recoveries_ >= 1, "the worker died after the fit: make the fit longer"
+    assert abs(clf.loss_ - reference.loss_) / reference.loss_ < 1e-4
+    Xt = shard(s.X_test, process_client, dtype=np.float32, scale=1 / 16)
+    assert abs(clf.score(Xt, s.y_test) - reference.score(Xt, s.y_test)) < 0.01
+
+
+def _digits():
+    ds = load_dataset("digits")
+    return ds.X, ds.y
+
+
+def test_wait_past_timeout_is_a_timeout_error(client):
+    import dask.array as da
+
+    def slow(block):
+        time.sleep(5)
+        return block
+
+    x = da.ones((4, 2), chunks=2).map_blocks(slow, dtype=float)
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError, match="did not arrive within"):
+        to_host(x, timeout=1)
+    assert time.perf_counter() - started < 4
+
+
+def test_cli_timeout_is_one_line_and_exit_3(monkeypatch, capsys):
+    import mgpu_dask.run as run
+
+    def stuck(args):
+        raise TimeoutError("results did not arrive within 1 s")
+
+    monkeypatch.setattr(run, "run_task", stuck)
+    assert main(["knn", "--dataset", "digits", "--timeout", "1"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: a wait timed out") and "--timeout" in err and "\n" not in err
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_sigterm_mid_run_leaves_no_file_and_no_process(tmp_path):
+    marker = f"MGPU_TEST_MARKER={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    out = tmp_path / "result.json"
+    env = {**os.environ, key: value, "MGPU_DASK_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mgpu_dask.run", "knn", "--dataset", "synthetic",
+         "--fraction", "0.4", "--workers", "2", "--device", "cpu", "--repeats", "50",
+         "--dashboard-address", ":0", "--json", str(out), "--report", str(tmp_path / "r.html")],
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    for line in proc.stderr:  # wait until the run is in its predict phase
+        if line.startswith("[4/4]"):
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 143, rest
+    assert "terminated (SIGTERM)" in rest
+    assert not out.exists() and not (tmp_path / "r.html").exists()
+    assert not list(tmp_path.glob(".*part*"))
+    deadline = time.time() + 20
+    while _processes_with(marker) and time.time() < deadline:
+        time.sleep(0.5)
+    assert _processes_with(marker) == [], "orphan worker processes"
+
+
+def test_gpu_out_of_memory_becomes_a_clear_error():
+    from mgpu_dask.exceptions import DataError
+    from mgpu_dask.knn_plans import _guarded
+
+    class OutOfMemoryError(Exception):  # the name CuPy's error has
+        pass
+
+    def boom(Qb, Tb, *args, **kwargs):
+        raise OutOfMemoryError("out of memory allocating 14 GB")
+
+    with pytest.raises(DataError, match="GPU out of memory .* 7 queries with 9 training rows"):
+        _guarded(boom, np.zeros((7, 2)), np.zeros((9, 2)))
+
+
+def test_missing_optional_backend(monkeypatch):
+    import builtins
+
+    from mgpu_dask.exceptions import BackendUnavailableError
+    from mgpu_dask.hpc import _cluster_class
+
+    real_import = builtins.__import__
+
+    def no_jobqueue(name, *args, **kwargs):
+        if name == "dask_jobqueue":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_jobqueue)
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'mgpu-dask\[hpc\]'"):
+        _cluster_class("slurm")
