@@ -3,13 +3,7 @@
 # CLI runs on 1/2/4 GPUs at fractions 1 and 4, plan (b) under a capped budget.
 # Usage on the device machine (repo root):  bash benchmarks/device_knn.sh
 set -u
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/runs
-bash .gpu/gpu-stack-install > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-source /tmp/gpu-stack.env
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export MGPU_DASK_DATA_DIR=$PWD/.mnist MGPU_DASK_TEST_MNIST_DIR=$PWD/.mnist
-log() { echo "== $*" | tee -a "$OUT/summary.log"; }
+source benchmarks/device_env.sh
 log info; python3 -m mgpu_dask.run info 2>&1 | tee -a "$OUT/summary.log"
 log shards; python3 -m mgpu_dask.run data --shard --workers 4 2>&1 | tee -a "$OUT/summary.log"
 log gpu-tests; timeout 300 python3 -m pytest -q -rA -m gpu tests > "$OUT/gpu-tests.log" 2>&1; grep -E "AFTER_|passed|failed|Error" "$OUT/gpu-tests.log" | tail -12 | tee -a "$OUT/summary.log"

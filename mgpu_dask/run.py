@@ -54,6 +54,16 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
                    help="with --cluster slurm|pbs: print the job script and stop")
 
 
+def add_output_args(p: argparse.ArgumentParser, repeats: int) -> None:
+    g = p.add_argument_group("output")
+    g.add_argument("--repeats", type=int, default=repeats,
+                   help=f"warm repetitions, median reported ({repeats})")
+    g.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
+    g.add_argument("--report", default=None, metavar="FILE.html",
+                   help="write a Dask performance report of the run")
+    g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
 def cluster_kwargs(args: argparse.Namespace) -> dict:
     """The keyword arguments of ``cluster.connect`` from the cluster options."""
     return dict(workers=args.workers, scheduler_address=args.scheduler_address,
@@ -241,11 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="numba: our kernels (the comparison backends come with `bench`)")
     p.add_argument("--memory-budget", default=None,
                    help="per-worker bytes for the training set, e.g. 2GB (default: 80%% of free)")
-    p.add_argument("--repeats", type=int, default=5, help="warm repetitions (median reported)")
-    p.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
-    p.add_argument("--report", default=None, metavar="FILE.html",
-                   help="write a Dask performance report of the run")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_output_args(p, repeats=5)
     p.set_defaults(handler=cmd_task)
 
     p = sub.add_parser("logreg", help="multinomial logistic regression, data-parallel L-BFGS")
@@ -257,11 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tol", type=float, default=1e-4, help="gradient tolerance (1e-4)")
     p.add_argument("--backend", choices=("numba",), default="numba",
                    help="numba: our fused kernel (the comparison backends come with `bench`)")
-    p.add_argument("--repeats", type=int, default=3, help="warm repetitions (median reported)")
-    p.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
-    p.add_argument("--report", default=None, metavar="FILE.html",
-                   help="write a Dask performance report of the run")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_output_args(p, repeats=3)
     p.set_defaults(handler=cmd_task)
 
     p = sub.add_parser("workflow", help="run a declarative sweep file from workflows/")
