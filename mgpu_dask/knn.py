@@ -38,6 +38,15 @@ def _device_of(array: Any) -> str:
     return "gpu" if type(meta).__module__.startswith("cupy") else "cpu"
 
 
+def _all_finite(X: Any) -> bool:
+    """No NaN or infinity in X; host arrays are checked here, dask arrays where they live."""
+    if np.issubdtype(X.dtype, np.integer):
+        return True
+    if isinstance(X, da.Array):
+        return bool(to_host(da.isfinite(X).all()))
+    return bool(np.isfinite(X).all())
+
+
 def _worker_budget(client: Any, device: str) -> int:
     """Bytes one worker may use for the training set and scratch (80% of the smallest)."""
     if client is None:
@@ -167,9 +176,8 @@ class KNeighborsClassifier:
         self._check_params(int(X.shape[0]))
         client = _active_client()
         timeout = config.seconds("cluster.compute-timeout")
-        finite = da.isfinite(da.asarray(X)).all()
         labels = to_host(y)
-        if not bool(np.asarray(finite.compute())):
+        if not _all_finite(X):
             raise DataError("the training rows contain NaN or infinity; clean or impute them first")
         if not np.issubdtype(labels.dtype, np.integer):
             raise DataError(f"y must hold integer class labels, got dtype {labels.dtype}")

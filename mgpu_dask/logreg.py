@@ -24,7 +24,7 @@ from .data.shard import block_futures, detect_device, meta_for, shard
 from .exceptions import DataError, MgpuDaskError
 from .kernels import logreg as kernels
 from .kernels._launch import array_module
-from .knn import NotFittedError, _active_client, _device_of, to_host
+from .knn import NotFittedError, _active_client, _all_finite, _device_of, to_host
 
 
 class ShardLossGrad:
@@ -155,7 +155,7 @@ class LogisticRegression:
             X = (shard(np.asarray(X), client, dtype=np.float32) if client is not None
                  else da.from_array(np.asarray(X, dtype=np.float32), chunks=(-1, -1)))
         X = X.astype(np.float32).rechunk({1: -1})
-        if not bool(to_host(da.isfinite(X).all())):
+        if not _all_finite(X):
             raise DataError("X contains NaN or infinity; clean or impute it first")
         encoded = np.searchsorted(self.classes_, labels).astype(np.int32)
         device = _device_of(X)
