@@ -201,3 +201,45 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             "warm_fit_predict_seconds": warm_totals,
             "warm_fit_predict_median": statistics.median(warm_totals),
         }
+
+
+def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
+                data_dir: str | None = None, download: bool = True, fraction: float = 1.0,
+                test_size: float = 0.25, seed: int = 0, options: dict[str, Any] | None = None,
+                cluster_options: dict[str, Any] | None = None, report: str | None = None,
+                echo: Echo | None = None) -> dict[str, Any]:
+    """Every requested backend on the same split and cluster: one row each.
+
+    A backend that cannot run here, or fails, is one row with its reason.
+    """
+    from .backends import BackendRun, module, unavailable
+
+    say = echo or (lambda message: None)
+    phases = Phases(say)
+    with session(task, phases, dataset=dataset, data_dir=data_dir, download=download,
+                 fraction=fraction, test_size=test_size, seed=seed,
+                 cluster_options=cluster_options, report=report, say=say) as s:
+        device = "gpu" if s.cluster.plan.device == "gpu" else "cpu"
+        run = BackendRun(s.data, s.cluster.client, device, dict(options or {}), s.wait_timeout)
+        rows = []
+        for name in backends:
+            reason = unavailable(name, device)
+            if reason is None:
+                say(f"[backend] {name}")
+                try:
+                    out = getattr(module(name), task)(run)
+                except Exception as exc:  # one line in the table, never a crash of the comparison
+                    reason = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            if reason is not None:
+                rows.append({"backend": name, "status": reason})
+                continue
+            warm = {k: statistics.median(r[k] for r in out["warm"]) for k in ("fit", "predict")}
+            rows.append({"backend": name, "status": "ok", "note": out.get("note"),
+                         "accuracy": out["cold"]["accuracy"], "cold": out["cold"], "warm": warm,
+                         "warm_total": warm["fit"] + warm["predict"]})
+        reference = next((r for r in rows if r["backend"] == "cuml" and r["status"] == "ok"), None)
+        for r in rows:
+            if r["status"] == "ok" and reference:
+                r["speedup_vs_cuml"] = reference["warm_total"] / r["warm_total"]
+        return {**_summary(s, task, fraction, seed), "options": options, "device": device,
+                "setup": phases.seconds, "backends": rows}

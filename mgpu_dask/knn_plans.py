@@ -165,11 +165,13 @@ def _merge_blocks(a: Any, b: Any) -> Any:
 
 def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin: int,
                block_bytes: int, client: Client | None, holders: list[str | None] | None = None,
-               vote: tuple | None = None) -> da.Array:
+               vote: tuple | None = None, block_fn: Any = None) -> da.Array:
     """Packed ``(m, k, 3)`` candidates for every query row, under either plan.
 
     With ``vote=(n_classes, weights, classes, host)`` the replicate plan votes
-    in the same task and returns predictions (on the host when ``host``).
+    in the same task and returns predictions (on the host when ``host``);
+    ``block_fn`` replaces that task's function (same arguments), as the CuPy
+    comparison backend does.
     """
     meta = meta_for(layout.device, 3, np.float64)
     opts = dict(k=k, method=method, margin=margin, block_bytes=block_bytes)
@@ -186,7 +188,8 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin:
         if vote is not None:
             dtype = vote[2].dtype if vote[2] is not None else np.int32
             out_meta = np.empty(0, dtype) if vote[3] else meta_for(layout.device, 1, dtype)
-            return da.blockwise(_replicated_block, "i", Q, "ij", R, "ij", yR, "i", nR, "i",
+            return da.blockwise(block_fn or _replicated_block, "i", Q, "ij", R, "ij", yR, "i",
+                                nR, "i",
                                 name=f"knn-predict-{tag}", align_arrays=False, concatenate=True,
                                 dtype=dtype,
                                 meta=out_meta, vote=vote, **opts)

@@ -30,14 +30,15 @@ from .knn import NotFittedError, _active_client, _all_finite, _device_of, to_hos
 class ShardLossGrad:
     """A Dask Actor holding one worker's row blocks; returns their summed loss and gradient."""
 
-    def __init__(self, n_blocks: int, *blocks: Any) -> None:
+    def __init__(self, n_blocks: int, *blocks: Any, loss_grad: Any = None) -> None:
+        self._loss_grad = loss_grad or kernels.loss_grad
         xs, ys = blocks[:n_blocks], blocks[n_blocks:]
         xp = array_module(xs[0])
         self.X = xs[0] if n_blocks == 1 else xp.concatenate(xs)
         self.y = ys[0] if n_blocks == 1 else xp.concatenate(ys)
 
     def loss_grad(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
-        return kernels.loss_grad(self.X, self.y, coef, intercept)
+        return self._loss_grad(self.X, self.y, coef, intercept)
 
 
 def _encode(block: Any, classes: np.ndarray) -> Any:
@@ -77,6 +78,10 @@ class LogisticRegression:
     classes : array-like or None, default None
         The labels allowed; labels outside them are an error.  ``None`` takes
         the labels seen in ``fit``.
+    loss_grad : callable or None, default None
+        Per-shard ``(X, labels, coef, intercept) -> (loss, grad_coef,
+        grad_intercept)``; ``None`` is our fused Numba kernel (the CuPy comparison
+        backend passes plain array code).
 
     Attributes
     ----------
@@ -101,12 +106,13 @@ class LogisticRegression:
     """
 
     def __init__(self, C: float = 1.0, *, max_iter: int = 100, tol: float = 1e-4,
-                 solver: str = "lbfgs", classes: Any = None) -> None:
+                 solver: str = "lbfgs", classes: Any = None, loss_grad: Any = None) -> None:
         self.C = C
         self.max_iter = max_iter
         self.tol = tol
         self.solver = solver
         self.classes = classes
+        self.loss_grad = loss_grad
 
     def _check_params(self) -> None:
         if not (isinstance(self.C, (int, float, np.floating)) and self.C > 0 and np.isfinite(self.C)):
@@ -163,8 +169,9 @@ class LogisticRegression:
             _to_device, device, dtype=np.int32, meta=meta_for(device, 1, np.int32))
         n, d = int(X.shape[0]), int(X.shape[1])
         n_classes = len(self.classes_)
-        evaluate = (_ActorEvaluator(X, y_enc, client, timeout) if client is not None
-                    else _GraphEvaluator(X, y_enc))
+        shard_fn = self.loss_grad or kernels.loss_grad
+        evaluate = (_ActorEvaluator(X, y_enc, client, timeout, shard_fn) if client is not None
+                    else _GraphEvaluator(X, y_enc, shard_fn))
         penalty = 1.0 / (self.C * n)
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -234,8 +241,11 @@ def _to_device(block: np.ndarray, device: str) -> Any:
 class _ActorEvaluator:
     """Loss and gradient through one Actor per worker holding its blocks."""
 
-    def __init__(self, X: da.Array, y: da.Array, client: Any, timeout: float) -> None:
+    def __init__(self, X: da.Array, y: da.Array, client: Any, timeout: float,
+                 loss_grad: Any) -> None:
         from distributed import futures_of, wait
+
+        self._shard_fn = loss_grad
 
         X, y = client.persist([X, y])
         wait(futures_of([X, y]), timeout=timeout)
@@ -267,7 +277,8 @@ class _ActorEvaluator:
             by_worker.setdefault(worker, []).append(i)
         self.actors = [
             client.submit(ShardLossGrad, len(idx), *[placed[i][0] for i in idx],
-                          *[labels[i][0] for i in idx], workers=[worker], actor=True,
+                          *[labels[i][0] for i in idx], loss_grad=self._shard_fn,
+                          workers=[worker], actor=True,
                           key=f"logreg-shard-{uuid.uuid4().hex[:12]}").result(timeout=timeout)
             for worker, idx in by_worker.items()
         ]
@@ -298,14 +309,15 @@ class _ActorEvaluator:
 class _GraphEvaluator:
     """Loss and gradient as one small graph per evaluation (no distributed client)."""
 
-    def __init__(self, X: da.Array, y: da.Array) -> None:
+    def __init__(self, X: da.Array, y: da.Array, loss_grad: Any) -> None:
+        self._shard_fn = loss_grad
         self._keep = (X.persist(), y.persist())  # the persisted blocks live while referenced
         self.pairs = list(zip(self._keep[0].to_delayed().ravel(), self._keep[1].to_delayed().ravel()))
         self.calls = 0
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         self.calls += 1
-        parts = dask.compute(*[dask.delayed(kernels.loss_grad)(xb, yb, coef, intercept)
+        parts = dask.compute(*[dask.delayed(self._shard_fn)(xb, yb, coef, intercept)
                                for xb, yb in self.pairs])
         return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
 

@@ -193,13 +193,54 @@ def run_task(args: argparse.Namespace) -> dict:
     return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, **common)
 
 
+BACKEND_CHOICES = ("numba", "cupy", "cuml", "sklearn", "all")
+
+
+def print_comparison(result: dict) -> None:
+    print(f"{result['task']} on {result['dataset']}: train {result['n_train']}, test "
+          f"{result['n_test']}; {result['workers']} {result['device']} workers")
+    head = f"{'backend':<8} {'accuracy':>8} {'cold fit':>9} {'cold pred':>9} " \
+           f"{'warm fit':>9} {'warm pred':>9} {'vs cuML':>8}"
+    print(head)
+    for r in result["backends"]:
+        if r["status"] != "ok":
+            print(f"{r['backend']:<8} {r['status']}")
+            continue
+        vs = f"{r['speedup_vs_cuml']:.2f}x" if "speedup_vs_cuml" in r else "n/a"
+        print(f"{r['backend']:<8} {r['accuracy']:>8.4f} {r['cold']['fit']:>8.3f}s "
+              f"{r['cold']['predict']:>8.3f}s {r['warm']['fit']:>8.3f}s "
+              f"{r['warm']['predict']:>8.3f}s {vs:>8}" + (f"  ({r['note']})" if r.get("note") else ""))
+
+
+def run_comparison(args: argparse.Namespace) -> dict:
+    from .backends import BACKENDS
+    from .jobs import compare_job
+    from .timing import stderr_echo
+
+    names = list(BACKENDS) if args.backend == "all" else [args.backend]
+    if args.command == "knn":
+        options = {"k": args.k, "weights": args.weights, "repeats": args.repeats}
+    else:
+        options = {"C": args.C, "max_iter": args.max_iter, "tol": args.tol,
+                   "repeats": args.repeats}
+    return compare_job(args.command, names, dataset=args.dataset, data_dir=args.data_dir,
+                       download=not args.no_download, fraction=args.fraction,
+                       test_size=args.test_size, seed=args.seed, options=options,
+                       cluster_options=cluster_kwargs(args), report=args.report,
+                       echo=None if args.quiet else stderr_echo)
+
+
 def cmd_task(args: argparse.Namespace) -> int:
     from .files import write_json
 
     if dry_run(args):
         return 0
-    result = run_task(args)
-    print_job(result)
+    if args.backend != "numba":
+        result = run_comparison(args)
+        print_comparison(result)
+    else:
+        result = run_task(args)
+        print_job(result)
     if args.json:
         write_json(args.json, result)
         print(f"wrote {args.json}")
@@ -247,8 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "tree-merge (auto: replicate when it fits the memory budget)")
     p.add_argument("--method", choices=("gemm", "direct"), default="gemm",
                    help="bulk distances by BLAS/cuBLAS product or our tiled kernel")
-    p.add_argument("--backend", choices=("numba",), default="numba",
-                   help="numba: our kernels (the comparison backends come with `bench`)")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
+                   help="numba: our kernels; cupy, cuml, sklearn: the comparison backends; "
+                        "all: every usable backend on the same split, one table")
     p.add_argument("--memory-budget", default=None,
                    help="per-worker bytes for the training set, e.g. 2GB (default: 80%% of free)")
     add_output_args(p, repeats=5)
@@ -261,8 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inverse L2 strength, as scikit-learn (1.0)")
     p.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations at most (100)")
     p.add_argument("--tol", type=float, default=1e-4, help="gradient tolerance (1e-4)")
-    p.add_argument("--backend", choices=("numba",), default="numba",
-                   help="numba: our fused kernel (the comparison backends come with `bench`)")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
+                   help="numba: our fused kernel; cupy, cuml, sklearn: the comparison "
+                        "backends; all: every usable backend on the same split, one table")
     add_output_args(p, repeats=3)
     p.set_defaults(handler=cmd_task)
 

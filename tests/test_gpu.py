@@ -128,3 +128,14 @@ def test_logreg_loss_grad_gpu_matches_cpu():
     assert abs(gpu[0] - cpu[0]) / cpu[0] < 1e-5
     np.testing.assert_allclose(gpu[1], cpu[1], rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(gpu[2], cpu[2], rtol=1e-3, atol=1e-3)
+
+
+def test_cupy_backend_matches_numba_on_gpu():
+    from mgpu_dask.jobs import compare_job
+
+    result = compare_job("knn", ["numba", "cupy"], dataset="digits",
+                         options={"k": 3, "weights": "distance", "repeats": 1},
+                         cluster_options={"device": "gpu", "dashboard_address": ":0"})
+    rows = {r["backend"]: r for r in result["backends"]}
+    assert rows["cupy"]["status"] == "ok", rows["cupy"]
+    assert abs(rows["cupy"]["accuracy"] - rows["numba"]["accuracy"]) < 0.005

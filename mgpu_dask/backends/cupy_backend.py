@@ -1,0 +1,86 @@
+"""Plain CuPy array code on the same dask shards (the seed study's CuPy version).
+
+No custom kernels: KNN is a GEMM, ``argpartition`` and a scatter-add vote per
+query shard against a per-worker copy of the training set; logistic
+regression's loss and gradient are CuPy expressions.  The functions are written
+against the array module of their inputs, so tests run them on NumPy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import knn_plans as plans
+from ..kernels._launch import array_module
+from ..knn import KNeighborsClassifier
+from ..knn import _active_client as plans_client
+from . import BackendRun, numba_backend
+
+
+def knn_block(Q: Any, T: Any, labels: Any, norms: Any, k: int, weights: str,
+              n_classes: int) -> Any:
+    """Predicted class indices for the rows of ``Q`` against ``T``: array code only."""
+    xp = array_module(T)
+    Q = xp.asarray(Q, dtype=np.float32)
+    score = norms[None, :] - 2.0 * (Q @ T.T)               # |t|^2 - 2 q.t ranks like |q - t|^2
+    nearest = xp.argpartition(score, k - 1, axis=1)[:, :k]
+    sq = xp.take_along_axis(score, nearest, axis=1) + (Q * Q).sum(axis=1, keepdims=True)
+    dist = xp.sqrt(xp.maximum(sq, 0.0))
+    if weights == "uniform":
+        w = xp.ones_like(dist)
+    else:
+        exact = dist == 0
+        w = xp.where(exact.any(axis=1, keepdims=True), exact.astype(dist.dtype),
+                     1.0 / xp.where(exact, 1.0, dist))
+    votes = xp.zeros((Q.shape[0], n_classes), dtype=np.float64)
+    rows = xp.arange(Q.shape[0])[:, None]
+    xp.add.at(votes, (xp.broadcast_to(rows, nearest.shape), labels[nearest]), w)
+    return votes.argmax(axis=1).astype(np.int32)
+
+
+def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray) -> tuple:
+    """Summed cross-entropy and gradient of one shard, as array expressions."""
+    xp = array_module(X)
+    logits = X @ xp.asarray(coef, dtype=X.dtype) + xp.asarray(intercept, dtype=X.dtype)
+    logits = logits - logits.max(axis=1, keepdims=True)
+    lse = xp.log(xp.exp(logits).sum(axis=1, keepdims=True))
+    proba = xp.exp(logits - lse)
+    rows = xp.arange(X.shape[0])
+    loss = float((lse[:, 0] - logits[rows, labels]).sum())
+    proba[rows, labels] -= 1.0
+    grad_coef, grad_intercept = X.T @ proba, proba.sum(axis=0)
+    host = (lambda a: a.get()) if hasattr(grad_coef, "get") else np.asarray
+    return loss, host(grad_coef).astype(np.float64), host(grad_intercept).astype(np.float64)
+
+
+def _array_block(Qb: Any, Tb: Any, yb: Any, nb: Any, k: int, method: str, margin: int,
+                 block_bytes: int, vote: tuple) -> Any:
+    n_classes, weights, classes, host = vote
+    pred = knn_block(Qb, Tb, yb, nb, k, weights, n_classes)
+    if classes is not None:
+        pred = array_module(pred).asarray(classes)[pred]
+    return pred.get() if host and hasattr(pred, "get") else pred
+
+
+class ArrayKNN(KNeighborsClassifier):
+    """Our KNN's data placement (training set replicated per worker), array-code compute."""
+
+    def predict(self, X: Any, *, on_host: bool = False) -> Any:
+        self._check_fitted()
+        Q = self._as_queries(X)
+        client = plans_client()
+        vote = (len(self.classes_), self.weights, self._classes_out, on_host)
+        return plans.candidates(Q, self.layout_, self.n_neighbors, method=self.method,
+                                margin=0, block_bytes=0, client=client, vote=vote,
+                                block_fn=_array_block)
+
+
+def knn(run: BackendRun) -> dict[str, Any]:
+    return numba_backend.knn(
+        run, cls=lambda k, weights: ArrayKNN(k, weights=weights, plan="replicate"))
+
+
+def logreg(run: BackendRun) -> dict[str, Any]:
+    return numba_backend.logreg(run, loss_grad=loss_grad)

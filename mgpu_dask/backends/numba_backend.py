@@ -1,0 +1,45 @@
+"""Our estimators (Numba kernels through Dask) as a comparison backend."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ..data import shard
+from ..knn import KNeighborsClassifier, to_host
+from . import BackendRun
+
+
+def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:
+    """One cold and ``repeats`` warm (fit, predict) timings with the accuracy of each."""
+    rows = []
+    for _ in range(1 + max(1, int(run.options.get("repeats", 1)))):
+        started = time.perf_counter()
+        model = fit()
+        fitted = time.perf_counter()
+        pred = predict(model)
+        done = time.perf_counter()
+        rows.append({"fit": fitted - started, "predict": done - fitted,
+                     "accuracy": float((pred == run.parts.y_test).mean())})
+    return {"cold": rows[0], "warm": rows[1:]}
+
+
+def knn(run: BackendRun, cls: Any = KNeighborsClassifier) -> dict[str, Any]:
+    o, p = run.options, run.parts
+    queries = shard(p.X_test, run.client, dtype=np.float32, timeout=run.timeout)
+    return repeat(run, lambda: cls(o["k"], weights=o["weights"]).fit(p.X_train, p.y_train),
+                  lambda model: to_host(model.predict(queries, on_host=True), run.timeout))
+
+
+def logreg(run: BackendRun, loss_grad: Any = None) -> dict[str, Any]:
+    from ..logreg import LogisticRegression
+
+    o, p = run.options, run.parts
+    scale = 1.0 / max(1.0, float(p.X_train.max()))
+    X = shard(p.X_train, run.client, dtype=np.float32, scale=scale, timeout=run.timeout)
+    Xt = shard(p.X_test, run.client, dtype=np.float32, scale=scale, timeout=run.timeout)
+    return repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
+                                                  loss_grad=loss_grad).fit(X, p.y_train),
+                  lambda model: to_host(model.predict(Xt), run.timeout))

@@ -1,0 +1,46 @@
+"""scikit-learn on the client's CPU cores: the single-machine reference."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from . import BackendRun
+
+
+def _timed(fn: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - started
+
+
+def _run(make: Any, run: BackendRun, X_train: np.ndarray, X_test: np.ndarray) -> dict[str, Any]:
+    p = run.parts
+    repeats = max(1, int(run.options.get("repeats", 1)))
+    rows = []
+    for _ in range(1 + repeats):
+        model, fit_s = _timed(lambda: make().fit(X_train, p.y_train))
+        pred, predict_s = _timed(lambda: model.predict(X_test))
+        rows.append({"fit": fit_s, "predict": predict_s,
+                     "accuracy": float((pred == p.y_test).mean())})
+    return {"cold": rows[0], "warm": rows[1:]}
+
+
+def knn(run: BackendRun) -> dict[str, Any]:
+    from sklearn.neighbors import KNeighborsClassifier
+
+    o = run.options
+    return _run(lambda: KNeighborsClassifier(o["k"], weights=o["weights"], algorithm="brute",
+                                             n_jobs=-1),
+                run, run.parts.X_train.astype(np.float32), run.parts.X_test.astype(np.float32))
+
+
+def logreg(run: BackendRun) -> dict[str, Any]:
+    from sklearn.linear_model import LogisticRegression
+
+    o = run.options
+    scale = 1.0 / max(1.0, float(run.parts.X_train.max()))
+    return _run(lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"]),
+                run, run.parts.X_train * scale, run.parts.X_test * scale)

@@ -1,0 +1,103 @@
+"""Comparison backends: array-code KNN / logistic regression, the side-by-side table."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.neighbors import KNeighborsClassifier as SkKNN
+
+from mgpu_dask.backends import BACKENDS, unavailable
+from mgpu_dask.backends import cupy_backend
+from mgpu_dask.data import load_dataset, shard, split
+from mgpu_dask.kernels import logreg as L
+from mgpu_dask.knn import KNeighborsClassifier, to_host
+from mgpu_dask.logreg import LogisticRegression
+from mgpu_dask.run import main
+
+
+@pytest.fixture(scope="module")
+def digits():
+    ds = load_dataset("digits")
+    return split(ds.X, ds.y, seed=7)
+
+
+@pytest.mark.parametrize("weights", ["distance", "uniform"])
+def test_array_knn_block_matches_sklearn(digits, weights):
+    s = digits
+    T = s.X_train.astype(np.float32)
+    pred = cupy_backend.knn_block(s.X_test, T, s.y_train.astype(np.int32), (T * T).sum(1), 3,
+                                  weights, 10)
+    sk = SkKNN(3, weights=weights, algorithm="brute").fit(T.astype(np.float64), s.y_train)
+    agree = (pred == sk.predict(s.X_test.astype(np.float64))).mean()
+    assert agree > 0.99  # only exact ties may differ (argpartition breaks them arbitrarily)
+
+
+def test_array_loss_grad_matches_numba_kernel():
+    rng = np.random.default_rng()
+    X = rng.random((400, 30)).astype(np.float32)
+    y = rng.integers(0, 5, 400).astype(np.int32)
+    W, b = rng.standard_normal((30, 5)) * 0.2, rng.standard_normal(5) * 0.2
+    ours, array = L.loss_grad(X, y, W, b), cupy_backend.loss_grad(X, y, W, b)
+    assert abs(ours[0] - array[0]) / ours[0] < 1e-5
+    np.testing.assert_allclose(ours[1], array[1], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ours[2], array[2], rtol=1e-4, atol=1e-4)
+
+
+def test_array_backend_through_dask_matches_ours(client, digits):
+    s = digits
+    Q = shard(s.X_test, client, dtype=np.float32)
+    ours = to_host(KNeighborsClassifier(3).fit(s.X_train, s.y_train).predict(Q))
+    array = to_host(cupy_backend.ArrayKNN(3, plan="replicate").fit(s.X_train, s.y_train)
+                    .predict(Q))
+    assert (ours == array).mean() > 0.99
+    lr = LogisticRegression(C=1.0, max_iter=50, loss_grad=cupy_backend.loss_grad)
+    X = shard(s.X_train, client, dtype=np.float32, scale=1 / 16)
+    assert lr.fit(X, s.y_train).score(shard(s.X_test, client, dtype=np.float32, scale=1 / 16),
+                                      s.y_test) > 0.9
+
+
+def test_unavailable_reasons():
+    assert unavailable("numba", "cpu") is None and unavailable("sklearn", "cpu") is None
+    assert "needs GPU workers" in unavailable("cupy", "cpu")
+    assert "needs GPU workers" in unavailable("cuml", "cpu")
+    assert "unknown backend" in unavailable("torch", "gpu")
+    assert set(BACKENDS) == {"numba", "cupy", "cuml", "sklearn"}
+
+
+def test_compare_job_rows(digits, monkeypatch):
+    from mgpu_dask.backends import sklearn_backend
+    from mgpu_dask.jobs import compare_job
+
+    result = compare_job("knn", ["numba", "sklearn", "cupy", "cuml"], dataset="digits",
+                         options={"k": 3, "weights": "distance", "repeats": 1},
+                         cluster_options={"workers": 2, "device": "cpu",
+                                          "dashboard_address": ":0"})
+    rows = {r["backend"]: r for r in result["backends"]}
+    assert rows["numba"]["status"] == "ok" and rows["sklearn"]["status"] == "ok"
+    assert rows["numba"]["accuracy"] == pytest.approx(rows["sklearn"]["accuracy"], abs=0.005)
+    assert "needs GPU" in rows["cupy"]["status"] and "needs GPU" in rows["cuml"]["status"]
+    assert "speedup_vs_cuml" not in rows["numba"]
+    assert rows["numba"]["warm"]["predict"] > 0
+
+    def broken(run):
+        raise RuntimeError("backend exploded\nsecond line")
+
+    monkeypatch.setattr(sklearn_backend, "knn", broken)
+    result = compare_job("knn", ["sklearn"], dataset="digits",
+                         options={"k": 3, "weights": "distance", "repeats": 1},
+                         cluster_options={"workers": 1, "device": "cpu",
+                                          "dashboard_address": ":0"})
+    assert result["backends"][0]["status"] == "failed: RuntimeError: backend exploded"
+
+
+def test_cli_backend_all_table(tmp_path, capsys):
+    out = tmp_path / "cmp.json"
+    assert main(["logreg", "--dataset", "digits", "--backend", "all", "--workers", "2",
+                 "--device", "cpu", "--repeats", "1", "--quiet", "--dashboard-address", ":0",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "backend  accuracy" in text and "cuml     cuml needs GPU workers" in text
+    rows = json.loads(out.read_text())["backends"]
+    assert [r["backend"] for r in rows] == ["numba", "cupy", "cuml", "sklearn"]
