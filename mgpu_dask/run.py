@@ -247,6 +247,54 @@ def cmd_task(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list(text: str, kind: type) -> list:
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MgpuDaskError(f"{text!r} is not a comma-separated list of {kind.__name__}") from None
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from .backends import BACKENDS
+    from .bench import run_sweep, write_outputs
+    from .jobs import _report, machine
+
+    tasks = _list(args.tasks, str)
+    for task in tasks:
+        if task not in ("knn", "logreg"):
+            raise MgpuDaskError(f"--tasks {task!r}: choose from knn, logreg")
+    backends = list(BACKENDS) if args.backends == "all" else _list(args.backends, str)
+    for name in backends:
+        if name not in BACKENDS:
+            raise MgpuDaskError(f"--backends {name!r}: choose from {', '.join(BACKENDS)} or all")
+    options = {"knn": {"k": args.k, "weights": args.weights, "repeats": args.repeats},
+               "logreg": {"C": args.C, "max_iter": args.max_iter, "tol": 1e-4,
+                          "repeats": args.repeats}}
+    kwargs = cluster_kwargs(args)
+    kwargs.pop("workers")
+    data = dict(dataset=args.dataset, data_dir=args.data_dir, download=not args.no_download,
+                test_size=args.test_size, seed=args.seed)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with _report(args.report):
+        rows = run_sweep(tasks, _list(args.workers_list, int), _list(args.fractions, float),
+                         backends, options=options, cluster_options=kwargs, data=data,
+                         progress=not args.quiet)
+    meta = {"command": " ".join(sys.argv), "machine": machine(), "started": started}
+    for path in write_outputs(rows, Path(args.out), meta):
+        print(f"wrote {path}")
+    ok = [r for r in rows if r["status"] == "ok"]
+    for r in ok:
+        print(f"{r['task']:<7} {r['backend']:<8} workers {r['workers']:<2} fraction "
+              f"{r['fraction']:<5} accuracy {r['accuracy']:.4f} warm {r['warm_total']:.3f} s")
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"{r['task']:<7} {r['backend']:<8} workers {r['workers']:<2} {r['status']}")
+    return 0
+
+
 def cmd_workflow(args: argparse.Namespace) -> int:
     from .files import write_json
     from .workflow import load_workflow, run_workflow
@@ -308,6 +356,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "backends; all: every usable backend on the same split, one table")
     add_output_args(p, repeats=3)
     p.set_defaults(handler=cmd_task)
+
+    p = sub.add_parser("bench", help="sweep tasks x workers x data sizes x backends; "
+                                     "JSON, CSV, PNG and HTML plots")
+    add_data_args(p)
+    add_cluster_args(p)
+    p.set_defaults(workers=None)
+    p.add_argument("--tasks", default="knn,logreg", help="comma list of knn, logreg")
+    p.add_argument("--workers-list", "--gpus", dest="workers_list", default="1,2,4",
+                   help="comma list of worker counts, one cluster each (1,2,4)")
+    p.add_argument("--fractions", default="0.25,1,4", help="comma list of data sizes (0.25,1,4)")
+    p.add_argument("--backends", default="all", help="comma list of numba, cupy, cuml, sklearn")
+    p.add_argument("--k", type=int, default=3)
+    p.add_argument("--weights", choices=("distance", "uniform"), default="distance")
+    p.add_argument("--C", dest="C", type=float, default=1.0)
+    p.add_argument("--max-iter", type=int, default=100)
+    p.add_argument("--out", default="bench-results", help="folder for JSON, CSV and plots")
+    add_output_args(p, repeats=3)
+    p.set_defaults(handler=cmd_bench)
 
     p = sub.add_parser("workflow", help="run a declarative sweep file from workflows/")
     p.add_argument("file", help="a workflow YAML file, e.g. workflows/knn-mnist.yaml")

@@ -1,0 +1,77 @@
+"""The bench sweep: rows, CSV/JSON, PNG and HTML plots, and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from mgpu_dask.bench import COLUMNS, flatten, write_outputs
+from mgpu_dask.run import main
+
+
+def _result(task, fraction, n_train, times):
+    rows = []
+    for backend, t in times.items():
+        if t is None:
+            rows.append({"backend": backend, "status": "cuML is not installed"})
+        else:
+            rows.append({"backend": backend, "status": "ok", "accuracy": 0.9,
+                         "cold": {"fit": 2 * t, "predict": t}, "warm": {"fit": t, "predict": t},
+                         "warm_total": 2 * t})
+    return {"task": task, "fraction": fraction, "n_train": n_train, "n_test": n_train // 3,
+            "backends": rows}
+
+
+def test_flatten_and_outputs(tmp_path):
+    rows = []
+    for workers in (1, 2, 4):
+        for fraction, n in ((1, 1000), (4, 4000)):
+            rows += flatten(_result("knn", fraction, n,
+                                    {"numba": 0.01 * n / 1000 / workers, "sklearn": 0.05 * n / 1000,
+                                     "cuml": None}), workers)
+    assert len(rows) == 18 and set(rows[0]) == set(COLUMNS)
+    missing = [r for r in rows if r["backend"] == "cuml"]
+    assert all(r["warm_total"] is None and "not installed" in r["status"] for r in missing)
+    paths = write_outputs(rows, tmp_path, {"command": "test"})
+    names = sorted(p.name for p in paths)
+    assert names == ["bench.html", "knn_time_vs_gpus.png", "knn_time_vs_size.png",
+                     "results.csv", "results.json"]
+    with open(tmp_path / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 18 and table[0]["backend"] == "numba"
+    assert json.loads((tmp_path / "results.json").read_text())["rows"][6]["workers"] == 2
+    png = (tmp_path / "knn_time_vs_gpus.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    assert "bokeh" in (tmp_path / "bench.html").read_text().lower()
+    assert not list(tmp_path.glob(".*"))  # no temporary files left
+
+
+def test_bench_cli_small_sweep(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert main(["bench", "--dataset", "digits", "--tasks", "knn", "--workers-list", "1,2",
+                 "--fractions", "0.5", "--backends", "numba,sklearn,cupy", "--device", "cpu",
+                 "--repeats", "1", "--quiet", "--dashboard-address", ":0",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "wrote" in text and "cupy needs GPU workers" in text
+    with open(out / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [(r["backend"], r["workers"]) for r in table] == [
+        ("numba", "1"), ("sklearn", "1"), ("cupy", "1"),
+        ("numba", "2"), ("sklearn", "2"), ("cupy", "2")]
+    ok = [r for r in table if r["status"] == "ok"]
+    assert all(float(r["accuracy"]) > 0.95 and float(r["warm_total"]) > 0 for r in ok)
+    assert (out / "knn_time_vs_size.png").exists() and (out / "bench.html").exists()
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--tasks", "svm"], "--tasks 'svm'"),
+    (["--backends", "torch"], "--backends 'torch'"),
+    (["--workers-list", "1,two"], "comma-separated list of int"),
+])
+def test_bench_bad_arguments(capsys, argv, match):
+    assert main(["bench", "--dataset", "digits", "--quiet", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and match in err
