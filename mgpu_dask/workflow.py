@@ -83,7 +83,7 @@ def run_workflow(flow: Workflow, parser: argparse.ArgumentParser, *,
                  cluster_argv: list[str] | None = None,
                  echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run every combination in order; return each run's result dictionary."""
-    from .run import run_task
+    from .run import run_comparison, run_task
 
     runs = expand(flow)
     results = []
@@ -102,9 +102,16 @@ def run_workflow(flow: Workflow, parser: argparse.ArgumentParser, *,
                 raise MgpuDaskError(f"workflow {flow.name} sweeps workers, which only a local "
                                     "cluster can vary; drop --scheduler-* / --cluster or the sweep")
         echo(f"[{i}/{len(runs)}] {flow.task} " + " ".join(f"{k}={v}" for k, v in options.items()))
-        result = run_task(args)
-        headline = result.get("warm_predict_median", result.get("warm_fit_predict_median"))
-        echo(f"  accuracy {result['accuracy']:.4f}, warm {headline * 1000:.1f} ms, "
-             f"cold {result['cold']['total']:.2f} s, {result['workers']} workers")
+        if args.backend != "numba":  # a side-by-side run: one line per backend
+            result = run_comparison(args)
+            for row in result["backends"]:
+                echo(f"  {row['backend']:<8} " + (f"accuracy {row['accuracy']:.4f}, warm "
+                     f"{row['warm_total'] * 1000:.1f} ms" if row["status"] == "ok"
+                     else row["status"]))
+        else:
+            result = run_task(args)
+            headline = result.get("warm_predict_median", result.get("warm_fit_predict_median"))
+            echo(f"  accuracy {result['accuracy']:.4f}, warm {headline * 1000:.1f} ms, "
+                 f"cold {result['cold']['total']:.2f} s, {result['workers']} workers")
         results.append({"options": options, **result})
     return results
