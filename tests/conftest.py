@@ -54,13 +54,23 @@ def isolated(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def client():
-    """A 2-worker in-process CPU cluster shared by the CPU tests."""
+def _session_client():
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster) as c:
         yield c
+
+
+@pytest.fixture
+def client(_session_client):
+    """A 2-worker in-process CPU cluster shared by the CPU tests, made the current client.
+
+    Other tests start and close clusters of their own; making this one current
+    for each test keeps ``get_client()`` (what the estimators use) pointing at it.
+    """
+    with _session_client.as_current():
+        yield _session_client
 
 
 def make_idx_dir(folder: Path, n_train: int = 60, n_test: int = 20, side: int = 4,
