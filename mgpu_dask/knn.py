@@ -25,12 +25,14 @@ class NotFittedError(MgpuDaskError, AttributeError):
 
 
 def _active_client() -> Any:
+    """The current distributed client, or None (no client, or only a closed one)."""
     try:
         from distributed import get_client
 
-        return get_client()
+        client = get_client()
     except ValueError:
         return None
+    return client if client.status == "running" else None
 
 
 def _device_of(array: Any) -> str:

@@ -238,6 +238,10 @@ def _to_device(block: np.ndarray, device: str) -> Any:
     return block
 
 
+def _alive_workers(dask_scheduler: Any) -> list[str]:
+    return list(dask_scheduler.workers)
+
+
 class _ActorEvaluator:
     """Loss and gradient through one Actor per worker holding its blocks."""
 
@@ -267,7 +271,8 @@ class _ActorEvaluator:
             labels = block_futures(y, client)
             if any(f is None for f, _ in placed + labels):
                 raise MgpuDaskError("could not locate the persisted row blocks of X; persist X first")
-            if all(w is not None for _, w in placed + labels):
+            alive = set(client.run_on_scheduler(_alive_workers))
+            if all(w in alive for _, w in placed + labels):  # who_has can lag a death
                 break
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"row blocks of X had no worker after {timeout:.0f} s")
@@ -275,13 +280,14 @@ class _ActorEvaluator:
         by_worker: dict[str, list[int]] = {}
         for i, (_, worker) in enumerate(placed):
             by_worker.setdefault(worker, []).append(i)
-        self.actors = [
-            client.submit(ShardLossGrad, len(idx), *[placed[i][0] for i in idx],
-                          *[labels[i][0] for i in idx], loss_grad=self._shard_fn,
-                          workers=[worker], actor=True,
-                          key=f"logreg-shard-{uuid.uuid4().hex[:12]}").result(timeout=timeout)
-            for worker, idx in by_worker.items()
-        ]
+        # Loose placement: should that worker die now, the actor starts on another.
+        started = [client.submit(ShardLossGrad, len(idx), *[placed[i][0] for i in idx],
+                                 *[labels[i][0] for i in idx], loss_grad=self._shard_fn,
+                                 workers=[worker], allow_other_workers=True, actor=True,
+                                 key=f"logreg-shard-{uuid.uuid4().hex[:12]}")
+                   for worker, idx in by_worker.items()]
+        self.actors = [f.result(timeout=max(1.0, deadline - time.perf_counter()))
+                       for f in started]
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         self.calls += 1
@@ -298,8 +304,22 @@ class _ActorEvaluator:
         return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
 
     def _evaluate(self, coef: np.ndarray, intercept: np.ndarray) -> list:
-        pending = [a.loss_grad(coef, intercept) for a in self.actors]
-        return [p.result(timeout=self.timeout) for p in pending]
+        pending = [(a, a.loss_grad(coef, intercept)) for a in self.actors]
+        deadline = time.perf_counter() + self.timeout
+        parts = []
+        for actor, future in pending:
+            while True:  # a call to a dead worker may never answer: look, every 2 s
+                try:
+                    parts.append(future.result(timeout=2.0))  # stops waiting, not the call
+                    break
+                except TimeoutError:
+                    workers = self._client.scheduler_info(n_workers=-1)["workers"]
+                    if actor._address not in workers:
+                        raise OSError(f"worker {actor._address} (holding a shard) was lost")
+                    if time.perf_counter() > deadline:
+                        raise TimeoutError(f"a loss/gradient evaluation took over "
+                                           f"{self.timeout:.0f} s") from None
+        return parts
 
     def close(self) -> None:
         self.actors = []
