@@ -20,7 +20,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from . import config
-from .data.shard import block_futures, detect_device, meta_for, shard
+from .data.shard import block_futures, meta_for, shard
 from .exceptions import DataError, MgpuDaskError
 from .kernels import logreg as kernels
 from .kernels._launch import array_module

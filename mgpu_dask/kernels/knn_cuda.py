@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import config, cuda, float32, float64, int32
 
 MAX_K = 64          # longest candidate list a lane keeps (k plus refine margin)
