@@ -1,9 +1,16 @@
 # Sourced by the device scripts: GPU stack (gpu-stack-build parts carried as
-# .gpu), the repository on PYTHONPATH, MNIST from the carried .mnist folder.
+# .gpu; with --rapids one part per call, exit 3 "waiting for parts" until the
+# last), the repository on PYTHONPATH, MNIST copied from a carried .mnist to
+# /tmp/mnist (later calls need not carry it).
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/runs
-bash .gpu/gpu-stack-install > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/runs /tmp/mnist
+[ -d .mnist ] && cp -n .mnist/* /tmp/mnist/
+if [ -f .gpu/gpu-stack-install ]; then
+  bash .gpu/gpu-stack-install > "$OUT/install.log" 2>&1; rc=$?
+  [ $rc -eq 0 ] || [ $rc -eq 3 ] || { cat "$OUT/install.log"; exit 1; }
+  tail -1 "$OUT/install.log"
+fi
 source /tmp/gpu-stack.env
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export MGPU_DASK_DATA_DIR=$PWD/.mnist MGPU_DASK_TEST_MNIST_DIR=$PWD/.mnist
+export MGPU_DASK_DATA_DIR=/tmp/mnist MGPU_DASK_TEST_MNIST_DIR=/tmp/mnist
 log() { echo "== $*" | tee -a "$OUT/summary.log"; }

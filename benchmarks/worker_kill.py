@@ -6,10 +6,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
-import threading
 import time
 
 import numpy as np
@@ -18,6 +18,7 @@ from mgpu_dask.cluster import connect
 from mgpu_dask.data import load_dataset, shard, split
 from mgpu_dask.knn import KNeighborsClassifier, to_host
 from mgpu_dask.logreg import LogisticRegression
+from mgpu_dask.testing import loss_grad_that_kills
 
 
 def kill_one(client) -> str:
@@ -49,15 +50,22 @@ def main():
             out["knn_accuracy"] = float((after == s.y_test).mean())
             c.wait_for_workers(args.workers, timeout=120)
             X = shard(s.X_train, c, dtype=np.float32, scale=1 / 255)
-            ref = LogisticRegression(max_iter=100).fit(X, s.y_train)
-            lr = LogisticRegression(max_iter=100)
-            timer = threading.Timer(0.15, lambda: out.__setitem__("logreg_killed", kill_one(c)))
-            timer.start()
-            lr.fit(X, s.y_train)
-            timer.join()
-            out.update({"logreg_recoveries": lr.n_recoveries_, "logreg_loss": lr.loss_,
-                        "logreg_loss_reference": ref.loss_,
-                        "logreg_rel_diff": abs(lr.loss_ - ref.loss_) / ref.loss_})
+            ref = LogisticRegression(max_iter=100, comm="actors").fit(X, s.y_train)
+            out["logreg_loss_reference"] = ref.loss_
+            for comm, victim in (("actors", "other"), ("single-host", "other"),
+                                 ("single-host", "self")):
+                c.wait_for_workers(args.workers, timeout=120)
+                marker = f"/tmp/worker-kill-{comm}-{victim}-{time.time_ns()}"
+                hook = functools.partial(loss_grad_that_kills, victim=victim, marker=marker,
+                                         pids=sorted(c.run(os.getpid).values()), after=20)
+                t = time.perf_counter()
+                lr = LogisticRegression(max_iter=100, comm=comm, loss_grad=hook).fit(X, s.y_train)
+                out[f"logreg_{comm}_{victim}"] = {
+                    "killed": os.path.exists(marker), "fit_s": time.perf_counter() - t,
+                    "ran_as": lr.comm_, "note": lr.comm_note_, "recoveries": lr.n_recoveries_,
+                    "loss": lr.loss_, "rel_diff": abs(lr.loss_ - ref.loss_) / ref.loss_,
+                    "accuracy": lr.score(shard(s.X_test, c, dtype=np.float32, scale=1 / 255),
+                                         s.y_test)}
     print(json.dumps(out))
 
 

@@ -1,7 +1,9 @@
 """The sweep behind ``python -m mgpu_dask.run bench``: tasks x workers x sizes x backends.
 
 Each (task, workers, fraction) starts its own cluster and runs every backend on
-the same split (``jobs.compare_job``); the rows are written as JSON and CSV,
+the same split (``jobs.compare_job``).  CPU-only backends (scikit-learn) do not
+use the workers, so they run once per (task, size) and their row is repeated
+for the other worker counts, marked as such.  The rows are written as JSON and CSV,
 with PNG plots (matplotlib) and one HTML page (bokeh): time against workers and
 against training-set size, one line per backend, log scales.  Every file is
 written under a temporary name and renamed into place.
@@ -21,7 +23,8 @@ from .files import write_json, write_text_atomic
 
 COLUMNS = ("task", "backend", "workers", "fraction", "n_train", "n_test", "status", "accuracy",
            "warm_fit", "warm_predict", "warm_total", "cold_fit", "cold_predict",
-           "speedup_vs_cuml")
+           "speedup_vs_cuml", "note")
+CPU_BACKENDS = ("sklearn",)
 
 
 def flatten(result: dict[str, Any], workers: int) -> list[dict[str, Any]]:
@@ -39,9 +42,18 @@ def flatten(result: dict[str, Any], workers: int) -> list[dict[str, Any]]:
             "warm_total": r.get("warm_total"),
             "cold_fit": r["cold"]["fit"] if ok else None,
             "cold_predict": r["cold"]["predict"] if ok else None,
-            "speedup_vs_cuml": r.get("speedup_vs_cuml"),
+            "speedup_vs_cuml": r.get("speedup_vs_cuml"), "note": r.get("note"),
         })
     return rows
+
+
+def _reuse_cpu_row(row: dict[str, Any], workers: int, reference: dict[str, Any] | None
+                   ) -> dict[str, Any]:
+    """A CPU backend's row for another worker count; speed-up against this run's cuML."""
+    speedup = (reference["warm_total"] / row["warm_total"]
+               if reference and row["status"] == "ok" else None)
+    note = f"CPU run once per size (measured with workers={row['workers']})"
+    return {**row, "workers": workers, "speedup_vs_cuml": speedup, "note": note}
 
 
 def run_sweep(tasks: list[str], workers: list[int], fractions: list[float],
@@ -55,16 +67,33 @@ def run_sweep(tasks: list[str], workers: list[int], fractions: list[float],
 
     combos = list(itertools.product(tasks, workers, fractions))
     rows: list[dict[str, Any]] = []
+    cpu_rows: dict[tuple[str, float], dict[str, dict[str, Any]]] = {}
     with Progress(disable=not progress, transient=False) as bar:
         job = bar.add_task("bench", total=len(combos))
         for task, n_workers, fraction in combos:
             bar.update(job, description=f"{task} {n_workers} worker(s) fraction {fraction}")
-            result = compare_job(task, backends, fraction=fraction, options=options[task],
+            done = cpu_rows.setdefault((task, fraction), {})
+            result = compare_job(task, [b for b in backends if b not in done], fraction=fraction,
+                                 options=options[task],
                                  cluster_options={**cluster_options, "workers": n_workers},
                                  **data)
-            rows.extend(flatten(result, n_workers))
+            fresh = {r["backend"]: r for r in flatten(result, n_workers)}
+            reference = fresh.get("cuml") if fresh.get("cuml", {}).get("status") == "ok" else None
+            for backend in backends:
+                if backend in fresh:
+                    rows.append(fresh[backend])
+                    if backend in CPU_BACKENDS:
+                        done[backend] = fresh[backend]
+                else:
+                    rows.append(_reuse_cpu_row(done[backend], n_workers, reference))
             bar.advance(job)
     return rows
+
+
+def merge_rows(previous: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Earlier rows (``--append``) that this sweep did not redo, then this sweep's rows."""
+    redone = {(r["task"], r["workers"], r["fraction"]) for r in rows}
+    return [r for r in previous if (r["task"], r["workers"], r["fraction"]) not in redone] + rows
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -155,7 +155,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
 
 def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
                fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, C: float = 1.0,
-               max_iter: int = 100, tol: float = 1e-4,
+               max_iter: int = 100, tol: float = 1e-4, comm: str = "auto",
                cluster_options: dict[str, Any] | None = None, repeats: int = 3,
                report: str | None = None, echo: Echo | None = None) -> dict[str, Any]:
     """Logistic regression end to end (pixels scaled to [0, 1]); every number the CLI prints."""
@@ -179,7 +179,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
         runs = []
         for i in range(1 + max(1, repeats)):
             phases = cold if i == 0 else Phases()
-            clf = LogisticRegression(C=C, max_iter=max_iter, tol=tol)
+            clf = LogisticRegression(C=C, max_iter=max_iter, tol=tol, comm=comm)
             with phases("fit"):
                 clf.fit(X_train, parts.y_train)
             with phases("predict"):
@@ -195,7 +195,9 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             "device": "gpu" if type(X_train._meta).__module__.startswith("cupy") else "cpu",
             "shards": [x._asdict() for x in shard_locations(X_train, client)],
             "accuracy": accuracy(pred, parts.y_test), "n_iter": clf.n_iter_,
-            "round_trips": clf.n_round_trips_, "loss": clf.loss_, "converged": clf.converged_,
+            "round_trips": clf.n_round_trips_, "evaluations": clf.n_evaluations_,
+            "comm": clf.comm_, "comm_note": clf.comm_note_, "recoveries": clf.n_recoveries_,
+            "loss": clf.loss_, "converged": clf.converged_,
             "cold": {**cold.seconds, "total": cold_total},
             "warm": {name: statistics.median(r[name] for r in runs) for name in runs[0]},
             "warm_fit_predict_seconds": warm_totals,
@@ -212,7 +214,7 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
 
     A backend that cannot run here, or fails, is one row with its reason.
     """
-    from .backends import BackendRun, module, unavailable
+    from .backends import BackendRun, BackendSkipped, module, unavailable
 
     say = echo or (lambda message: None)
     phases = Phases(say)
@@ -228,6 +230,8 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
                 say(f"[backend] {name}")
                 try:
                     out = getattr(module(name), task)(run)
+                except BackendSkipped as exc:
+                    reason = f"skipped: {exc}"
                 except Exception as exc:  # one line in the table, never a crash of the comparison
                     reason = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             if reason is not None:

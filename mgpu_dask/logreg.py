@@ -1,25 +1,32 @@
 """``LogisticRegression``: multinomial, L2, data-parallel L-BFGS on dask arrays.
 
-Each worker's shard stays where it is (on its GPU as CuPy, or in host memory).
-Per objective evaluation only the coefficients go out and, from every worker,
-one float plus the 785x10 gradient come back; the L-BFGS step runs on the
-client in float64 (SciPy).  With a distributed client the shards are held by
-one Dask Actor per worker, so an evaluation is one direct call per worker with
-no scheduler in between; without one, a small graph per evaluation is used.
+Each worker's shard stays where it is (on its GPU as CuPy, or in host memory)
+and only coefficients, losses and gradients move.  Two ways to run the
+L-BFGS loop (SciPy, float64):
+
+* ``single-host`` (default where it applies): every holder exports its rows
+  once (CUDA IPC / shared memory, ``peer_views``) and one worker runs the
+  whole loop, evaluating each shard on its own GPU, all GPUs at once.  Three
+  Dask round trips per fit, whatever the iteration count.
+* ``actors`` (any cluster, several hosts): the loop runs on the client; each
+  evaluation is one direct call to one Dask Actor per worker, which returns
+  one float and the 785x10 gradient.
+
+Without a distributed client a small graph per evaluation is used.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask
 import dask.array as da
 import numpy as np
 from scipy.optimize import minimize
 
-from . import config
+from . import config, peer_views
 from .data.shard import block_futures, meta_for, shard
 from .exceptions import DataError, MgpuDaskError
 from .kernels import logreg as kernels
@@ -27,18 +34,104 @@ from .kernels._launch import array_module
 from .knn import NotFittedError, _active_client, _all_finite, _device_of, to_host
 
 
+COMMS = ("auto", "single-host", "actors")
+
+
+class _Problem(NamedTuple):
+    n: int
+    d: int
+    n_classes: int
+    penalty: float          # 1 / (C n)
+    options: dict[str, Any]
+
+
+class _CallObjective:
+    """A user-supplied per-shard ``loss_grad`` behind ``ShardObjective``'s interface."""
+
+    def __init__(self, fn: Any, X: Any, labels: Any) -> None:
+        self.fn, self.X, self.labels = fn, X, labels
+        self._out: tuple | None = None
+
+    def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
+        self._out = self.fn(self.X, self.labels, coef, intercept)
+
+    def collect(self) -> tuple:
+        out, self._out = self._out, None
+        return out
+
+    def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
+        return self.fn(self.X, self.labels, coef, intercept)
+
+
+def _objective_for(X: Any, labels: Any, n_classes: int, loss_grad: Any) -> Any:
+    return (kernels.ShardObjective(X, labels, n_classes) if loss_grad is None
+            else _CallObjective(loss_grad, X, labels))
+
+
+def _lbfgs(evaluate: Any, problem: _Problem) -> dict[str, Any]:
+    """SciPy's L-BFGS-B on the penalised mean cross-entropy; ``evaluate`` sums the shards."""
+    n, d, k, penalty = problem.n, problem.d, problem.n_classes, problem.penalty
+    calls = 0
+
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        nonlocal calls
+        calls += 1
+        W = theta[: d * k].reshape(d, k)
+        b = theta[d * k:]
+        loss, gW, gb = evaluate(W, b)
+        value = loss / n + 0.5 * penalty * float((W * W).sum())
+        grad = np.concatenate([(gW / n + penalty * W).ravel(), gb / n])
+        return value, grad
+
+    result = minimize(objective, np.zeros(d * k + k), jac=True, method="L-BFGS-B",
+                      options={"maxiter": problem.options["maxiter"], "maxls": 50,
+                               "gtol": problem.options["gtol"],
+                               "ftol": 64 * np.finfo(float).eps})
+    return {"x": result.x, "nit": int(result.nit), "nfev": calls, "fun": float(result.fun),
+            "success": bool(result.success)}
+
+
+def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
+                   loss_grad: Any = None) -> dict[str, Any]:
+    """Runs on one worker: map every shard of the host and run the whole L-BFGS here.
+
+    Each evaluation queues every shard's work on its own GPU first and then
+    waits for them all, so the GPUs compute at the same time.
+    """
+    started = time.perf_counter()
+    with peer_views.opened(shards) as arrays:
+        objectives = [_objective_for(X, labels, problem.n_classes, loss_grad)
+                      for X, labels in arrays]
+
+        def evaluate(W: np.ndarray, b: np.ndarray) -> tuple:
+            for objective in objectives:
+                objective.launch(W, b)
+            parts = [objective.collect() for objective in objectives]
+            return (sum(p[0] for p in parts), sum(p[1] for p in parts),
+                    sum(p[2] for p in parts))
+
+        try:
+            result = _lbfgs(evaluate, problem)
+        finally:
+            objectives.clear()  # the mapped shards must have no users when they close
+    return {**result, "leader_seconds": time.perf_counter() - started}
+
+
 class ShardLossGrad:
     """A Dask Actor holding one worker's row blocks; returns their summed loss and gradient."""
 
     def __init__(self, n_blocks: int, *blocks: Any, loss_grad: Any = None) -> None:
-        self._loss_grad = loss_grad or kernels.loss_grad
+        self._loss_grad = loss_grad
         xs, ys = blocks[:n_blocks], blocks[n_blocks:]
         xp = array_module(xs[0])
         self.X = xs[0] if n_blocks == 1 else xp.concatenate(xs)
         self.y = ys[0] if n_blocks == 1 else xp.concatenate(ys)
+        self._objective: Any = None
 
     def loss_grad(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
-        return self._loss_grad(self.X, self.y, coef, intercept)
+        if self._objective is None:
+            self._objective = _objective_for(self.X, self.y, len(intercept), self._loss_grad)
+        return self._objective(coef, intercept)
 
 
 def _encode(block: Any, classes: np.ndarray) -> Any:
@@ -78,6 +171,12 @@ class LogisticRegression:
     classes : array-like or None, default None
         The labels allowed; labels outside them are an error.  ``None`` takes
         the labels seen in ``fit``.
+    comm : {"auto", "single-host", "actors"}, default "auto"
+        How the optimiser reaches the shards.  ``"single-host"``: one worker
+        maps every shard of its host and runs the whole fit (an error where
+        the shards span hosts or GPUs it cannot see); ``"actors"``: one message
+        round per evaluation, any cluster; ``"auto"``: single-host where
+        possible, else actors.
     loss_grad : callable or None, default None
         Per-shard ``(X, labels, coef, intercept) -> (loss, grad_coef,
         grad_intercept)``; ``None`` is our fused Numba kernel (the CuPy comparison
@@ -89,8 +188,15 @@ class LogisticRegression:
     intercept_ : numpy.ndarray of shape (n_classes,)
     classes_ : numpy.ndarray
     n_iter_ : int
+    n_evaluations_ : int
+        Objective (loss and gradient) evaluations.
     n_round_trips_ : int
-        Objective evaluations, each one round trip to all workers.
+        Dask round trips of the optimisation: 3 for a single-host fit
+        (export, fit, release), one per evaluation otherwise.
+    comm_ : str
+        How the fit ran: ``"single-host"``, ``"actors"`` or ``"graph"``.
+    comm_note_ : str or None
+        Why ``"auto"`` did not run single-host, or how a worker loss was handled.
     n_recoveries_ : int
         Times a lost worker's shards were rebuilt elsewhere during the fit.
     loss_ : float
@@ -106,12 +212,14 @@ class LogisticRegression:
     """
 
     def __init__(self, C: float = 1.0, *, max_iter: int = 100, tol: float = 1e-4,
-                 solver: str = "lbfgs", classes: Any = None, loss_grad: Any = None) -> None:
+                 solver: str = "lbfgs", classes: Any = None, comm: str = "auto",
+                 loss_grad: Any = None) -> None:
         self.C = C
         self.max_iter = max_iter
         self.tol = tol
         self.solver = solver
         self.classes = classes
+        self.comm = comm
         self.loss_grad = loss_grad
 
     def _check_params(self) -> None:
@@ -121,6 +229,8 @@ class LogisticRegression:
             raise DataError(f"max_iter={self.max_iter!r} must be a positive integer")
         if self.solver != "lbfgs":
             raise DataError(f"solver={self.solver!r} is not available; use 'lbfgs'")
+        if self.comm not in COMMS:
+            raise DataError(f"comm={self.comm!r} is not one of {', '.join(COMMS)}")
 
     def _classes_from(self, labels: np.ndarray) -> np.ndarray:
         if not np.issubdtype(labels.dtype, np.integer):
@@ -161,42 +271,107 @@ class LogisticRegression:
             X = (shard(np.asarray(X), client, dtype=np.float32) if client is not None
                  else da.from_array(np.asarray(X, dtype=np.float32), chunks=(-1, -1)))
         X = X.astype(np.float32).rechunk({1: -1})
-        if not _all_finite(X):
-            raise DataError("X contains NaN or infinity; clean or impute it first")
         encoded = np.searchsorted(self.classes_, labels).astype(np.int32)
         device = _device_of(X)
         y_enc = da.from_array(encoded, chunks=(X.chunks[0],)).map_blocks(
             _to_device, device, dtype=np.int32, meta=meta_for(device, 1, np.int32))
         n, d = int(X.shape[0]), int(X.shape[1])
-        n_classes = len(self.classes_)
-        shard_fn = self.loss_grad or kernels.loss_grad
-        evaluate = (_ActorEvaluator(X, y_enc, client, timeout, shard_fn) if client is not None
-                    else _GraphEvaluator(X, y_enc, shard_fn))
-        penalty = 1.0 / (self.C * n)
+        problem = _Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
+                           {"maxiter": self.max_iter, "gtol": self.tol})
+        self.n_recoveries_ = 0
+        self.comm_note_ = None
+        result = None
+        if client is not None:
+            from distributed import futures_of, wait
 
-        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            W = theta[: d * n_classes].reshape(d, n_classes)
-            b = theta[d * n_classes:]
-            loss, gW, gb = evaluate(W, b)
-            value = loss / n + 0.5 * penalty * float((W * W).sum())
-            grad = np.concatenate([(gW / n + penalty * W).ravel(), gb / n])
-            return value, grad
-
-        result = minimize(objective, np.zeros(d * n_classes + n_classes), jac=True,
-                          method="L-BFGS-B",
-                          options={"maxiter": self.max_iter, "maxls": 50, "gtol": self.tol,
-                                   "ftol": 64 * np.finfo(float).eps})
-        evaluate.close()
-        theta = result.x
-        self.coef_ = theta[: d * n_classes].reshape(d, n_classes).T.copy()
-        self.intercept_ = theta[d * n_classes:].copy()
-        self.n_iter_ = int(result.nit)
-        self.n_round_trips_ = evaluate.calls
-        self.n_recoveries_ = getattr(evaluate, "rebuilds", 0)
-        self.loss_ = float(result.fun)
-        self.converged_ = bool(result.success)
+            X, y_enc = client.persist([X, y_enc])
+            wait(futures_of([X, y_enc]), timeout=timeout)
+            if self.comm != "actors":
+                result = self._fit_single_host(X, y_enc, client, timeout, problem)
+        if result is None:
+            result = self._fit_by_messages(X, y_enc, client, timeout, problem)
+        theta = result["x"]
+        k = problem.n_classes
+        self.coef_ = theta[: d * k].reshape(d, k).T.copy()
+        self.intercept_ = theta[d * k:].copy()
+        self.n_iter_ = int(result["nit"])
+        self.n_evaluations_ = int(result["nfev"])
+        self.n_round_trips_ = int(result["round_trips"])
+        self.comm_ = result["comm"]
+        self.loss_ = float(result["fun"])
+        self.converged_ = bool(result["success"])
         self.n_features_in_ = d
         return self
+
+    def _fit_by_messages(self, X: da.Array, y: da.Array, client: Any, timeout: float,
+                         problem: "_Problem") -> dict[str, Any]:
+        """L-BFGS on the client, one message round per evaluation (any cluster)."""
+        if not _all_finite(X):
+            raise DataError("X contains NaN or infinity; clean or impute it first")
+        evaluate = (_ActorEvaluator(X, y, client, timeout, self.loss_grad) if client is not None
+                    else _GraphEvaluator(X, y, self.loss_grad))
+        try:
+            result = _lbfgs(evaluate, problem)
+        finally:
+            evaluate.close()
+        self.n_recoveries_ += getattr(evaluate, "rebuilds", 0)
+        return {**result, "round_trips": evaluate.calls,
+                "comm": "actors" if client is not None else "graph"}
+
+    def _fit_single_host(self, X: da.Array, y: da.Array, client: Any, timeout: float,
+                         problem: "_Problem") -> dict[str, Any] | None:
+        """The whole L-BFGS in one worker that maps every shard of its host.
+
+        Each holder exports its rows once (CUDA IPC / shared memory); the
+        worker with the most rows opens them all and evaluates every shard on
+        its own GPU with no Dask message per step.  Returns None (with the
+        reason in ``comm_note_``) when that cannot be done here.
+        """
+        from distributed import wait
+
+        token = uuid.uuid4().hex
+        placed, labels = block_futures(X, client), block_futures(y, client)
+        if any(f is None for f, _ in placed + labels):
+            raise MgpuDaskError("could not locate the persisted row blocks of X; persist X first")
+        by_worker: dict[str, list[int]] = {}
+        for i, (_, worker) in enumerate(placed):
+            by_worker.setdefault(worker, []).append(i)
+        holders = set(by_worker)
+        exports = [client.submit(peer_views.export, token,
+                                 [[placed[i][0] for i in idx], [labels[i][0] for i in idx]],
+                                 workers=[worker], allow_other_workers=True, pure=False,
+                                 key=f"logreg-export-{token[:12]}-{j}")
+                   for j, (worker, idx) in enumerate(by_worker.items())]
+        try:
+            wait(exports, timeout=timeout)
+            shards = client.gather(exports)
+            holders |= {s["address"] for s in shards if s["address"]}
+            if not all(s["finite"] for s in shards):
+                raise DataError("X contains NaN or infinity; clean or impute it first")
+            if len({s["host"] for s in shards}) > 1:
+                raise peer_views.PeerUnavailable("the shards live on more than one host")
+            leader = max(shards, key=lambda s: s["rows"])["address"]
+            fit = client.submit(_fit_on_leader, shards, problem, self.loss_grad,
+                                workers=[leader], allow_other_workers=True, pure=False,
+                                key=f"logreg-fit-{token[:12]}")
+            return {**fit.result(timeout=timeout), "round_trips": 4, "comm": "single-host"}
+        except (DataError, TimeoutError):
+            raise
+        except Exception as exc:
+            lost = not holders <= set(client.run_on_scheduler(_alive_workers))
+            if not lost and (self.comm == "single-host"
+                             or not isinstance(exc, peer_views.PeerUnavailable)):
+                raise
+            # Shards that cannot be mapped from one worker, or a worker lost
+            # on the way: fit by messages (which rebuilds lost shards).
+            self.n_recoveries_ += int(lost)
+            self.comm_note_ = (f"single-host fit lost a worker ({type(exc).__name__}: {exc}); "
+                               "refitted by actors" if lost else str(exc))
+            return None
+        finally:
+            # Round trips 3 and 4: who is alive, then the exporters free their copies.
+            alive = holders & set(client.run_on_scheduler(_alive_workers))
+            client.run(peer_views.release, token, workers=sorted(alive), on_error="ignore")
 
     def _check_X(self, X: Any) -> da.Array:
         if not hasattr(self, "coef_"):
@@ -247,12 +422,7 @@ class _ActorEvaluator:
 
     def __init__(self, X: da.Array, y: da.Array, client: Any, timeout: float,
                  loss_grad: Any) -> None:
-        from distributed import futures_of, wait
-
         self._shard_fn = loss_grad
-
-        X, y = client.persist([X, y])
-        wait(futures_of([X, y]), timeout=timeout)
         self.timeout = timeout
         self.calls = 0
         self.rebuilds = 0
@@ -261,12 +431,22 @@ class _ActorEvaluator:
         self._start_actors()
 
     def _start_actors(self) -> None:
+        deadline = time.perf_counter() + self.timeout
+        while True:
+            try:
+                self.actors = self._try_start_actors(deadline)
+                return
+            except (OSError, RuntimeError) as exc:  # "Worker holding Actor was lost"
+                if isinstance(exc, TimeoutError) or time.perf_counter() > deadline:
+                    raise
+                # A worker died while the actors started: its blocks get rebuilt; again.
+
+    def _try_start_actors(self, deadline: float) -> list[Any]:
         from distributed import futures_of, wait
 
         client, (X, y), timeout = self._client, self._keep, self.timeout
-        deadline = time.perf_counter() + timeout
         while True:  # after a worker loss, lost blocks are recomputed and get a holder
-            wait(futures_of([X, y]), timeout=timeout)
+            wait(futures_of([X, y]), timeout=max(1.0, deadline - time.perf_counter()))
             placed = block_futures(X, client)
             labels = block_futures(y, client)
             if any(f is None for f, _ in placed + labels):
@@ -286,8 +466,7 @@ class _ActorEvaluator:
                                  workers=[worker], allow_other_workers=True, actor=True,
                                  key=f"logreg-shard-{uuid.uuid4().hex[:12]}")
                    for worker, idx in by_worker.items()]
-        self.actors = [f.result(timeout=max(1.0, deadline - time.perf_counter()))
-                       for f in started]
+        return [f.result(timeout=max(1.0, deadline - time.perf_counter())) for f in started]
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         self.calls += 1
@@ -330,7 +509,7 @@ class _GraphEvaluator:
     """Loss and gradient as one small graph per evaluation (no distributed client)."""
 
     def __init__(self, X: da.Array, y: da.Array, loss_grad: Any) -> None:
-        self._shard_fn = loss_grad
+        self._shard_fn = loss_grad or kernels.loss_grad
         self._keep = (X.persist(), y.persist())  # the persisted blocks live while referenced
         self.pairs = list(zip(self._keep[0].to_delayed().ravel(), self._keep[1].to_delayed().ravel()))
         self.calls = 0

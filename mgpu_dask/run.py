@@ -163,7 +163,8 @@ def print_job(result: dict) -> None:
               f"plan={result['plan']}, method={result['method']}")
     else:
         print(f"model: C={result['C']}, iterations {result['n_iter']} (max {result['max_iter']}), "
-              f"round trips {result['round_trips']}, loss {result['loss']:.6f}"
+              f"{result['evaluations']} evaluations, fit by {result['comm']} "
+              f"({result['round_trips']} Dask round trips), loss {result['loss']:.6f}"
               f"{'' if result['converged'] else ' (not converged: raise --max-iter)'}")
     print(f"accuracy: {result['accuracy']:.4f}")
     for run in ("cold", "warm"):
@@ -190,7 +191,7 @@ def run_task(args: argparse.Namespace) -> dict:
     if args.command == "knn":
         return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
                        method=args.method, memory_budget=args.memory_budget, **common)
-    return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, **common)
+    return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm, **common)
 
 
 BACKEND_CHOICES = ("numba", "cupy", "cuml", "sklearn", "all")
@@ -222,7 +223,7 @@ def run_comparison(args: argparse.Namespace) -> dict:
         options = {"k": args.k, "weights": args.weights, "repeats": args.repeats}
     else:
         options = {"C": args.C, "max_iter": args.max_iter, "tol": args.tol,
-                   "repeats": args.repeats}
+                   "comm": args.comm, "repeats": args.repeats}
     return compare_job(args.command, names, dataset=args.dataset, data_dir=args.data_dir,
                        download=not args.no_download, fraction=args.fraction,
                        test_size=args.test_size, seed=args.seed, options=options,
@@ -259,7 +260,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .backends import BACKENDS
-    from .bench import run_sweep, write_outputs
+    from .bench import merge_rows, run_sweep, write_outputs
     from .jobs import _report, machine
 
     tasks = _list(args.tasks, str)
@@ -270,9 +271,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for name in backends:
         if name not in BACKENDS:
             raise MgpuDaskError(f"--backends {name!r}: choose from {', '.join(BACKENDS)} or all")
-    options = {"knn": {"k": args.k, "weights": args.weights, "repeats": args.repeats},
+    cpu = {"cpu_max_train": args.cpu_max_train}
+    options = {"knn": {"k": args.k, "weights": args.weights, "repeats": args.repeats, **cpu},
                "logreg": {"C": args.C, "max_iter": args.max_iter, "tol": 1e-4,
-                          "repeats": args.repeats}}
+                          "comm": args.comm, "repeats": args.repeats, **cpu}}
+    out = Path(args.out)
+    previous: dict = {}
+    if args.append and (out / "results.json").exists():
+        previous = json.loads((out / "results.json").read_text())
     kwargs = cluster_kwargs(args)
     kwargs.pop("workers")
     data = dict(dataset=args.dataset, data_dir=args.data_dir, download=not args.no_download,
@@ -282,8 +288,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         rows = run_sweep(tasks, _list(args.workers_list, int), _list(args.fractions, float),
                          backends, options=options, cluster_options=kwargs, data=data,
                          progress=not args.quiet)
-    meta = {"command": " ".join(sys.argv), "machine": machine(), "started": started}
-    for path in write_outputs(rows, Path(args.out), meta):
+    command = args.command_line
+    meta = {"command": command, "commands": [*previous.get("commands", []), command],
+            "machine": machine(), "started": previous.get("started", started)}
+    rows = merge_rows(previous.get("rows", []), rows)
+    for path in write_outputs(rows, out, meta):
         print(f"wrote {path}")
     ok = [r for r in rows if r["status"] == "ok"]
     for r in ok:
@@ -351,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inverse L2 strength, as scikit-learn (1.0)")
     p.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations at most (100)")
     p.add_argument("--tol", type=float, default=1e-4, help="gradient tolerance (1e-4)")
+    p.add_argument("--comm", default="auto",
+                   help="single-host: one worker maps every shard of the node and runs the "
+                        "whole fit; actors: one message round per evaluation (any cluster); "
+                        "auto: single-host where possible (default)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
                    help="numba: our fused kernel; cupy, cuml, sklearn: the comparison "
                         "backends; all: every usable backend on the same split, one table")
@@ -371,7 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", choices=("distance", "uniform"), default="distance")
     p.add_argument("--C", dest="C", type=float, default=1.0)
     p.add_argument("--max-iter", type=int, default=100)
+    p.add_argument("--comm", default="auto", help="logreg: auto, single-host or actors")
     p.add_argument("--out", default="bench-results", help="folder for JSON, CSV and plots")
+    p.add_argument("--append", action="store_true",
+                   help="keep the rows already in OUT/results.json that this sweep does not redo")
+    p.add_argument("--cpu-max-train", type=int, default=60_000, metavar="ROWS",
+                   help="run scikit-learn only up to this many training rows (60000; its "
+                        "KNN on 210,000 rows takes minutes per run)")
     add_output_args(p, repeats=3)
     p.set_defaults(handler=cmd_bench)
 
@@ -411,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command != "workflow":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.cluster_argv = extra
+    args.command_line = "python -m mgpu_dask.run " + " ".join(
+        sys.argv[1:] if argv is None else argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -73,6 +73,18 @@ def client(_session_client):
         yield _session_client
 
 
+def shm_segments() -> set[str]:
+    """Our shared-memory segments present now (single-host logistic regression)."""
+    return {p.name for p in Path("/dev/shm").glob("mgpu_*")}
+
+
+def exports_held() -> int:
+    """Shard exports this process still holds (run it on workers with ``client.run``)."""
+    from mgpu_dask import peer_views
+
+    return len(peer_views._EXPORTS)
+
+
 def make_idx_dir(folder: Path, n_train: int = 60, n_test: int = 20, side: int = 4,
                  seed: int = 0, gz: bool = True) -> Path:
     """Four small, valid IDX files with MNIST's names; returns the folder."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -64,6 +65,25 @@ def test_bench_cli_small_sweep(tmp_path, capsys):
     ok = [r for r in table if r["status"] == "ok"]
     assert all(float(r["accuracy"]) > 0.95 and float(r["warm_total"]) > 0 for r in ok)
     assert (out / "knn_time_vs_size.png").exists() and (out / "bench.html").exists()
+    sk1, sk2 = (r for r in table if r["backend"] == "sklearn")
+    assert sk1["note"] == "" and "once per size (measured with workers=1)" in sk2["note"]
+    assert sk1["warm_total"] == sk2["warm_total"]  # one CPU run, not two
+
+    # --append: a second sweep adds its rows and redoes only its own combinations;
+    # --cpu-max-train turns scikit-learn into one "skipped" row.
+    assert main(["bench", "--dataset", "digits", "--tasks", "logreg", "--workers-list", "1",
+                 "--fractions", "0.5", "--backends", "numba,sklearn", "--device", "cpu",
+                 "--repeats", "1", "--quiet", "--dashboard-address", ":0", "--append",
+                 "--cpu-max-train", "100", "--out", str(out)]) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert [(r["task"], r["backend"], r["workers"]) for r in result["rows"]] == [
+        ("knn", "numba", 1), ("knn", "sklearn", 1), ("knn", "cupy", 1),
+        ("knn", "numba", 2), ("knn", "sklearn", 2), ("knn", "cupy", 2),
+        ("logreg", "numba", 1), ("logreg", "sklearn", 1)]
+    assert re.fullmatch(r"skipped: \d+ training rows > --cpu-max-train 100",
+                        result["rows"][-1]["status"])
+    assert len(result["commands"]) == 2 and "--append" in result["command"]
+    assert (out / "logreg_time_vs_gpus.png").exists() and (out / "knn_time_vs_gpus.png").exists()
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -139,3 +139,46 @@ def test_cupy_backend_matches_numba_on_gpu():
     rows = {r["backend"]: r for r in result["backends"]}
     assert rows["cupy"]["status"] == "ok", rows["cupy"]
     assert abs(rows["cupy"]["accuracy"] - rows["numba"]["accuracy"]) < 0.005
+
+
+def test_shard_objective_on_every_gpu_matches_cpu():
+    """One host thread queues an evaluation on each GPU, then collects them all."""
+    from mgpu_dask.kernels import logreg as L
+
+    rng = np.random.default_rng()
+    X = rng.random((5000, 64)).astype(np.float32)
+    y = rng.integers(0, 10, 5000).astype(np.int32)
+    objectives = []
+    for device in range(cupy.cuda.runtime.getDeviceCount()):
+        with cupy.cuda.Device(device):
+            objectives.append(L.ShardObjective(cupy.asarray(X), cupy.asarray(y), 10))
+    for _ in range(2):  # the buffers are reused: a second point must not see the first
+        W, b = rng.standard_normal((64, 10)) * 0.1, rng.standard_normal(10) * 0.1
+        for o in objectives:
+            o.launch(W, b)
+        cpu = L.loss_grad(X, y, W, b)
+        for o in objectives:
+            loss, gW, gb = o.collect()
+            assert abs(loss - cpu[0]) / cpu[0] < 1e-5
+            np.testing.assert_allclose(gW, cpu[1], rtol=1e-3, atol=1e-3)
+            np.testing.assert_allclose(gb, cpu[2], rtol=1e-3, atol=1e-3)
+
+
+def test_single_host_logreg_maps_every_gpu_and_matches_actors():
+    from conftest import exports_held
+
+    from mgpu_dask.cluster import connect
+    from mgpu_dask.data import load_dataset, shard, split
+    from mgpu_dask.logreg import LogisticRegression
+
+    ds = load_dataset("digits")
+    s = split(ds.X, ds.y, seed=1)
+    with connect(device="gpu", dashboard_address=":0") as rc, rc.client.as_current():
+        X = shard(s.X_train, rc.client, dtype=np.float32, scale=1 / 16)
+        one = LogisticRegression(max_iter=200, tol=1e-7, comm="single-host").fit(X, s.y_train)
+        msgs = LogisticRegression(max_iter=200, tol=1e-7, comm="actors").fit(X, s.y_train)
+        assert one.comm_ == "single-host" and one.n_round_trips_ == 4
+        assert abs(one.loss_ - msgs.loss_) / msgs.loss_ < 1e-5
+        Xt = shard(s.X_test, rc.client, dtype=np.float32, scale=1 / 16)
+        assert abs(one.score(Xt, s.y_test) - msgs.score(Xt, s.y_test)) < 0.01
+        assert set(rc.client.run(exports_held).values()) == {0}

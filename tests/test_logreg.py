@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
 import pytest
+from conftest import exports_held, shm_segments
 from numba import config
 from sklearn.linear_model import LogisticRegression as SkLR
 
@@ -33,8 +35,9 @@ def test_softmax_xent_kernel(target):
     m = 9 if target == "cuda" else 500
     z = (rng.standard_normal((m, 6)) * 5).astype(np.float32)
     y = rng.integers(0, 6, m).astype(np.int32)
-    resid, loss = L.softmax_xent(z, y, target=target)
-    z64 = z.astype(np.float64)
+    bias = rng.standard_normal(6).astype(np.float32)
+    resid, loss = L.softmax_xent(z, y, bias, target=target)
+    z64 = z.astype(np.float64) + bias
     p = np.exp(z64 - z64.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     np.testing.assert_allclose(resid, p - np.eye(6)[y], atol=1e-6)
@@ -60,19 +63,21 @@ def test_loss_grad_matches_finite_differences():
     assert abs((L.loss_grad(X, y, W, bp)[0] - loss) / eps - gb[1]) < 5e-2
 
 
-@pytest.mark.parametrize("C", [0.05, 1.0])
-def test_objective_matches_sklearn_on_digits(client, C):
+@pytest.mark.parametrize("C, comm", [(0.05, "single-host"), (1.0, "single-host"), (1.0, "actors")])
+def test_objective_matches_sklearn_on_digits(client, C, comm):
     ds = load_dataset("digits")
     s = split(ds.X, ds.y, seed=2)
     X = s.X_train / 16.0
-    ours = LogisticRegression(C=C, max_iter=1000, tol=1e-7).fit(
+    ours = LogisticRegression(C=C, max_iter=1000, tol=1e-7, comm=comm).fit(
         shard(s.X_train, client, dtype=np.float32, scale=1 / 16), s.y_train)
+    assert ours.comm_ == comm
+    assert ours.n_evaluations_ >= ours.n_iter_ > 0
+    assert ours.n_round_trips_ == (4 if comm == "single-host" else ours.n_evaluations_)
     sk = SkLR(C=C, max_iter=10000, tol=1e-10).fit(X, s.y_train)
     a = objective(ours.coef_, ours.intercept_, X, s.y_train, C, ours.classes_)
     b = objective(sk.coef_, sk.intercept_, X, s.y_train, C, sk.classes_)
     assert abs(a - b) / b < 1e-4
     assert abs(ours.loss_ - a) / a < 1e-5
-    assert ours.n_round_trips_ >= ours.n_iter_ > 0
     acc = ours.score(shard(s.X_test, client, dtype=np.float32, scale=1 / 16), s.y_test)
     assert abs(acc - sk.score(s.X_test / 16.0, s.y_test)) < 0.01
 
@@ -87,6 +92,59 @@ def test_objective_matches_sklearn_on_mnist_subset(client, mnist_dir):
     a = objective(ours.coef_, ours.intercept_, X, s.y_train, 1.0, ours.classes_)
     b = objective(sk.coef_, sk.intercept_, X, s.y_train, 1.0, sk.classes_)
     assert abs(a - b) / b < 1e-4
+
+
+@pytest.fixture
+def process_client():
+    """Three worker processes: shards really live in other processes."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        with client.as_current():
+            yield client
+
+
+def test_single_host_fit_maps_other_processes_shards(process_client):
+    s = split(*_digits(), seed=3)
+    X = shard(s.X_train, process_client, dtype=np.float32, scale=1 / 16)
+    before = shm_segments()
+    one = LogisticRegression(C=0.5, max_iter=300, tol=1e-7, comm="single-host").fit(X, s.y_train)
+    by_messages = LogisticRegression(C=0.5, max_iter=300, tol=1e-7, comm="actors").fit(X, s.y_train)
+    assert one.comm_ == "single-host" and by_messages.comm_ == "actors"
+    assert one.n_round_trips_ == 4 < by_messages.n_round_trips_
+    assert abs(one.loss_ - by_messages.loss_) / by_messages.loss_ < 1e-6
+    np.testing.assert_allclose(one.coef_, by_messages.coef_, atol=1e-3)
+    assert shm_segments() <= before, "shared segments left behind"
+    assert set(process_client.run(exports_held).values()) == {0}, "exports not released"
+
+
+def test_auto_falls_back_to_actors_when_shards_span_hosts(client, monkeypatch):
+    from mgpu_dask import peer_views
+
+    hosts = (f"host-{i}" for i in itertools.count())  # every export sees another host
+    monkeypatch.setattr(peer_views, "_hostname", lambda: next(hosts))
+    rng = np.random.default_rng()
+    X = shard(rng.standard_normal((200, 4)), client, dtype=np.float32)
+    y = (np.arange(200) % 3)
+    auto = LogisticRegression(max_iter=50).fit(X, y)
+    assert auto.comm_ == "actors" and "more than one host" in auto.comm_note_
+    with pytest.raises(peer_views.PeerUnavailable, match="more than one host"):
+        LogisticRegression(max_iter=50, comm="single-host").fit(X, y)
+    assert exports_held() == 0
+
+
+def test_opening_a_foreign_host_export_is_refused():
+    from mgpu_dask import peer_views
+
+    with pytest.raises(peer_views.PeerUnavailable, match="lives on host"):
+        with peer_views.opened([{"host": "not-this-one", "pid": -1, "arrays": []}]):
+            pass
+
+
+def _digits():
+    ds = load_dataset("digits")
+    return ds.X, ds.y
 
 
 def test_without_a_client(monkeypatch):
@@ -115,6 +173,7 @@ def test_without_a_client(monkeypatch):
     ({"C": 0}, "ok", "C=0 must be a positive"),
     ({"C": -1.0}, "ok", "positive"),
     ({"solver": "newton"}, "ok", "solver='newton'"),
+    ({"comm": "nccl"}, "ok", "comm='nccl' is not one of auto, single-host, actors"),
     ({}, "one-class", "single class"),
     ({"classes": [0, 1, 2]}, "outside", r"label\(s\) \[5\] are not among the declared classes"),
     ({}, "nan", "NaN or infinity"),
@@ -151,8 +210,15 @@ def test_cli_logreg_digits(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "round trips" in text and "accuracy:" in text
     r = json.loads(out.read_text())
-    assert r["task"] == "logreg" and r["accuracy"] > 0.9 and r["round_trips"] >= r["n_iter"]
+    assert r["task"] == "logreg" and r["accuracy"] > 0.9 and r["evaluations"] >= r["n_iter"]
+    assert r["comm"] == "single-host" and r["round_trips"] == 4 and "fit by single-host" in text
     assert set(r["cold"]) >= {"cluster start", "transfer", "fit", "predict", "total"}
+
+
+def test_cli_logreg_bad_comm(capsys):
+    assert main(["logreg", "--dataset", "digits", "--workers", "1", "--device", "cpu",
+                 "--comm", "mpi", "--quiet", "--dashboard-address", ":0"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: comm='mpi' is not one of")
 
 
 def test_cli_logreg_bad_c(capsys):

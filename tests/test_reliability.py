@@ -3,23 +3,25 @@ in docs/reliability.md."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shm_segments
 from distributed import Client, LocalCluster
 
 from mgpu_dask.data import load_dataset, shard, split
 from mgpu_dask.knn import KNeighborsClassifier, to_host
 from mgpu_dask.logreg import LogisticRegression
 from mgpu_dask.run import main
+from mgpu_dask.testing import loss_grad_that_kills
 
 pytestmark = pytest.mark.slow
 
@@ -51,17 +53,27 @@ def test_knn_worker_killed_between_fit_and_predict(process_client, plan):
     np.testing.assert_array_equal(after, before)
 
 
-def test_logreg_worker_killed_during_fit(process_client):
+@pytest.mark.parametrize("comm, victim", [("actors", "other"), ("single-host", "other"),
+                                          ("single-host", "self")])
+def test_logreg_worker_killed_during_fit(process_client, comm, victim, tmp_path):
+    """Actors: the lost shards are rebuilt and new actors take them.  Single-host: a
+    killed exporter's shard stays mapped by the fitting worker; a killed fitting
+    worker's task reruns on another, which maps the dead one's shard."""
     s = split(*_digits(), seed=4)
     X = shard(s.X_train, process_client, dtype=np.float32, scale=1 / 16)
-    reference = LogisticRegression(C=1.0, max_iter=400, tol=1e-7).fit(X, s.y_train)
-    clf = LogisticRegression(C=1.0, max_iter=400, tol=1e-7)
-    killer = threading.Timer(0.5, _kill_one_worker, args=(process_client,))
-    killer.start()
+    before = shm_segments()
+    reference = LogisticRegression(C=1.0, max_iter=400, tol=1e-7, comm="actors").fit(X, s.y_train)
+    marker = tmp_path / "killed"
+    hook = functools.partial(loss_grad_that_kills, pids=sorted(process_client.run(os.getpid)
+                                                                .values()),
+                             victim=victim, marker=str(marker))
+    clf = LogisticRegression(C=1.0, max_iter=400, tol=1e-7, comm=comm, loss_grad=hook)
     clf.fit(X, s.y_train)
-    killer.join()
-    assert clf.n_recoveries_ >= 1, "the worker died after the fit: make the fit longer"
+    assert marker.exists(), "no worker was killed during the fit"
+    if comm == "actors":
+        assert clf.n_recoveries_ >= 1
     assert abs(clf.loss_ - reference.loss_) / reference.loss_ < 1e-4
+    assert shm_segments() <= before, "shared segments left behind"
     Xt = shard(s.X_test, process_client, dtype=np.float32, scale=1 / 16)
     assert abs(clf.score(Xt, s.y_test) - reference.score(Xt, s.y_test)) < 0.01
 

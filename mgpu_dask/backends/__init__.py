@@ -15,6 +15,10 @@ from .._compat import is_installed
 BACKENDS = ("numba", "cupy", "cuml", "sklearn")
 
 
+class BackendSkipped(Exception):
+    """A backend declines this run (e.g. too large for the CPU reference); says why."""
+
+
 class BackendRun(NamedTuple):
     """What every backend gets: the same split, cluster and options."""
 

@@ -1,4 +1,9 @@
-"""scikit-learn on the client's CPU cores: the single-machine reference."""
+"""scikit-learn on the client's CPU cores: the single-machine reference.
+
+Its seconds dwarf their spread, so it runs one cold and ``cpu_repeats`` (1)
+warm repetitions, and not at all above ``cpu_max_train`` training rows where
+that option is set (``bench --cpu-max-train``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import BackendRun
+from . import BackendRun, BackendSkipped
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -18,7 +23,10 @@ def _timed(fn: Any) -> tuple[Any, float]:
 
 def _run(make: Any, run: BackendRun, X_train: np.ndarray, X_test: np.ndarray) -> dict[str, Any]:
     p = run.parts
-    repeats = max(1, int(run.options.get("repeats", 1)))
+    limit = run.options.get("cpu_max_train")
+    if limit is not None and len(p.y_train) > limit:
+        raise BackendSkipped(f"{len(p.y_train)} training rows > --cpu-max-train {limit}")
+    repeats = max(1, int(run.options.get("cpu_repeats", 1)))
     rows = []
     for _ in range(1 + repeats):
         model, fit_s = _timed(lambda: make().fit(X_train, p.y_train))

@@ -1,7 +1,10 @@
 """Launch helpers for logistic regression: loss and gradient of one shard.
 
-The dense products go to cuBLAS / BLAS; the softmax, cross-entropy and
-residual are our fused kernel.  Everything returned is small host data.
+The dense products go to cuBLAS / BLAS; the intercept, softmax, cross-entropy
+and residual are our fused kernel.  :class:`ShardObjective` keeps every buffer
+of one shard allocated between evaluations and, on a GPU, queues the whole
+evaluation on the shard's own stream, so one host thread can keep several
+GPUs busy at once and wait only for the small results.
 """
 
 from __future__ import annotations
@@ -13,24 +16,129 @@ import numpy as np
 from ._launch import array_module, on_gpu, thread_grid
 
 
-def softmax_xent(logits: Any, labels: Any, *, target: str | None = None) -> tuple[Any, Any]:
-    """Residual ``softmax(logits) - onehot(labels)`` and per-row cross-entropy."""
+def softmax_xent(logits: Any, labels: Any, bias: Any = None, *,
+                 target: str | None = None) -> tuple[Any, Any]:
+    """Residual ``softmax(logits + bias) - onehot(labels)`` and per-row cross-entropy."""
     xp = array_module(logits)
+    bias = xp.zeros(logits.shape[1], dtype=logits.dtype) if bias is None else bias
     resid = xp.empty(logits.shape, dtype=logits.dtype)
     loss = xp.empty(logits.shape[0], dtype=np.float64)
     if target == "cuda" or (target is None and on_gpu(logits)):
         from . import logreg_cuda
 
-        logreg_cuda.softmax_xent_rows[thread_grid(logits.shape[0])](logits, labels, resid, loss)
+        logreg_cuda.softmax_xent_rows[thread_grid(logits.shape[0])](logits, labels, bias, resid,
+                                                                     loss)
     else:
         from . import logreg_cpu
 
-        logreg_cpu.softmax_xent_rows(logits, labels, resid, loss)
+        logreg_cpu.softmax_xent_rows(logits, labels, bias, resid, loss)
     return resid, loss
 
 
-def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray, *,
-              target: str | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+class ShardObjective:
+    """Summed cross-entropy and gradient over one shard's rows, buffers kept between calls.
+
+    ``launch(coef, intercept)`` starts an evaluation (on a GPU: queued on the
+    shard's stream, the host returns at once); ``collect()`` waits for it and
+    returns ``(loss, grad_coef, grad_intercept)`` as host float64 values.
+
+    Parameters
+    ----------
+    X : array of shape (n, d), float32 (CuPy or NumPy)
+    labels : array of shape (n,), int32 class indices
+    n_classes : int
+    """
+
+    def __init__(self, X: Any, labels: Any, n_classes: int) -> None:
+        self.X, self.labels, self.k = X, labels, int(n_classes)
+        n, d = X.shape
+        self.gpu = on_gpu(X)
+        if self.gpu:
+            self._init_gpu(n, d)
+        else:
+            self.W = np.empty((d, self.k), dtype=X.dtype)
+            self.b = np.empty(self.k, dtype=X.dtype)
+            self.logits = np.empty((n, self.k), dtype=X.dtype)
+            self.resid = np.empty((n, self.k), dtype=X.dtype)
+            self.loss = np.empty(n, dtype=np.float64)
+            self._out: tuple | None = None
+
+    def _init_gpu(self, n: int, d: int) -> None:
+        import cupy
+        import cupyx
+        from numba import cuda
+
+        from . import logreg_cuda
+
+        self.device = cupy.cuda.Device(self.X.device.id)
+        with self.device:
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+            f32, k = self.X.dtype, self.k
+            self.W = cupy.empty((d, k), dtype=f32)
+            self.b = cupy.empty(k, dtype=f32)
+            self.logits = cupy.empty((n, k), dtype=f32)
+            self.resid = cupy.empty((n, k), dtype=f32)
+            self.loss = cupy.empty(n, dtype=np.float64)
+            self.gW = cupy.empty((d, k), dtype=f32)
+            self.tail = cupy.empty(k + 1, dtype=np.float64)  # grad_intercept..., loss
+            self.W_h = cupyx.empty_pinned((d, k), dtype=f32)
+            self.b_h = cupyx.empty_pinned(k, dtype=f32)
+            self.gW_h = cupyx.empty_pinned((d, k), dtype=f32)
+            self.tail_h = cupyx.empty_pinned(k + 1, dtype=np.float64)
+            views = [cuda.as_cuda_array(a, sync=False)
+                     for a in (self.logits, self.labels, self.b, self.resid, self.loss)]
+            launcher = logreg_cuda.softmax_xent_rows[thread_grid(n)[0], thread_grid(n)[1],
+                                                     cuda.external_stream(self.stream.ptr)]
+            self._kernel = lambda: launcher(*views)
+
+    def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
+        """Start one evaluation at ``coef`` (d x n_classes) and ``intercept``."""
+        if not self.gpu:
+            self.W[...] = coef
+            self.b[...] = intercept
+            np.matmul(self.X, self.W, out=self.logits)
+            resid, loss = self._cpu_xent()
+            self._out = (float(loss.sum()), (self.X.T @ resid).astype(np.float64),
+                         resid.sum(axis=0, dtype=np.float64))
+            return
+        import cupy
+
+        with self.device, self.stream:
+            self.W_h[...] = coef
+            self.b_h[...] = intercept
+            self.W.set(self.W_h, stream=self.stream)
+            self.b.set(self.b_h, stream=self.stream)
+            cupy.matmul(self.X, self.W, out=self.logits)
+            self._kernel()
+            cupy.matmul(self.X.T, self.resid, out=self.gW)
+            self.resid.sum(axis=0, dtype=np.float64, out=self.tail[: self.k])
+            self.loss.sum(out=self.tail[self.k:].reshape(()))
+            self.gW.get(stream=self.stream, out=self.gW_h, blocking=False)
+            self.tail.get(stream=self.stream, out=self.tail_h, blocking=False)
+
+    def _cpu_xent(self) -> tuple[np.ndarray, np.ndarray]:
+        from . import logreg_cpu
+
+        logreg_cpu.softmax_xent_rows(self.logits, self.labels, self.b, self.resid, self.loss)
+        return self.resid, self.loss
+
+    def collect(self) -> tuple[float, np.ndarray, np.ndarray]:
+        """Wait for the evaluation started by ``launch`` and return its host results."""
+        if not self.gpu:
+            out, self._out = self._out, None
+            return out
+        self.stream.synchronize()
+        return (float(self.tail_h[self.k]), self.gW_h.astype(np.float64),
+                self.tail_h[: self.k].copy())
+
+    def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple[float, np.ndarray,
+                                                                         np.ndarray]:
+        self.launch(coef, intercept)
+        return self.collect()
+
+
+def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray) -> tuple[
+        float, np.ndarray, np.ndarray]:
     """Summed cross-entropy and its gradient over the rows of one shard.
 
     Parameters
@@ -47,18 +155,7 @@ def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray, *,
     grad_coef : numpy.ndarray of shape (d, n_classes), float64
     grad_intercept : numpy.ndarray of shape (n_classes,), float64
     """
-    xp = array_module(X)
-    W = xp.asarray(coef, dtype=X.dtype)
-    b = xp.asarray(intercept, dtype=X.dtype)
-    logits = X @ W
-    logits += b
-    resid, loss = softmax_xent(logits, labels, target=target)
-    grad_coef = X.T @ resid
-    grad_intercept = resid.sum(axis=0, dtype=np.float64)
-    total = loss.sum()
-    to_host = (lambda a: a.get()) if on_gpu(X) else np.asarray
-    return (float(to_host(total)), to_host(grad_coef).astype(np.float64),
-            to_host(grad_intercept).astype(np.float64))
+    return ShardObjective(X, labels, len(intercept))(coef, intercept)
 
 
 def decision(X: Any, coef: np.ndarray, intercept: np.ndarray) -> Any:

@@ -9,17 +9,18 @@ from numba import njit, prange
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def softmax_xent_rows(logits, labels, resid, loss):
+def softmax_xent_rows(logits, labels, bias, resid, loss):
     n_classes = logits.shape[1]
     for row in prange(logits.shape[0]):
-        top = logits[row, 0]
+        top = logits[row, 0] + bias[0]
         for c in range(1, n_classes):
-            top = max(top, logits[row, c])
+            top = max(top, logits[row, c] + bias[c])
         total = 0.0
         for c in range(n_classes):
-            total += math.exp(np.float64(logits[row, c] - top))
+            total += math.exp(np.float64(logits[row, c] + bias[c] - top))
         lse = np.float64(top) + math.log(total)
         target = labels[row]
-        loss[row] = lse - np.float64(logits[row, target])
+        loss[row] = lse - np.float64(logits[row, target] + bias[target])
         for c in range(n_classes):
-            resid[row, c] = math.exp(np.float64(logits[row, c]) - lse) - (1.0 if c == target else 0.0)
+            z = np.float64(logits[row, c] + bias[c])
+            resid[row, c] = math.exp(z - lse) - (1.0 if c == target else 0.0)
