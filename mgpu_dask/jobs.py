@@ -197,6 +197,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             "accuracy": accuracy(pred, parts.y_test), "n_iter": clf.n_iter_,
             "round_trips": clf.n_round_trips_, "evaluations": clf.n_evaluations_,
             "comm": clf.comm_, "comm_note": clf.comm_note_, "recoveries": clf.n_recoveries_,
+            "fit_profile": clf.fit_profile_,
             "loss": clf.loss_, "converged": clf.converged_,
             "cold": {**cold.seconds, "total": cold_total},
             "warm": {name: statistics.median(r[name] for r in runs) for name in runs[0]},

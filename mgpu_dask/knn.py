@@ -17,6 +17,7 @@ from . import config
 from . import knn_plans as plans
 from .data.shard import detect_device
 from .exceptions import DataError, MgpuDaskError
+from .kernels._launch import on_gpu
 from .kernels.knn import MAX_K
 
 
@@ -302,7 +303,8 @@ def to_host(array: Any, timeout: float | None = None) -> np.ndarray:
             except TimeoutError:
                 client.cancel(blocks)
                 raise TimeoutError(f"results did not arrive within {timeout:.0f} s") from None
-            parts = client.gather(blocks)
+            # Blocks of an array with a wrong _meta (cuML's KNN predict) may still be CuPy.
+            parts = [p.get() if on_gpu(p) else p for p in client.gather(blocks)]
             return np.concatenate(parts, axis=0) if array.ndim else np.asarray(parts[0])
         array = array.compute()
     return array.get() if hasattr(array, "get") else np.asarray(array)

@@ -23,12 +23,13 @@ def digits():
     return split(ds.X, ds.y, seed=7)
 
 
-@pytest.mark.parametrize("weights", ["distance", "uniform"])
-def test_array_knn_block_matches_sklearn(digits, weights):
+@pytest.mark.parametrize("weights, tile_bytes", [("distance", 1 << 30), ("uniform", 1 << 30),
+                                                 ("distance", 100_000)])
+def test_array_knn_block_matches_sklearn(digits, weights, tile_bytes):
     s = digits
     T = s.X_train.astype(np.float32)
     pred = cupy_backend.knn_block(s.X_test, T, s.y_train.astype(np.int32), (T * T).sum(1), 3,
-                                  weights, 10)
+                                  weights, 10, tile_bytes=tile_bytes)  # 100 kB: 7-row tiles
     sk = SkKNN(3, weights=weights, algorithm="brute").fit(T.astype(np.float64), s.y_train)
     agree = (pred == sk.predict(s.X_test.astype(np.float64))).mean()
     assert agree > 0.99  # only exact ties may differ (argpartition breaks them arbitrarily)

@@ -141,8 +141,11 @@ def test_cupy_backend_matches_numba_on_gpu():
     assert abs(rows["cupy"]["accuracy"] - rows["numba"]["accuracy"]) < 0.005
 
 
-def test_shard_objective_on_every_gpu_matches_cpu():
+@pytest.mark.parametrize("graphs", [True, False])
+def test_shard_objective_on_every_gpu_matches_cpu(graphs):
     """One host thread queues an evaluation on each GPU, then collects them all."""
+    import dask
+
     from mgpu_dask.kernels import logreg as L
 
     rng = np.random.default_rng()
@@ -150,8 +153,9 @@ def test_shard_objective_on_every_gpu_matches_cpu():
     y = rng.integers(0, 10, 5000).astype(np.int32)
     objectives = []
     for device in range(cupy.cuda.runtime.getDeviceCount()):
-        with cupy.cuda.Device(device):
+        with cupy.cuda.Device(device), dask.config.set({"mgpu-dask.logreg.cuda-graphs": graphs}):
             objectives.append(L.ShardObjective(cupy.asarray(X), cupy.asarray(y), 10))
+    assert all((o.graph is not None) == graphs for o in objectives), "CUDA graph capture failed"
     for _ in range(2):  # the buffers are reused: a second point must not see the first
         W, b = rng.standard_normal((64, 10)) * 0.1, rng.standard_normal(10) * 0.1
         for o in objectives:

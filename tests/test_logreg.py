@@ -73,6 +73,8 @@ def test_objective_matches_sklearn_on_digits(client, C, comm):
     assert ours.comm_ == comm
     assert ours.n_evaluations_ >= ours.n_iter_ > 0
     assert ours.n_round_trips_ == (4 if comm == "single-host" else ours.n_evaluations_)
+    if comm == "single-host":
+        assert ours.fit_profile_["L-BFGS"] > 0 and ours.fit_profile_["export"] > 0
     sk = SkLR(C=C, max_iter=10000, tol=1e-10).fit(X, s.y_train)
     a = objective(ours.coef_, ours.intercept_, X, s.y_train, C, ours.classes_)
     b = objective(sk.coef_, sk.intercept_, X, s.y_train, C, sk.classes_)

@@ -20,10 +20,18 @@ from . import BackendRun, numba_backend
 
 
 def knn_block(Q: Any, T: Any, labels: Any, norms: Any, k: int, weights: str,
-              n_classes: int) -> Any:
-    """Predicted class indices for the rows of ``Q`` against ``T``: array code only."""
+              n_classes: int, tile_bytes: int = 1 << 30) -> Any:
+    """Predicted class indices for the rows of ``Q`` against ``T``: array code only.
+
+    Queries go in row tiles whose score matrix stays under ``tile_bytes``
+    (the whole 17,500 x 210,000 one would not fit in a GPU).
+    """
     xp = array_module(T)
     Q = xp.asarray(Q, dtype=np.float32)
+    step = max(1, tile_bytes // (8 * max(1, T.shape[0])))
+    if Q.shape[0] > step:
+        return xp.concatenate([knn_block(Q[i:i + step], T, labels, norms, k, weights, n_classes,
+                                         tile_bytes) for i in range(0, Q.shape[0], step)])
     score = norms[None, :] - 2.0 * (Q @ T.T)               # |t|^2 - 2 q.t ranks like |q - t|^2
     nearest = xp.argpartition(score, k - 1, axis=1)[:, :k]
     sq = xp.take_along_axis(score, nearest, axis=1) + (Q * Q).sum(axis=1, keepdims=True)

@@ -68,6 +68,7 @@ class ShardObjective:
         import cupyx
         from numba import cuda
 
+        from .. import config
         from . import logreg_cuda
 
         self.device = cupy.cuda.Device(self.X.device.id)
@@ -78,18 +79,61 @@ class ShardObjective:
             self.b = cupy.empty(k, dtype=f32)
             self.logits = cupy.empty((n, k), dtype=f32)
             self.resid = cupy.empty((n, k), dtype=f32)
-            self.loss = cupy.empty(n, dtype=np.float64)
-            self.gW = cupy.empty((d, k), dtype=f32)
-            self.tail = cupy.empty(k + 1, dtype=np.float64)  # grad_intercept..., loss
+            self.loss = cupy.empty((1, n), dtype=np.float64)
+            # Row sums as products with ones: cuBLAS only, no temporary memory,
+            # so the whole evaluation can be captured in a CUDA graph.
+            self.ones = cupy.ones((1, n), dtype=f32)
+            self.ones64 = cupy.ones((n, 1), dtype=np.float64)
+            self.G = cupy.empty((d + 1, k), dtype=f32)          # grad_coef; grad_intercept
+            self.total = cupy.empty((1, 1), dtype=np.float64)   # summed loss
             self.W_h = cupyx.empty_pinned((d, k), dtype=f32)
             self.b_h = cupyx.empty_pinned(k, dtype=f32)
-            self.gW_h = cupyx.empty_pinned((d, k), dtype=f32)
-            self.tail_h = cupyx.empty_pinned(k + 1, dtype=np.float64)
+            self.G_h = cupyx.empty_pinned((d + 1, k), dtype=f32)
+            self.total_h = cupyx.empty_pinned((1, 1), dtype=np.float64)
             views = [cuda.as_cuda_array(a, sync=False)
-                     for a in (self.logits, self.labels, self.b, self.resid, self.loss)]
-            launcher = logreg_cuda.softmax_xent_rows[thread_grid(n)[0], thread_grid(n)[1],
+                     for a in (self.logits, self.labels, self.b, self.resid, self.loss.ravel())]
+            grid, block = thread_grid(n)
+            launcher = logreg_cuda.softmax_xent_rows[grid, block,
                                                      cuda.external_stream(self.stream.ptr)]
             self._kernel = lambda: launcher(*views)
+            self.graph = self._capture() if config.get("logreg.cuda-graphs", True) else None
+
+    def _enqueue(self) -> None:
+        """Queue one evaluation on the shard's stream (inputs from the pinned W_h, b_h)."""
+        import cupy
+
+        d = self.W.shape[0]
+        with self.device, self.stream:
+            self.W.set(self.W_h, stream=self.stream)
+            self.b.set(self.b_h, stream=self.stream)
+            cupy.matmul(self.X, self.W, out=self.logits)
+            self._kernel()
+            cupy.matmul(self.X.T, self.resid, out=self.G[:d])
+            cupy.matmul(self.ones, self.resid, out=self.G[d:])
+            cupy.matmul(self.loss, self.ones64, out=self.total)
+            self.G.get(stream=self.stream, out=self.G_h, blocking=False)
+            self.total.get(stream=self.stream, out=self.total_h, blocking=False)
+
+    def _capture(self) -> Any:
+        """The evaluation as a CUDA graph, or None where capturing fails here."""
+        import cupy
+
+        self.W_h[...] = 0
+        self.b_h[...] = 0
+        self._enqueue()  # loads the kernel module and cuBLAS state before capturing
+        self.stream.synchronize()
+        mode = getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", None)
+        graph = None
+        try:
+            with self.device:
+                self.stream.begin_capture(*(() if mode is None else (mode,)))
+                try:
+                    self._enqueue()
+                finally:
+                    graph = self.stream.end_capture()
+        except Exception:  # e.g. a CUDA/cuBLAS version that cannot capture these calls
+            return None
+        return graph
 
     def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
         """Start one evaluation at ``coef`` (d x n_classes) and ``intercept``."""
@@ -101,20 +145,13 @@ class ShardObjective:
             self._out = (float(loss.sum()), (self.X.T @ resid).astype(np.float64),
                          resid.sum(axis=0, dtype=np.float64))
             return
-        import cupy
-
-        with self.device, self.stream:
-            self.W_h[...] = coef
-            self.b_h[...] = intercept
-            self.W.set(self.W_h, stream=self.stream)
-            self.b.set(self.b_h, stream=self.stream)
-            cupy.matmul(self.X, self.W, out=self.logits)
-            self._kernel()
-            cupy.matmul(self.X.T, self.resid, out=self.gW)
-            self.resid.sum(axis=0, dtype=np.float64, out=self.tail[: self.k])
-            self.loss.sum(out=self.tail[self.k:].reshape(()))
-            self.gW.get(stream=self.stream, out=self.gW_h, blocking=False)
-            self.tail.get(stream=self.stream, out=self.tail_h, blocking=False)
+        self.W_h[...] = coef
+        self.b_h[...] = intercept
+        if self.graph is not None:
+            with self.device:
+                self.graph.launch(self.stream)
+        else:
+            self._enqueue()
 
     def _cpu_xent(self) -> tuple[np.ndarray, np.ndarray]:
         from . import logreg_cpu
@@ -128,8 +165,8 @@ class ShardObjective:
             out, self._out = self._out, None
             return out
         self.stream.synchronize()
-        return (float(self.tail_h[self.k]), self.gW_h.astype(np.float64),
-                self.tail_h[: self.k].copy())
+        grads = self.G_h.astype(np.float64)
+        return float(self.total_h[0, 0]), grads[:-1], grads[-1]
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple[float, np.ndarray,
                                                                          np.ndarray]:
