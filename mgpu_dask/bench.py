@@ -91,9 +91,24 @@ def run_sweep(tasks: list[str], workers: list[int], fractions: list[float],
 
 
 def merge_rows(previous: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Earlier rows (``--append``) that this sweep did not redo, then this sweep's rows."""
-    redone = {(r["task"], r["workers"], r["fraction"]) for r in rows}
-    return [r for r in previous if (r["task"], r["workers"], r["fraction"]) not in redone] + rows
+    """Earlier rows (``--append``) that this sweep did not redo, then this sweep's rows.
+
+    A row is one (task, backend, workers, fraction); speed-ups against cuML are
+    recomputed from the merged cuML rows.
+    """
+    def key(r: dict[str, Any]) -> tuple:
+        return r["task"], r["backend"], r["workers"], r["fraction"]
+
+    redone = {key(r) for r in rows}
+    merged = sorted([r for r in previous if key(r) not in redone] + rows,
+                    key=lambda r: (r["task"], r["workers"], r["fraction"]))
+    cuml = {(r["task"], r["workers"], r["fraction"]): r["warm_total"] for r in merged
+            if r["backend"] == "cuml" and r["status"] == "ok"}
+    for r in merged:
+        reference = cuml.get((r["task"], r["workers"], r["fraction"]))
+        r["speedup_vs_cuml"] = (reference / r["warm_total"]
+                                if reference and r["status"] == "ok" else None)
+    return merged
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:

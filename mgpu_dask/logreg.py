@@ -2,7 +2,7 @@
 
 Each worker's shard stays where it is (on its GPU as CuPy, or in host memory)
 and only coefficients, losses and gradients move.  Two ways to run the
-L-BFGS loop (SciPy, float64):
+L-BFGS loop (ours, float64: ``lbfgs``):
 
 * ``single-host`` (default where it applies): every holder exports its rows
   once (CUDA IPC / shared memory, ``peer_views``) and one worker runs the
@@ -24,13 +24,13 @@ from typing import Any, NamedTuple
 import dask
 import dask.array as da
 import numpy as np
-from scipy.optimize import minimize
 
 from . import config, peer_views
 from .data.shard import block_futures, meta_for, shard
 from .exceptions import DataError, MgpuDaskError
+from .lbfgs import minimize_lbfgs
 from .kernels import logreg as kernels
-from .kernels._launch import array_module
+from .kernels._launch import array_module, on_gpu
 from .knn import NotFittedError, _active_client, _all_finite, _device_of, to_host
 
 
@@ -53,13 +53,18 @@ class _CallObjective:
         self._out: tuple | None = None
 
     def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
-        self._out = self.fn(self.X, self.labels, coef, intercept)
+        self._out = self(coef, intercept)
 
     def collect(self) -> tuple:
         out, self._out = self._out, None
         return out
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
+        if on_gpu(self.X):  # one process may hold shards of several GPUs: use this one's
+            import cupy
+
+            with cupy.cuda.Device(self.X.device.id):
+                return self.fn(self.X, self.labels, coef, intercept)
         return self.fn(self.X, self.labels, coef, intercept)
 
 
@@ -69,13 +74,10 @@ def _objective_for(X: Any, labels: Any, n_classes: int, loss_grad: Any) -> Any:
 
 
 def _lbfgs(evaluate: Any, problem: _Problem) -> dict[str, Any]:
-    """SciPy's L-BFGS-B on the penalised mean cross-entropy; ``evaluate`` sums the shards."""
+    """L-BFGS on the penalised mean cross-entropy; ``evaluate`` sums the shards."""
     n, d, k, penalty = problem.n, problem.d, problem.n_classes, problem.penalty
-    calls = 0
 
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        nonlocal calls
-        calls += 1
         W = theta[: d * k].reshape(d, k)
         b = theta[d * k:]
         loss, gW, gb = evaluate(W, b)
@@ -83,12 +85,8 @@ def _lbfgs(evaluate: Any, problem: _Problem) -> dict[str, Any]:
         grad = np.concatenate([(gW / n + penalty * W).ravel(), gb / n])
         return value, grad
 
-    result = minimize(objective, np.zeros(d * k + k), jac=True, method="L-BFGS-B",
-                      options={"maxiter": problem.options["maxiter"], "maxls": 50,
-                               "gtol": problem.options["gtol"],
-                               "ftol": 64 * np.finfo(float).eps})
-    return {"x": result.x, "nit": int(result.nit), "nfev": calls, "fun": float(result.fun),
-            "success": bool(result.success)}
+    return minimize_lbfgs(objective, np.zeros(d * k + k), maxiter=problem.options["maxiter"],
+                          gtol=problem.options["gtol"])
 
 
 def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,

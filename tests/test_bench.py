@@ -95,3 +95,20 @@ def test_bench_bad_arguments(capsys, argv, match):
     assert main(["bench", "--dataset", "digits", "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and match in err
+
+
+def test_merge_rows_replaces_one_backend_and_recomputes_speedups():
+    from mgpu_dask.bench import merge_rows
+
+    def row(backend, workers, status="ok", total=1.0):
+        return {"task": "knn", "backend": backend, "workers": workers, "fraction": 1.0,
+                "status": status, "warm_total": total if status == "ok" else None,
+                "speedup_vs_cuml": None}
+
+    previous = [row("numba", 2, total=0.5), row("cupy", 2, "failed: boom"), row("cuml", 2, total=2.0),
+                row("cupy", 4, total=9.0)]
+    merged = merge_rows(previous, [row("cupy", 2, total=4.0)])
+    by = {(r["backend"], r["workers"]): r for r in merged}
+    assert len(merged) == 4 and by[("cupy", 2)]["status"] == "ok"
+    assert by[("cupy", 2)]["speedup_vs_cuml"] == 0.5 and by[("numba", 2)]["speedup_vs_cuml"] == 4.0
+    assert by[("cupy", 4)]["speedup_vs_cuml"] is None  # no cuML row at 4 workers

@@ -228,3 +228,23 @@ def test_cli_logreg_bad_c(capsys):
                  "--quiet", "--dashboard-address", ":0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: C=0.0 must be a positive") and "\n" not in err
+
+
+def test_lbfgs_solves_a_quadratic_and_counts():
+    from mgpu_dask.lbfgs import minimize_lbfgs
+
+    rng = np.random.default_rng()
+    A = rng.standard_normal((30, 30))
+    H = A @ A.T + np.eye(30)
+    target = rng.standard_normal(30)
+
+    def fun(x):
+        r = x - target
+        return 0.5 * float(r @ H @ r), H @ r
+
+    out = minimize_lbfgs(fun, np.zeros(30), maxiter=500, gtol=1e-8, ftol=0.0)
+    assert out["success"] and out["message"] == "gradient below gtol"
+    np.testing.assert_allclose(out["x"], target, atol=1e-6)
+    assert 0 < out["nit"] < out["nfev"] <= 3 * out["nit"] + 5
+    capped = minimize_lbfgs(fun, np.zeros(30), maxiter=3, gtol=1e-12)
+    assert capped["nit"] == 3 and not capped["success"]

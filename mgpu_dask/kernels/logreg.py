@@ -96,31 +96,33 @@ class ShardObjective:
             launcher = logreg_cuda.softmax_xent_rows[grid, block,
                                                      cuda.external_stream(self.stream.ptr)]
             self._kernel = lambda: launcher(*views)
+            self.graph_error: str | None = None
+            self.graph_error: str | None = None
             self.graph = self._capture() if config.get("logreg.cuda-graphs", True) else None
 
-    def _enqueue(self) -> None:
-        """Queue one evaluation on the shard's stream (inputs from the pinned W_h, b_h)."""
+    def _compute(self) -> None:
+        """Queue the device work of one evaluation on the shard's stream (W, b on device)."""
         import cupy
 
         d = self.W.shape[0]
         with self.device, self.stream:
-            self.W.set(self.W_h, stream=self.stream)
-            self.b.set(self.b_h, stream=self.stream)
             cupy.matmul(self.X, self.W, out=self.logits)
             self._kernel()
             cupy.matmul(self.X.T, self.resid, out=self.G[:d])
             cupy.matmul(self.ones, self.resid, out=self.G[d:])
             cupy.matmul(self.loss, self.ones64, out=self.total)
-            self.G.get(stream=self.stream, out=self.G_h, blocking=False)
-            self.total.get(stream=self.stream, out=self.total_h, blocking=False)
 
     def _capture(self) -> Any:
-        """The evaluation as a CUDA graph, or None where capturing fails here."""
+        """``_compute`` as a CUDA graph, or None where capturing fails here.
+
+        Copies stay outside the graph (CuPy refuses host transfers on a
+        capturing stream); they are queued around each replay instead.
+        """
         import cupy
 
-        self.W_h[...] = 0
-        self.b_h[...] = 0
-        self._enqueue()  # loads the kernel module and cuBLAS state before capturing
+        self.W.fill(0)
+        self.b.fill(0)
+        self._compute()  # loads the kernel module and cuBLAS state before capturing
         self.stream.synchronize()
         mode = getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", None)
         graph = None
@@ -128,10 +130,11 @@ class ShardObjective:
             with self.device:
                 self.stream.begin_capture(*(() if mode is None else (mode,)))
                 try:
-                    self._enqueue()
+                    self._compute()
                 finally:
                     graph = self.stream.end_capture()
-        except Exception:  # e.g. a CUDA/cuBLAS version that cannot capture these calls
+        except Exception as exc:  # e.g. a CUDA/cuBLAS version that cannot capture these calls
+            self.graph_error = f"{type(exc).__name__}: {exc}"
             return None
         return graph
 
@@ -147,11 +150,15 @@ class ShardObjective:
             return
         self.W_h[...] = coef
         self.b_h[...] = intercept
-        if self.graph is not None:
-            with self.device:
+        with self.device, self.stream:
+            self.W.set(self.W_h, stream=self.stream)
+            self.b.set(self.b_h, stream=self.stream)
+            if self.graph is not None:
                 self.graph.launch(self.stream)
-        else:
-            self._enqueue()
+            else:
+                self._compute()
+            self.G.get(stream=self.stream, out=self.G_h, blocking=False)
+            self.total.get(stream=self.stream, out=self.total_h, blocking=False)
 
     def _cpu_xent(self) -> tuple[np.ndarray, np.ndarray]:
         from . import logreg_cpu
