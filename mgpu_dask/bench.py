@@ -25,6 +25,8 @@ COLUMNS = ("task", "backend", "workers", "fraction", "n_train", "n_test", "statu
            "warm_fit", "warm_predict", "warm_total", "cold_fit", "cold_predict",
            "speedup_vs_cuml", "note")
 CPU_BACKENDS = ("sklearn",)
+# One colour per backend in every plot (matplotlib's and bokeh's category palette).
+COLORS = {"numba": "#1f77b4", "cupy": "#ff7f0e", "cuml": "#2ca02c", "sklearn": "#d62728"}
 
 
 def flatten(result: dict[str, Any], workers: int) -> list[dict[str, Any]]:
@@ -122,8 +124,9 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
 def _series(rows: list[dict[str, Any]], task: str, x: str,
             fixed: Callable[[dict[str, Any]], bool]) -> dict[str, tuple[list, list]]:
     lines: dict[str, tuple[list, list]] = {}
+    rank = {name: i for i, name in enumerate(COLORS)}  # legend order: numba, cupy, cuml, sklearn
     for r in sorted((r for r in rows if r["task"] == task and r["status"] == "ok" and fixed(r)),
-                    key=lambda r: r[x]):
+                    key=lambda r: (rank.get(r["backend"], len(rank)), r[x])):
         xs, ys = lines.setdefault(r["backend"], ([], []))
         xs.append(r[x])
         ys.append(r["warm_total"])
@@ -154,7 +157,7 @@ def plot_png(rows: list[dict[str, Any]], out: Path) -> list[Path]:
                 ("size", "n_train", lambda r: r["workers"] == widest, "training rows")):
             fig, ax = plt.subplots(figsize=(6, 4))
             for backend, (xs, ys) in _series(mine, task, x, fixed).items():
-                ax.plot(xs, ys, marker="o", label=backend)
+                ax.plot(xs, ys, marker="o", label=backend, color=COLORS.get(backend))
             ax.set_xscale("log", base=2 if name == "gpus" else 10)
             ax.set_yscale("log")
             ax.set_xlabel(label)
@@ -189,7 +192,7 @@ def plot_html(rows: list[dict[str, Any]], path: Path) -> Path:
                          y_axis_type="log", x_axis_label=label, y_axis_label="seconds",
                          width=480, height=320)
             for i, (backend, (xs, ys)) in enumerate(_series(mine, task, x, fixed).items()):
-                color = Category10[10][i % 10]
+                color = COLORS.get(backend, Category10[10][i % 10])
                 fig.line(xs, ys, legend_label=backend, color=color)
                 fig.scatter(xs, ys, color=color)
             figures.append(fig)

@@ -112,12 +112,10 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
         try:
             result = _lbfgs(evaluate, problem)
         finally:
-            graphs = sum(getattr(o, "graph", None) is not None for o in objectives)
             objectives.clear()  # the mapped shards must have no users when they close
         solved = time.perf_counter()
     return {**result, "profile": {"map and buffers": ready - started, "L-BFGS": solved - ready,
-                                  "unmap": time.perf_counter() - solved,
-                                  "shards with CUDA graphs": graphs}}
+                                  "unmap": time.perf_counter() - solved}}
 
 
 class ShardLossGrad:

@@ -141,11 +141,8 @@ def test_cupy_backend_matches_numba_on_gpu():
     assert abs(rows["cupy"]["accuracy"] - rows["numba"]["accuracy"]) < 0.005
 
 
-@pytest.mark.parametrize("graphs", [True, False])
-def test_shard_objective_on_every_gpu_matches_cpu(graphs):
+def test_shard_objective_on_every_gpu_matches_cpu():
     """One host thread queues an evaluation on each GPU, then collects them all."""
-    import dask
-
     from mgpu_dask.kernels import logreg as L
 
     rng = np.random.default_rng()
@@ -153,9 +150,8 @@ def test_shard_objective_on_every_gpu_matches_cpu(graphs):
     y = rng.integers(0, 10, 5000).astype(np.int32)
     objectives = []
     for device in range(cupy.cuda.runtime.getDeviceCount()):
-        with cupy.cuda.Device(device), dask.config.set({"mgpu-dask.logreg.cuda-graphs": graphs}):
+        with cupy.cuda.Device(device):
             objectives.append(L.ShardObjective(cupy.asarray(X), cupy.asarray(y), 10))
-    assert all((o.graph is not None) == graphs for o in objectives), objectives[0].graph_error
     for _ in range(2):  # the buffers are reused: a second point must not see the first
         W, b = rng.standard_normal((64, 10)) * 0.1, rng.standard_normal(10) * 0.1
         for o in objectives:

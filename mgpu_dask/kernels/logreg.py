@@ -68,7 +68,6 @@ class ShardObjective:
         import cupyx
         from numba import cuda
 
-        from .. import config
         from . import logreg_cuda
 
         self.device = cupy.cuda.Device(self.X.device.id)
@@ -80,8 +79,7 @@ class ShardObjective:
             self.logits = cupy.empty((n, k), dtype=f32)
             self.resid = cupy.empty((n, k), dtype=f32)
             self.loss = cupy.empty((1, n), dtype=np.float64)
-            # Row sums as products with ones: cuBLAS only, no temporary memory,
-            # so the whole evaluation can be captured in a CUDA graph.
+            # Row sums as products with ones: cuBLAS calls, no temporary memory.
             self.ones = cupy.ones((1, n), dtype=f32)
             self.ones64 = cupy.ones((n, 1), dtype=np.float64)
             self.G = cupy.empty((d + 1, k), dtype=f32)          # grad_coef; grad_intercept
@@ -96,9 +94,6 @@ class ShardObjective:
             launcher = logreg_cuda.softmax_xent_rows[grid, block,
                                                      cuda.external_stream(self.stream.ptr)]
             self._kernel = lambda: launcher(*views)
-            self.graph_error: str | None = None
-            self.graph_error: str | None = None
-            self.graph = self._capture() if config.get("logreg.cuda-graphs", True) else None
 
     def _compute(self) -> None:
         """Queue the device work of one evaluation on the shard's stream (W, b on device)."""
@@ -111,32 +106,6 @@ class ShardObjective:
             cupy.matmul(self.X.T, self.resid, out=self.G[:d])
             cupy.matmul(self.ones, self.resid, out=self.G[d:])
             cupy.matmul(self.loss, self.ones64, out=self.total)
-
-    def _capture(self) -> Any:
-        """``_compute`` as a CUDA graph, or None where capturing fails here.
-
-        Copies stay outside the graph (CuPy refuses host transfers on a
-        capturing stream); they are queued around each replay instead.
-        """
-        import cupy
-
-        self.W.fill(0)
-        self.b.fill(0)
-        self._compute()  # loads the kernel module and cuBLAS state before capturing
-        self.stream.synchronize()
-        mode = getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", None)
-        graph = None
-        try:
-            with self.device:
-                self.stream.begin_capture(*(() if mode is None else (mode,)))
-                try:
-                    self._compute()
-                finally:
-                    graph = self.stream.end_capture()
-        except Exception as exc:  # e.g. a CUDA/cuBLAS version that cannot capture these calls
-            self.graph_error = f"{type(exc).__name__}: {exc}"
-            return None
-        return graph
 
     def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
         """Start one evaluation at ``coef`` (d x n_classes) and ``intercept``."""
@@ -153,10 +122,7 @@ class ShardObjective:
         with self.device, self.stream:
             self.W.set(self.W_h, stream=self.stream)
             self.b.set(self.b_h, stream=self.stream)
-            if self.graph is not None:
-                self.graph.launch(self.stream)
-            else:
-                self._compute()
+            self._compute()
             self.G.get(stream=self.stream, out=self.G_h, blocking=False)
             self.total.get(stream=self.stream, out=self.total_h, blocking=False)
 
