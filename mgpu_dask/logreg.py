@@ -6,7 +6,7 @@ L-BFGS loop (ours, float64: ``lbfgs``):
 
 * ``single-host`` (default where it applies): every holder exports its rows
   once (CUDA IPC / shared memory, ``peer_views``) and one worker runs the
-  whole loop, evaluating each shard on its own GPU, all GPUs at once.  Three
+  whole loop, evaluating each shard on its own GPU, all GPUs at once.  Four
   Dask round trips per fit, whatever the iteration count.
 * ``actors`` (any cluster, several hosts): the loop runs on the client; each
   evaluation is one direct call to one Dask Actor per worker, which returns
@@ -68,6 +68,25 @@ class _CallObjective:
         return self.fn(self.X, self.labels, coef, intercept)
 
 
+NOT_FINITE = "X contains NaN or infinity; clean or impute it first"
+
+
+def _sum_parts(parts: list[tuple]) -> tuple:
+    """Add the shards' (loss, grad_coef, grad_intercept) triples."""
+    return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+
+
+def _rows_by_worker(X: da.Array, y: da.Array, client: Any) -> tuple[list, list, dict]:
+    """The persisted row blocks of X and y (future, holder) and, per holder, its block indices."""
+    placed, labels = block_futures(X, client), block_futures(y, client)
+    if any(f is None for f, _ in placed + labels):
+        raise MgpuDaskError("could not locate the persisted row blocks of X; persist X first")
+    by_worker: dict[str, list[int]] = {}
+    for i, (_, worker) in enumerate(placed):
+        by_worker.setdefault(worker, []).append(i)
+    return placed, labels, by_worker
+
+
 def _objective_for(X: Any, labels: Any, n_classes: int, loss_grad: Any) -> Any:
     return (kernels.ShardObjective(X, labels, n_classes) if loss_grad is None
             else _CallObjective(loss_grad, X, labels))
@@ -105,9 +124,7 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
         def evaluate(W: np.ndarray, b: np.ndarray) -> tuple:
             for objective in objectives:
                 objective.launch(W, b)
-            parts = [objective.collect() for objective in objectives]
-            return (sum(p[0] for p in parts), sum(p[1] for p in parts),
-                    sum(p[2] for p in parts))
+            return _sum_parts([objective.collect() for objective in objectives])
 
         try:
             result = _lbfgs(evaluate, problem)
@@ -192,8 +209,8 @@ class LogisticRegression:
     n_evaluations_ : int
         Objective (loss and gradient) evaluations.
     n_round_trips_ : int
-        Dask round trips of the optimisation: 3 for a single-host fit
-        (export, fit, release), one per evaluation otherwise.
+        Dask round trips of the optimisation: 4 for a single-host fit
+        (export, fit, who is alive, release), one per evaluation otherwise.
     comm_ : str
         How the fit ran: ``"single-host"``, ``"actors"`` or ``"graph"``.
     comm_note_ : str or None
@@ -311,7 +328,7 @@ class LogisticRegression:
                          problem: "_Problem") -> dict[str, Any]:
         """L-BFGS on the client, one message round per evaluation (any cluster)."""
         if not _all_finite(X):
-            raise DataError("X contains NaN or infinity; clean or impute it first")
+            raise DataError(NOT_FINITE)
         evaluate = (_ActorEvaluator(X, y, client, timeout, self.loss_grad) if client is not None
                     else _GraphEvaluator(X, y, self.loss_grad))
         try:
@@ -334,12 +351,7 @@ class LogisticRegression:
         from distributed import wait
 
         token = uuid.uuid4().hex
-        placed, labels = block_futures(X, client), block_futures(y, client)
-        if any(f is None for f, _ in placed + labels):
-            raise MgpuDaskError("could not locate the persisted row blocks of X; persist X first")
-        by_worker: dict[str, list[int]] = {}
-        for i, (_, worker) in enumerate(placed):
-            by_worker.setdefault(worker, []).append(i)
+        placed, labels, by_worker = _rows_by_worker(X, y, client)
         holders = set(by_worker)
         exports = [client.submit(peer_views.export, token,
                                  [[placed[i][0] for i in idx], [labels[i][0] for i in idx]],
@@ -353,7 +365,7 @@ class LogisticRegression:
             exported = time.perf_counter()
             holders |= {s["address"] for s in shards if s["address"]}
             if not all(s["finite"] for s in shards):
-                raise DataError("X contains NaN or infinity; clean or impute it first")
+                raise DataError(NOT_FINITE)
             if len({s["host"] for s in shards}) > 1:
                 raise peer_views.PeerUnavailable("the shards live on more than one host")
             leader = max(shards, key=lambda s: s["rows"])["address"]
@@ -456,19 +468,13 @@ class _ActorEvaluator:
         client, (X, y), timeout = self._client, self._keep, self.timeout
         while True:  # after a worker loss, lost blocks are recomputed and get a holder
             wait(futures_of([X, y]), timeout=max(1.0, deadline - time.perf_counter()))
-            placed = block_futures(X, client)
-            labels = block_futures(y, client)
-            if any(f is None for f, _ in placed + labels):
-                raise MgpuDaskError("could not locate the persisted row blocks of X; persist X first")
+            placed, labels, by_worker = _rows_by_worker(X, y, client)
             alive = set(client.run_on_scheduler(_alive_workers))
             if all(w in alive for _, w in placed + labels):  # who_has can lag a death
                 break
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"row blocks of X had no worker after {timeout:.0f} s")
             time.sleep(0.1)
-        by_worker: dict[str, list[int]] = {}
-        for i, (_, worker) in enumerate(placed):
-            by_worker.setdefault(worker, []).append(i)
         # Loose placement: should that worker die now, the actor starts on another.
         started = [client.submit(ShardLossGrad, len(idx), *[placed[i][0] for i in idx],
                                  *[labels[i][0] for i in idx], loss_grad=self._shard_fn,
@@ -489,7 +495,7 @@ class _ActorEvaluator:
             self.rebuilds += 1
             self._start_actors()
             parts = self._evaluate(coef, intercept)
-        return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+        return _sum_parts(parts)
 
     def _evaluate(self, coef: np.ndarray, intercept: np.ndarray) -> list:
         pending = [(a, a.loss_grad(coef, intercept)) for a in self.actors]
@@ -525,9 +531,8 @@ class _GraphEvaluator:
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         self.calls += 1
-        parts = dask.compute(*[dask.delayed(self._shard_fn)(xb, yb, coef, intercept)
-                               for xb, yb in self.pairs])
-        return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+        return _sum_parts(dask.compute(*[dask.delayed(self._shard_fn)(xb, yb, coef, intercept)
+                                         for xb, yb in self.pairs]))
 
     def close(self) -> None:
         self.pairs = []

@@ -73,6 +73,26 @@ def client(_session_client):
         yield _session_client
 
 
+@pytest.fixture
+def process_client():
+    """Three worker processes with nannies: shards really live in other processes,
+    and a killed worker is replaced."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        with client.as_current():
+            yield client
+
+
+def digits_xy() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as (X, y)."""
+    from mgpu_dask.data import load_dataset
+
+    ds = load_dataset("digits")
+    return ds.X, ds.y
+
+
 def shm_segments() -> set[str]:
     """Our shared-memory segments present now (single-host logistic regression)."""
     return {p.name for p in Path("/dev/shm").glob("mgpu_*")}

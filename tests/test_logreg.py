@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import exports_held, shm_segments
+from conftest import digits_xy, exports_held, shm_segments
 from numba import config
 from sklearn.linear_model import LogisticRegression as SkLR
 
@@ -96,19 +96,8 @@ def test_objective_matches_sklearn_on_mnist_subset(client, mnist_dir):
     assert abs(a - b) / b < 1e-4
 
 
-@pytest.fixture
-def process_client():
-    """Three worker processes: shards really live in other processes."""
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
-        with client.as_current():
-            yield client
-
-
 def test_single_host_fit_maps_other_processes_shards(process_client):
-    s = split(*_digits(), seed=3)
+    s = split(*digits_xy(), seed=3)
     X = shard(s.X_train, process_client, dtype=np.float32, scale=1 / 16)
     before = shm_segments()
     one = LogisticRegression(C=0.5, max_iter=300, tol=1e-7, comm="single-host").fit(X, s.y_train)
@@ -142,11 +131,6 @@ def test_opening_a_foreign_host_export_is_refused():
     with pytest.raises(peer_views.PeerUnavailable, match="lives on host"):
         with peer_views.opened([{"host": "not-this-one", "pid": -1, "arrays": []}]):
             pass
-
-
-def _digits():
-    ds = load_dataset("digits")
-    return ds.X, ds.y
 
 
 def test_without_a_client(monkeypatch):

@@ -14,25 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shm_segments
-from distributed import Client, LocalCluster
+from conftest import digits_xy, shm_segments
 
-from mgpu_dask.data import load_dataset, shard, split
+from mgpu_dask.data import shard, split
 from mgpu_dask.knn import KNeighborsClassifier, to_host
 from mgpu_dask.logreg import LogisticRegression
 from mgpu_dask.run import main
 from mgpu_dask.testing import loss_grad_that_kills
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def process_client():
-    """Three worker processes with nannies: a killed worker is replaced."""
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
-        with client.as_current():
-            yield client
 
 
 def _kill_one_worker(client) -> str:
@@ -44,7 +34,7 @@ def _kill_one_worker(client) -> str:
 
 @pytest.mark.parametrize("plan", ["replicate", "shard"])
 def test_knn_worker_killed_between_fit_and_predict(process_client, plan):
-    s = split(*_digits(), seed=4)
+    s = split(*digits_xy(), seed=4)
     Q = shard(s.X_test, process_client, dtype=np.float32)
     clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
     before = to_host(clf.predict(Q))
@@ -59,7 +49,7 @@ def test_logreg_worker_killed_during_fit(process_client, comm, victim, tmp_path)
     """Actors: the lost shards are rebuilt and new actors take them.  Single-host: a
     killed exporter's shard stays mapped by the fitting worker; a killed fitting
     worker's task reruns on another, which maps the dead one's shard."""
-    s = split(*_digits(), seed=4)
+    s = split(*digits_xy(), seed=4)
     X = shard(s.X_train, process_client, dtype=np.float32, scale=1 / 16)
     before = shm_segments()
     reference = LogisticRegression(C=1.0, max_iter=400, tol=1e-7, comm="actors").fit(X, s.y_train)
@@ -77,10 +67,6 @@ def test_logreg_worker_killed_during_fit(process_client, comm, victim, tmp_path)
     Xt = shard(s.X_test, process_client, dtype=np.float32, scale=1 / 16)
     assert abs(clf.score(Xt, s.y_test) - reference.score(Xt, s.y_test)) < 0.01
 
-
-def _digits():
-    ds = load_dataset("digits")
-    return ds.X, ds.y
 
 
 def test_wait_past_timeout_is_a_timeout_error(client):
