@@ -24,3 +24,95 @@ def on_gpu(x: Any) -> bool:
 def thread_grid(n_rows: int, threads: int = 128) -> tuple[int, int]:
     """Grid for kernels that give each row one thread."""
     return max(1, math.ceil(n_rows / threads)), threads
+
+
+def bound_launch(dispatcher: Any, args: list, grid: tuple, block: int, stream: Any) -> Any:
+    """A no-argument callable that launches ``dispatcher[grid, block](*args)`` on ``stream``.
+
+    For kernels launched many times on the same CuPy arrays (they must stay
+    allocated and in place).  The Numba kernel is compiled once and its
+    parameters are laid out once, as Numba passes an array (meminfo, parent,
+    item count, item size, data pointer, shape, strides); each call is then
+    one ``cuLaunchKernel`` through CuPy on the CuPy ``stream``: a few
+    microseconds of host time instead of Numba's per-call argument handling,
+    and no doubt about the stream.  Where Numba's compiled-kernel objects are
+    not the ones this expects, the kernel goes through Numba's ordinary launch
+    on ``stream``.  Call it with the kernel's device current.
+    """
+    import ctypes
+
+    from numba import cuda
+
+    views = [cuda.as_cuda_array(a, sync=False) for a in args]
+    dims = tuple(grid) + (1,) * (3 - len(grid)) + (block, 1, 1)
+    try:
+        from cupy.cuda import driver as cupy_driver
+
+        kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(v) for v in views))
+        function = _address(kernel._codelibrary.get_cufunc().handle)
+        params: list = []
+        for a in args:
+            params += [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_ssize_t(a.size),
+                       ctypes.c_ssize_t(a.itemsize), ctypes.c_void_p(a.data.ptr)]
+            params += [ctypes.c_ssize_t(extent) for extent in a.shape]
+            params += [ctypes.c_ssize_t(stride) for stride in a.strides]
+        pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
+        pointers_at = ctypes.addressof(pointers)
+
+        def launch() -> None:
+            cupy_driver.launchKernel(function, *dims, 0, stream.ptr, pointers_at, 0)
+        launch.bound = True  # type: ignore[attr-defined]
+        launch.keep = (args, params, pointers)  # type: ignore[attr-defined]
+    except Exception as exc:  # other Numba versions: the documented launch
+        configured = dispatcher[grid, block, cuda.external_stream(stream.ptr)]
+
+        def launch() -> None:
+            configured(*views)
+        launch.bound = False  # type: ignore[attr-defined]
+        launch.why = f"{type(exc).__name__}: {exc}"  # type: ignore[attr-defined]
+        launch.keep = views  # type: ignore[attr-defined]
+    return launch
+
+
+def _address(handle: Any) -> int:
+    """The integer behind a driver handle (ctypes ``c_void_p`` or a cuda-python object)."""
+    value = getattr(handle, "value", None)
+    return int(value) if value is not None else int(handle)
+
+
+def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False) -> Any:
+    """A no-argument callable computing ``out = A @ B`` (``A.T @ B`` with ``trans_a``) on ``stream``.
+
+    C-contiguous float32 CuPy arrays; one cuBLAS call per use, without CuPy's
+    dispatch; CuPy's ``matmul`` where its cuBLAS bindings are not available.
+    Call it with the arrays' device current.
+    """
+    import cupy
+
+    M, N = out.shape
+    K = B.shape[0]
+    try:
+        from cupy_backends.cuda.libs import cublas
+    except ImportError:  # pragma: no cover - other CuPy layouts
+        def gemm() -> None:
+            with stream:
+                cupy.matmul(A.T if trans_a else A, B, out=out)
+        return gemm
+    scalars = np.array([1.0, 0.0], dtype=np.float32)
+    one, zero = scalars.ctypes.data, scalars.ctypes.data + 4
+    a_ptr, b_ptr, out_ptr = A.data.ptr, B.data.ptr, out.data.ptr
+    op_a = cublas.CUBLAS_OP_T if trans_a else cublas.CUBLAS_OP_N
+    lda = M if trans_a else K
+
+    def gemm() -> None:
+        # Row-major out (M x N) = op(A) @ B is column-major out^T = B^T op(A)^T:
+        # the same buffers, cuBLAS m=N, n=M, k=K.  CuPy's wrappers use the
+        # current stream, hence the ``with``.
+        with stream:
+            handle = cupy.cuda.device.get_cublas_handle()
+            cublas.setStream(handle, stream.ptr)
+            cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+            cublas.sgemm(handle, cublas.CUBLAS_OP_N, op_a, N, M, K, one, b_ptr, N,
+                         a_ptr, lda, zero, out_ptr, N)
+    gemm.keep = (scalars, A, B, out)  # type: ignore[attr-defined]
+    return gemm

@@ -1,10 +1,13 @@
 """Launch helpers for logistic regression: loss and gradient of one shard.
 
-The dense products go to cuBLAS / BLAS; the intercept, softmax, cross-entropy
-and residual are our fused kernel.  :class:`ShardObjective` keeps every buffer
-of one shard allocated between evaluations and, on a GPU, queues the whole
-evaluation on the shard's own stream, so one host thread can keep several
-GPUs busy at once and wait only for the small results.
+On a GPU one evaluation is six operations queued on the shard's own stream:
+upload the coefficients, clear the accumulators, ``X @ W`` (cuBLAS), our
+kernel (intercept, softmax residual, cross-entropy; block sums of the
+intercept gradient and the loss), ``X^T @ residual`` (cuBLAS), and one
+download of the gradient and the sums.  :class:`ShardObjective` keeps every
+buffer between evaluations and binds those operations once, so a launch costs
+little host time and one host thread keeps several GPUs busy at once.  On the
+CPU: BLAS products and a Numba CPU kernel.
 """
 
 from __future__ import annotations
@@ -13,26 +16,37 @@ from typing import Any
 
 import numpy as np
 
-from ._launch import array_module, on_gpu, thread_grid
+from ._launch import array_module, bound_gemm, bound_launch, on_gpu, thread_grid
 
 
-def softmax_xent(logits: Any, labels: Any, bias: Any = None, *,
-                 target: str | None = None) -> tuple[Any, Any]:
-    """Residual ``softmax(logits + bias) - onehot(labels)`` and per-row cross-entropy."""
-    xp = array_module(logits)
-    bias = xp.zeros(logits.shape[1], dtype=logits.dtype) if bias is None else bias
-    resid = xp.empty(logits.shape, dtype=logits.dtype)
-    loss = xp.empty(logits.shape[0], dtype=np.float64)
-    if target == "cuda" or (target is None and on_gpu(logits)):
-        from . import logreg_cuda
+def softmax_xent(logits: np.ndarray, labels: np.ndarray,
+                 bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Residual ``softmax(logits + bias) - onehot(labels)`` and per-row cross-entropy (CPU)."""
+    from . import logreg_cpu
 
-        logreg_cuda.softmax_xent_rows[thread_grid(logits.shape[0])](logits, labels, bias, resid,
-                                                                     loss)
-    else:
-        from . import logreg_cpu
-
-        logreg_cpu.softmax_xent_rows(logits, labels, bias, resid, loss)
+    bias = np.zeros(logits.shape[1], dtype=logits.dtype) if bias is None else bias
+    resid = np.empty(logits.shape, dtype=logits.dtype)
+    loss = np.empty(logits.shape[0], dtype=np.float64)
+    logreg_cpu.softmax_xent_rows(logits, labels, bias, resid, loss)
     return resid, loss
+
+
+def softmax_xent_sums(logits: Any, labels: Any, bias: Any) -> tuple[Any, np.ndarray, float]:
+    """Our CUDA kernel once: residual, intercept gradient and summed loss.
+
+    CuPy arrays on a GPU; NumPy arrays run in the CUDA simulator.  Returns
+    ``(resid (n, k) on the device, grad_intercept (k,) host float64, loss)``.
+    """
+    from . import logreg_cuda
+
+    xp = array_module(logits)
+    n, k = logits.shape
+    resid = xp.empty((n, k), dtype=logits.dtype)
+    acc = xp.zeros(k + 1, dtype=np.float64)
+    logreg_cuda.softmax_xent_rows[thread_grid(n, logreg_cuda.THREADS)](logits, labels, bias,
+                                                                        resid, acc)
+    acc = acc.get() if xp is not np else acc
+    return resid, acc[:k], float(acc[k])
 
 
 class ShardObjective:
@@ -66,46 +80,36 @@ class ShardObjective:
     def _init_gpu(self, n: int, d: int) -> None:
         import cupy
         import cupyx
-        from numba import cuda
 
         from . import logreg_cuda
 
+        k = self.k
         self.device = cupy.cuda.Device(self.X.device.id)
         with self.device:
+            self.X = cupy.ascontiguousarray(self.X, dtype=np.float32)
+            self.labels = cupy.ascontiguousarray(self.labels, dtype=np.int32)
             self.stream = cupy.cuda.Stream(non_blocking=True)
-            f32, k = self.X.dtype, self.k
-            self.W = cupy.empty((d, k), dtype=f32)
-            self.b = cupy.empty(k, dtype=f32)
-            self.logits = cupy.empty((n, k), dtype=f32)
-            self.resid = cupy.empty((n, k), dtype=f32)
-            self.loss = cupy.empty((1, n), dtype=np.float64)
-            # Row sums as products with ones: cuBLAS calls, no temporary memory.
-            self.ones = cupy.ones((1, n), dtype=f32)
-            self.ones64 = cupy.ones((n, 1), dtype=np.float64)
-            self.G = cupy.empty((d + 1, k), dtype=f32)          # grad_coef; grad_intercept
-            self.total = cupy.empty((1, 1), dtype=np.float64)   # summed loss
-            self.W_h = cupyx.empty_pinned((d, k), dtype=f32)
-            self.b_h = cupyx.empty_pinned(k, dtype=f32)
-            self.G_h = cupyx.empty_pinned((d + 1, k), dtype=f32)
-            self.total_h = cupyx.empty_pinned((1, 1), dtype=np.float64)
-            views = [cuda.as_cuda_array(a, sync=False)
-                     for a in (self.logits, self.labels, self.b, self.resid, self.loss.ravel())]
-            grid, block = thread_grid(n)
-            launcher = logreg_cuda.softmax_xent_rows[grid, block,
-                                                     cuda.external_stream(self.stream.ptr)]
-            self._kernel = lambda: launcher(*views)
-
-    def _compute(self) -> None:
-        """Queue the device work of one evaluation on the shard's stream (W, b on device)."""
-        import cupy
-
-        d = self.W.shape[0]
-        with self.device, self.stream:
-            cupy.matmul(self.X, self.W, out=self.logits)
-            self._kernel()
-            cupy.matmul(self.X.T, self.resid, out=self.G[:d])
-            cupy.matmul(self.ones, self.resid, out=self.G[d:])
-            cupy.matmul(self.loss, self.ones64, out=self.total)
+            # Upload: W (d x k, row-major) then b.  Download, one copy: the
+            # coefficient gradient (float32, from cuBLAS), then the float64
+            # sums [grad_intercept, loss] at an 8-byte aligned offset.
+            self.params = cupy.empty(d * k + k, dtype=np.float32)
+            self.params_h = cupyx.empty_pinned(d * k + k, dtype=np.float32)
+            self._sums_at = -(-4 * d * k // 8) * 8
+            out = cupy.empty(self._sums_at + 8 * (k + 1), dtype=np.uint8)
+            self.out_h = cupyx.empty_pinned(out.size, dtype=np.uint8)
+            self.out = out
+            self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
+            self.sums = out[self._sums_at:].view(np.float64)
+            self.logits = cupy.empty((n, k), dtype=np.float32)
+            self.resid = cupy.empty((n, k), dtype=np.float32)
+            W = self.params[: d * k].reshape(d, k)
+            self._logits = bound_gemm(self.logits, self.X, W, self.stream)
+            self._gradient = bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)
+            blocks, threads = thread_grid(n, logreg_cuda.THREADS)
+            self._kernel = bound_launch(
+                logreg_cuda.softmax_xent_rows,
+                [self.logits, self.labels, self.params[d * k:], self.resid, self.sums],
+                (blocks,), threads, self.stream)
 
     def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
         """Start one evaluation at ``coef`` (d x n_classes) and ``intercept``."""
@@ -117,14 +121,21 @@ class ShardObjective:
             self._out = (float(loss.sum()), (self.X.T @ resid).astype(np.float64),
                          resid.sum(axis=0, dtype=np.float64))
             return
-        self.W_h[...] = coef
-        self.b_h[...] = intercept
-        with self.device, self.stream:
-            self.W.set(self.W_h, stream=self.stream)
-            self.b.set(self.b_h, stream=self.stream)
-            self._compute()
-            self.G.get(stream=self.stream, out=self.G_h, blocking=False)
-            self.total.get(stream=self.stream, out=self.total_h, blocking=False)
+        from cupy.cuda import runtime
+
+        dk = coef.size
+        self.params_h[:dk] = coef.ravel()
+        self.params_h[dk:] = intercept
+        stream = self.stream.ptr
+        with self.device:
+            runtime.memcpyAsync(self.params.data.ptr, self.params_h.ctypes.data,
+                                self.params.nbytes, runtime.memcpyHostToDevice, stream)
+            runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
+            self._logits()
+            self._kernel()
+            self._gradient()
+            runtime.memcpyAsync(self.out_h.ctypes.data, self.out.data.ptr, self.out.nbytes,
+                                runtime.memcpyDeviceToHost, stream)
 
     def _cpu_xent(self) -> tuple[np.ndarray, np.ndarray]:
         from . import logreg_cpu
@@ -138,8 +149,9 @@ class ShardObjective:
             out, self._out = self._out, None
             return out
         self.stream.synchronize()
-        grads = self.G_h.astype(np.float64)
-        return float(self.total_h[0, 0]), grads[:-1], grads[-1]
+        grad = self.out_h[: self.grad.nbytes].view(np.float32).astype(np.float64)
+        sums = self.out_h[self._sums_at:].view(np.float64).copy()
+        return float(sums[-1]), grad.reshape(-1, self.k), sums[:-1]
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple[float, np.ndarray,
                                                                          np.ndarray]:

@@ -1,9 +1,13 @@
 """Numba CUDA kernel for multinomial logistic regression.
 
-``softmax_xent_rows``: per row of ``X @ W`` plus the intercept (added here, so
-no separate launch), in one pass: the log-sum-exp, the cross-entropy of the
-true class, and the residual softmax - onehot (which becomes the gradient
-after one product with X^T).  One thread per row.
+``softmax_xent_rows``: one thread per row of ``logits = X @ W``: adds the
+intercept, then in one pass the log-sum-exp, the cross-entropy of the true
+class and the residual ``softmax - onehot`` (which becomes the coefficient
+gradient after one cuBLAS product with ``X^T``).  Each block also sums its
+rows' residuals (the intercept gradient) and cross-entropies (the loss) in
+shared memory and adds them to ``acc`` with one atomic per class, so a whole
+evaluation needs no other kernel.  No warp shuffles: it also runs in the
+CUDA simulator.
 """
 
 from __future__ import annotations
@@ -12,22 +16,42 @@ import math
 
 from numba import cuda, float64
 
+THREADS = 128  # threads per block, one row each (the shared reduction is sized by it)
+
 
 @cuda.jit(cache=True)
-def softmax_xent_rows(logits, labels, bias, resid, loss):
-    row = cuda.grid(1)
-    if row >= logits.shape[0]:
-        return
-    n_classes = logits.shape[1]
-    top = logits[row, 0] + bias[0]
-    for c in range(1, n_classes):
-        top = max(top, logits[row, c] + bias[c])
-    total = float64(0.0)
-    for c in range(n_classes):
-        total += math.exp(float64(logits[row, c] + bias[c] - top))
-    lse = float64(top) + math.log(total)
-    target = labels[row]
-    loss[row] = lse - float64(logits[row, target] + bias[target])
-    for c in range(n_classes):
-        p = math.exp(float64(logits[row, c] + bias[c]) - lse)
-        resid[row, c] = p - (1.0 if c == target else 0.0)
+def softmax_xent_rows(logits, labels, bias, resid, acc):
+    """``acc[c] += sum of resid[:, c]`` (c < k) and ``acc[k] += summed cross-entropy``."""
+    tid = cuda.threadIdx.x
+    row = cuda.blockIdx.x * THREADS + tid
+    n, k = logits.shape[0], logits.shape[1]
+    loss = float64(0.0)
+    if row < n:
+        top = logits[row, 0] + bias[0]
+        for c in range(1, k):
+            top = max(top, logits[row, c] + bias[c])
+        total = float64(0.0)
+        for c in range(k):
+            total += math.exp(float64(logits[row, c] + bias[c] - top))
+        lse = float64(top) + math.log(total)
+        target = labels[row]
+        loss = lse - float64(logits[row, target] + bias[target])
+        for c in range(k):
+            p = math.exp(float64(logits[row, c] + bias[c]) - lse)
+            resid[row, c] = p - (1.0 if c == target else 0.0)
+    partial = cuda.shared.array(THREADS, float64)
+    for c in range(k + 1):  # block sums: each class's residual, then the loss
+        value = loss
+        if c < k:
+            value = float64(resid[row, c]) if row < n else 0.0
+        partial[tid] = value
+        cuda.syncthreads()
+        step = THREADS // 2
+        while step > 0:
+            if tid < step:
+                partial[tid] += partial[tid + step]
+            cuda.syncthreads()
+            step //= 2
+        if tid == 0:
+            cuda.atomic.add(acc, c, partial[0])
+        cuda.syncthreads()
