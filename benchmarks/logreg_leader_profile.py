@@ -13,7 +13,7 @@ import argparse
 import numpy as np
 
 
-def _install() -> None:
+def _install(top: int) -> None:
     import cProfile
     import io
     import pstats
@@ -27,7 +27,7 @@ def _install() -> None:
         prof = cProfile.Profile()
         result = prof.runcall(plain, evaluate, problem)
         text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(LR._profile_top)
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
         LR._profile_text = text.getvalue()
         return result
 
@@ -56,9 +56,7 @@ def main() -> None:
         c = rc.client
         X = shard(s.X_train, c, dtype=np.float32, scale=1 / 255)
         LogisticRegression().fit(X, s.y_train)
-        c.run(lambda top=args.top: setattr(__import__("mgpu_dask.logreg").logreg,
-                                           "_profile_top", top))
-        c.run(_install)
+        c.run(_install, args.top)
         model = LogisticRegression().fit(X, s.y_train)
         print(f"fit: {model.comm_}, {model.n_evaluations_} evaluations, profile "
               f"{ {k: round(v, 4) for k, v in model.fit_profile_.items()} }")

@@ -1,17 +1,19 @@
 """Where one logistic-regression evaluation spends its time, on the GPU machine.
 
-Times ``ShardObjective`` (our fused evaluation: upload, cuBLAS ``X @ W``,
-fused residual/gradient kernel, download) on MNIST shards:
+Times ``ShardObjective`` (six bound operations per GPU: upload, clear,
+cuBLAS ``X @ W``, our kernel, cuBLAS ``X^T @ resid``, download) on MNIST shards:
 
-* host cost of each of its operations (median of many calls, no waiting);
+* which stream Numba's ordinary launch on an external stream uses;
+* every GPU's evaluation against float64 NumPy at changing points;
+* host cost of each operation (median of many calls, no waiting);
+* device time of each operation and of a whole evaluation (CUDA events);
 * milliseconds per evaluation (queue every shard, then collect all), for one
-  and several GPUs and three data sizes, with the bound launches and with
-  Numba's ordinary launch / CuPy's matmul instead;
-* the same inside a dask-cuda worker (task thread, a plain thread, and with
-  the worker's statistical profiler stopped), to see what a worker costs;
-* a correctness check against float64 NumPy.
+  and several GPUs and three data sizes;
+* with ``--workers N`` (default 4), the same inside a dask-cuda worker: on the
+  task thread, a plain thread, and with the worker's statistical profiler
+  stopped.
 
-    python benchmarks/logreg_probe.py --data-dir DIR --json FILE
+    python benchmarks/logreg_probe.py --data-dir DIR --json FILE [--workers 0]
 """
 
 from __future__ import annotations
@@ -68,22 +70,6 @@ def _per_eval_ms(objectives: list, n: int = 200) -> dict:
         total.append(t2 - t0)
     return {"eval_ms": 1e3 * statistics.median(total), "launch_ms": 1e3 * statistics.median(launch_t),
             "eval_ms_mean": 1e3 * statistics.mean(total)}
-
-
-def _gpu_ms(o, n: int = 50) -> float:
-    """Device time of one evaluation on its stream (CUDA events)."""
-    import cupy
-
-    W, b = np.zeros((784, 10)), np.zeros(10)
-    with o.device:
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        o(W, b)
-        start.record(o.stream)
-        for _ in range(n):
-            o.launch(W, b)
-        end.record(o.stream)
-        end.synchronize()
-        return cupy.cuda.get_elapsed_time(start, end) / n
 
 
 def _op_costs(o, n: int = 2000) -> dict:
@@ -213,28 +199,27 @@ def _numba_stream() -> dict:
 CONFIGS = [(1, 13125), (2, 13125), (4, 13125), (1, 52500), (4, 52500), (1, 210000)]
 
 
-def suite(data_dir: str | None, configs=CONFIGS, variants=("bound",), where="bare") -> dict:
-    """Per-evaluation timings for each (GPUs, rows per GPU) and variant."""
+def suite(data_dir: str | None, configs=CONFIGS, where="bare") -> dict:
+    """Per-evaluation timings for each (GPUs, rows per GPU)."""
     import cupy
 
     X, y = _mnist(data_dir)
     gpus_here = cupy.cuda.runtime.getDeviceCount()
+    zeros = (np.zeros((784, 10)), np.zeros(10))
     rows = []
-    for variant in variants:
-        for gpus, n in configs:
-            if gpus > gpus_here:
-                continue
-            try:
-                objs = _objectives(X, y, gpus, n)
-                r = {"where": where, "variant": variant, "gpus": gpus, "rows_per_gpu": n,
-                     **_per_eval_ms(objs)}
-                r["gpu_ms_one_shard"] = _gpu_ms(objs[0])
-                del objs
-            except Exception as exc:  # keep the other rows
-                r = {"where": where, "variant": variant, "gpus": gpus, "rows_per_gpu": n,
-                     "error": f"{type(exc).__name__}: {exc}"}
-            print(json.dumps(r), flush=True)
-            rows.append(r)
+    for gpus, n in configs:
+        if gpus > gpus_here:
+            continue
+        r = {"where": where, "gpus": gpus, "rows_per_gpu": n}
+        try:
+            objs = _objectives(X, y, gpus, n)
+            r.update(_per_eval_ms(objs))
+            r["gpu_ms_one_shard"] = _events_ms(objs[0], lambda o=objs[0]: o.launch(*zeros))
+            del objs
+        except Exception as exc:  # keep the other rows
+            r["error"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps(r), flush=True)
+        rows.append(r)
     return {"rows": rows}
 
 
@@ -284,8 +269,9 @@ def main() -> None:
         with connect(args.workers, device="gpu", dashboard_address=":0") as rc:
             c = rc.client
             w0 = sorted(c.scheduler_info()["workers"])[0]
-            out["worker-task"] = c.submit(in_worker, args.data_dir, "task", workers=[w0],
-                                          pure=False).result(timeout=300)
+            for mode in ("task", "thread", "no-profiler"):
+                out[f"worker-{mode}"] = c.submit(in_worker, args.data_dir, mode, workers=[w0],
+                                                 pure=False).result(timeout=300)
     json.dump(out, open(args.json, "w"), indent=1)
 
 

@@ -155,3 +155,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def softmax_reference(logits, labels):
+    """Float64 reference for the logistic-regression kernels.
+
+    Returns the residual ``softmax(logits) - onehot(labels)`` and each row's
+    cross-entropy.
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    rows = np.arange(len(labels))
+    return p - np.eye(z.shape[1])[labels], -np.log(p[rows, labels])

@@ -21,6 +21,8 @@ import math
 
 from numba import config, cuda, float32, float64, int32
 
+from .cuda_blocks import block_sum
+
 MAX_K = 64          # longest candidate list a lane keeps (k plus refine margin)
 MAX_CLASSES = 1024  # classes a vote can count
 TILE = 64           # output tile side of sqdist_tiled
@@ -135,22 +137,6 @@ def _block_min(value, index, sh_v, sh_i):
     return best_v, best_i
 
 
-@cuda.jit(device=True, inline=True)
-def _block_sum(value, sh):
-    tid = cuda.threadIdx.x
-    sh[tid] = value
-    cuda.syncthreads()
-    stride = ROW_THREADS // 2
-    while stride > 0:
-        if tid < stride:
-            sh[tid] += sh[tid + stride]
-        cuda.syncthreads()
-        stride //= 2
-    total = sh[0]
-    cuda.syncthreads()
-    return total
-
-
 @cuda.jit(cache=True)
 def topk_rows(D, alpha, beta, k, out_val, out_idx):
     """Per row r, the k smallest ``alpha * D[r, c] + beta[c]`` and their columns.
@@ -220,7 +206,7 @@ def refine_rows(Q, T, cand, k, out_sq, out_idx):
             for f in range(tid, Q.shape[1], ROW_THREADS):
                 diff = float64(Q[row, f]) - float64(T[t, f])
                 acc += diff * diff
-        acc = _block_sum(acc, sh)
+        acc = block_sum(acc, sh)
         if tid == 0 and ok:
             if acc < best[k - 1] or (acc == best[k - 1] and t < best_i[k - 1]):
                 p = k - 1

@@ -16,6 +16,8 @@ import math
 
 from numba import cuda, float64
 
+from .cuda_blocks import block_sum
+
 THREADS = 128  # threads per block, one row each (the shared reduction is sized by it)
 
 
@@ -44,14 +46,6 @@ def softmax_xent_rows(logits, labels, bias, resid, acc):
         value = loss
         if c < k:
             value = float64(resid[row, c]) if row < n else 0.0
-        partial[tid] = value
-        cuda.syncthreads()
-        step = THREADS // 2
-        while step > 0:
-            if tid < step:
-                partial[tid] += partial[tid + step]
-            cuda.syncthreads()
-            step //= 2
+        summed = block_sum(value, partial)
         if tid == 0:
-            cuda.atomic.add(acc, c, partial[0])
-        cuda.syncthreads()
+            cuda.atomic.add(acc, c, summed)
