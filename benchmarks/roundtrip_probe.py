@@ -18,7 +18,7 @@ import numpy as np
 
 from mgpu_dask.cluster import connect
 from mgpu_dask.data import load_dataset, shard, split
-from mgpu_dask.data.shard import block_futures
+from mgpu_dask.placement import locate
 
 
 class Probe:
@@ -65,8 +65,8 @@ def main():
     with connect(args.workers, dashboard_address=":0") as rc:
         c = rc.client
         X = shard(s.X_train, c, dtype=np.float32, scale=1 / 255)
-        y = shard(s.y_train, c, dtype=np.int32)
-        xs, ys = block_futures(X, c), block_futures(y, c)
+        y = shard(s.y_train, c, dtype=np.int32, like=X)
+        xs, ys = (list(zip(*locate(c, a))) for a in (X, y))
         actors = [c.submit(Probe, xf, yf, workers=[w], actor=True).result()
                   for (xf, w), (yf, _) in zip(xs, ys)]
 

@@ -24,6 +24,7 @@ from . import __version__, config
 from ._compat import visible_gpus
 from .cluster import RunningCluster, connect
 from .data import Split, load_dataset, shard, shard_locations, split
+from .data.shard import placement_problems
 from .knn import KNeighborsClassifier, accuracy, to_host
 from .timing import Phases
 
@@ -96,13 +97,29 @@ def _summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any
             "workers": len(client.scheduler_info(n_workers=-1)["workers"])}
 
 
+def _placement(client: Any, arrays: dict[str, Any]) -> dict[str, Any]:
+    """Every holder of every block of these arrays, and what is wrong with that placement.
+
+    ``shards`` lists the first array's blocks (the CLI prints them);
+    ``placement`` all of them, one entry per (block, holder).
+    """
+    n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    placement, problems = {}, []
+    for what, array in arrays.items():
+        infos = shard_locations(array, client)
+        placement[what] = [x._asdict() for x in infos]
+        problems += placement_problems(infos, n_workers, what)
+    return {"shards": next(iter(placement.values())), "placement": placement,
+            "placement_problems": problems}
+
+
 def _predict_phases(clf: KNeighborsClassifier, queries: Any, timeout: float,
                     phases: Phases) -> np.ndarray:
     with phases("distances+top-k"):
-        cand = clf.kneighbors_candidates(queries).persist()
+        cand = clf.kneighbors_candidates(queries)
         wait(futures_of(cand), timeout=timeout)
     with phases("vote"):
-        pred = to_host(clf.predict_from_candidates(cand).compute())
+        pred = to_host(clf.predict_from_candidates(cand), timeout)
     del cand
     return pred
 
@@ -143,8 +160,9 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             **_summary(s, "knn", fraction, seed),
             "n_neighbors": n_neighbors, "weights": weights, "method": method,
             "plan": clf.plan_, "device": clf.layout_.device,
-            "shards": [x._asdict() for x in shard_locations(queries, client)],
-            "train_copies_on": clf.layout_.workers,
+            **_placement(client, {"query shard": queries,
+                                  "train copy" if clf.plan_ == "replicate" else "train shard":
+                                  clf.layout_.keep[0]}),
             "accuracy": accuracy(pred, parts.y_test),
             "cold": {**cold.seconds, "total": cold_total},
             "warm": {name: statistics.median(r[name] for r in warm_runs) for name in warm_runs[0]},
@@ -193,7 +211,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             **_summary(s, "logreg", fraction, seed),
             "C": C, "max_iter": max_iter, "tol": tol,
             "device": "gpu" if type(X_train._meta).__module__.startswith("cupy") else "cpu",
-            "shards": [x._asdict() for x in shard_locations(X_train, client)],
+            **_placement(client, {"train shard": X_train, "test shard": X_test}),
             "accuracy": accuracy(pred, parts.y_test), "n_iter": clf.n_iter_,
             "round_trips": clf.n_round_trips_, "evaluations": clf.n_evaluations_,
             "comm": clf.comm_, "comm_note": clf.comm_note_, "recoveries": clf.n_recoveries_,

@@ -13,11 +13,11 @@ import dask.array as da
 import numpy as np
 from dask.utils import parse_bytes
 
-from . import config
+from . import config, placement
 from . import knn_plans as plans
 from .data.shard import detect_device
 from .exceptions import DataError, MgpuDaskError
-from .kernels._launch import on_gpu
+from .kernels._launch import array_module, on_gpu
 from .kernels.knn import MAX_K
 
 
@@ -41,12 +41,20 @@ def _device_of(array: Any) -> str:
     return "gpu" if type(meta).__module__.startswith("cupy") else "cpu"
 
 
+def _block_finite(block: Any) -> Any:
+    xp = array_module(block)
+    return xp.isfinite(block).all().reshape(1)
+
+
 def _all_finite(X: Any) -> bool:
     """No NaN or infinity in X; host arrays are checked here, dask arrays where they live."""
     if np.issubdtype(X.dtype, np.integer):
         return True
     if isinstance(X, da.Array):
-        return bool(to_host(da.isfinite(X).all()))
+        flags = placement.map_blocks(_active_client(), _block_finite, X,
+                                     name=placement.fresh_name("finite"),
+                                     chunks=((1,) * X.numblocks[0],), meta=np.empty(0, bool))
+        return bool(to_host(flags).all())
     return bool(np.isfinite(X).all())
 
 
@@ -192,7 +200,6 @@ class KNeighborsClassifier:
             device = _device_of(X)
         else:
             device = detect_device(client) if client is not None else "cpu"
-        y_enc = encoded if not isinstance(y, da.Array) else da.from_array(encoded, chunks=y.chunks)
         plan = self.plan
         train_bytes = int(X.shape[0]) * int(X.shape[1]) * 4
         budget = parse_bytes(self.memory_budget) if self.memory_budget else None
@@ -209,7 +216,7 @@ class KNeighborsClassifier:
                     f"{n_workers} worker(s) x {budget / 2**30:.2f} GiB memory budget even when "
                     "sharded; add workers (GPUs), raise --memory-budget or use a smaller --fraction")
         build = plans.replicate_train if plan == "replicate" else plans.shard_train
-        self.layout_ = build(X, y_enc, client, device, timeout)
+        self.layout_ = build(X, encoded, client, device, timeout)
         self.plan_ = plan
         self.n_features_in_ = int(X.shape[1])
         self.n_samples_fit_ = int(X.shape[0])
@@ -221,15 +228,9 @@ class KNeighborsClassifier:
         k = n_neighbors or self.n_neighbors
         if not 1 <= k <= self.n_samples_fit_:
             raise DataError(f"n_neighbors={k} must be between 1 and {self.n_samples_fit_}")
-        client = _active_client()
-        # Where each query block lives, asked once per query array (a scheduler round trip).
-        cache = self.__dict__.setdefault("_placement_cache", {})
-        if Q.name not in cache:
-            cache.clear()
-            cache[Q.name] = [w for _, w in plans.block_futures(Q, client)]
         return plans.candidates(Q, self.layout_, k, method=self.method, margin=self.margin,
-                                block_bytes=parse_bytes(self.block_bytes), client=client,
-                                holders=cache[Q.name], vote=vote)
+                                block_bytes=parse_bytes(self.block_bytes), client=_active_client(),
+                                timeout=config.seconds("cluster.compute-timeout"), vote=vote)
 
     def kneighbors(self, X: Any, n_neighbors: int | None = None,
                    return_distance: bool = True) -> Any:
@@ -242,15 +243,19 @@ class KNeighborsClassifier:
 
     def predict_from_candidates(self, cand: da.Array) -> da.Array:
         """Vote on candidates from :meth:`kneighbors_candidates` (the CLI times the two apart)."""
-        return plans.vote_predictions(cand, len(self.classes_), self.weights, self._classes_out,
-                                      self.layout_.device)
+        return plans.vote_predictions(_active_client(), cand, len(self.classes_), self.weights,
+                                      self._classes_out, self.layout_.device)
 
     def kneighbors_candidates(self, X: Any) -> da.Array:
         """Packed ``(m, k, 3)`` candidates: squared distance, training index, encoded label."""
         return self._candidates(X)
 
     def predict(self, X: Any, *, on_host: bool = False) -> da.Array:
-        """Predicted class label per row (a lazy dask array).
+        """Predicted class label per row.
+
+        With a distributed client the work starts at once, one task per query
+        block on the worker holding it, and the result is a persisted dask
+        array; without one it is lazy.
 
         Parameters
         ----------
@@ -259,18 +264,13 @@ class KNeighborsClassifier:
             Return NumPy chunks even from GPU workers (copied there, in the same task).
         """
         self._check_fitted()
-        if self.layout_.plan == "replicate":
-            vote = (len(self.classes_), self.weights, self._classes_out, on_host)
-            return self._candidates(X, vote=vote)
-        pred = self.predict_from_candidates(self._candidates(X))
-        if on_host and self.layout_.device == "gpu":
-            pred = pred.map_blocks(_asnumpy, meta=np.empty(0, pred.dtype))
-        return pred
+        vote = (len(self.classes_), self.weights, self._classes_out, on_host)
+        return self._candidates(X, vote=vote)
 
     def predict_proba(self, X: Any) -> da.Array:
-        """Class probabilities per row, columns ordered as ``classes_`` (lazy)."""
-        return plans.vote_probabilities(self._candidates(X), len(self.classes_), self.weights,
-                                        self.layout_.device)
+        """Class probabilities per row, columns ordered as ``classes_``."""
+        return plans.vote_probabilities(_active_client(), self._candidates(X), len(self.classes_),
+                                        self.weights, self.layout_.device)
 
     def score(self, X: Any, y: Any) -> float:
         """Mean accuracy on ``(X, y)``."""
@@ -289,15 +289,27 @@ def to_host(array: Any, timeout: float | None = None) -> np.ndarray:
     defaults to ``mgpu-dask.cluster.compute-timeout``; past it, TimeoutError.
     """
     if isinstance(array, da.Array):
-        if _device_of(array) == "gpu":
-            array = array.map_blocks(_asnumpy, meta=np.empty((0,) * array.ndim, array.dtype))
         client = _active_client()
         if client is not None:
             from distributed import wait
 
             timeout = timeout or config.seconds("cluster.compute-timeout")
-            # Gather the row blocks directly: no concatenating task on a worker.
-            blocks = client.compute(list(array.to_delayed().ravel()), optimize_graph=False)
+            if array.ndim > 1 and array.numblocks[1:] != (1,) * (array.ndim - 1):
+                array = array.rechunk({i: -1 for i in range(1, array.ndim)})
+            placed = placement.row_futures(array)
+            if _device_of(array) == "gpu" and all(f is not None for f in placed):
+                # Copied to the host where each block lives.
+                array = placement.map_blocks(client, _asnumpy, array,
+                                             name=placement.fresh_name("to-host"),
+                                             chunks=array.chunks,
+                                             meta=np.empty((0,) * array.ndim, array.dtype))
+                placed = placement.row_futures(array)
+            elif _device_of(array) == "gpu":
+                array = array.map_blocks(_asnumpy, meta=np.empty((0,) * array.ndim, array.dtype))
+            if all(f is not None for f in placed):
+                blocks = placed
+            else:  # a lazy array: its row blocks, gathered directly (no concatenating task)
+                blocks = client.compute(list(array.to_delayed().ravel()), optimize_graph=False)
             try:
                 wait(blocks, timeout=timeout)
             except TimeoutError:

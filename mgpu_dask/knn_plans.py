@@ -1,106 +1,163 @@
 """Dask graphs for the two KNN plans; no estimator state, no cluster creation.
 
-- ``replicate``: the training set is copied once to every worker (a distinct
-  key per worker, so Dask never drops or moves it); each query shard is
-  searched on the worker that holds it, with no communication afterwards.
-- ``shard``: the training set stays split over the workers; every worker
-  returns its local top-k for every query block and a pairwise tree merges
-  them, so the training set may be larger than any one GPU.
+- ``replicate``: the training set is copied once to every worker; each query
+  block is searched on the worker that holds it, against that worker's copy,
+  with no communication afterwards.
+- ``shard``: the training set stays split over the workers; every training
+  shard's holder finds its local top-k for every query block (which visits it
+  under a throwaway key, never as a replica of the query shard) and a pairwise
+  tree merges them, so the training set may be larger than any one GPU.
+
+Every block task is pinned to its worker (``mgpu_dask.placement``); with a
+distributed client the graphs are submitted at once and the results come back
+persisted, without one they run on the local scheduler.
 """
 
 from __future__ import annotations
 
-import uuid
+import functools
 from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
 from distributed import Client, futures_of, wait
 
-from .data.shard import block_futures, loosen_placement, meta_for, shard, worker_addresses
+from . import placement
+from .data.shard import meta_for, shard, worker_addresses
 from .exceptions import DataError
 from .kernels import knn as kernels
 from .kernels._launch import array_module
+from .placement import Pinned
 
 
 class TrainLayout(NamedTuple):
     plan: str                      # "replicate" or "shard"
-    X: list[da.Array]              # replicate: one single-block copy per worker; shard: [X]
-    y: list[da.Array]              # encoded labels (int32), laid out like X
-    norms: list[da.Array]          # row norms, laid out like X
-    workers: list[str]             # replicate: the worker holding each copy
+    X: list[Any]                   # replicate: the copy on each worker; shard: each shard
+    y: list[Any]                   # encoded labels (int32), one per entry of X
+    norms: list[Any]               # squared row norms, one per entry of X
+    workers: list[str | None]      # the holder of each entry (None on the local scheduler)
+    offsets: list[int]             # global index of each entry's first row
     n_rows: int
     device: str                    # "gpu" or "cpu"
+    keep: tuple = ()               # the persisted arrays behind the futures above
 
-
-def _same(block: Any) -> Any:
-    return block
+    def ref(self, field: str, j: int) -> Any:
+        """Entry ``j`` of ``X``, ``y`` or ``norms`` as a graph argument (a key, or the array)."""
+        value = getattr(self, field)[j]
+        return value.key if hasattr(value, "key") and hasattr(value, "status") else value
 
 
 def _norms_block(block: Any) -> Any:
     return kernels.row_norms(block)
 
 
-def _persist_on(client: Client | None, array: da.Array, worker: str | None) -> da.Array:
-    if client is None:
-        return array.persist()
-    return client.persist(array, workers=[worker] if worker else None,
-                          allow_other_workers=worker is None)
+def _to_device(block: Any, device: str, dtype: Any) -> Any:
+    if device == "gpu":
+        import cupy
+
+        return cupy.asarray(block).astype(dtype, copy=False)
+    return np.asarray(block).astype(dtype, copy=False)
 
 
-def _holders(client: Client, arrays: list[da.Array]) -> list[str | None]:
-    """The worker that actually holds each single-block array."""
-    who_has = client.who_has(futures_of(arrays))
-    found = []
-    for array in arrays:
-        keys = [f.key for f in futures_of(array)]
-        found.append(next((w[0] for k in keys for w in [list(who_has.get(k, ()))] if w), None))
-    return found
+def _stack_rows(blocks: list[Any], dtype: Any) -> Any:
+    xp = array_module(blocks[0])
+    out = blocks[0] if len(blocks) == 1 else xp.concatenate(blocks)
+    return out.astype(dtype, copy=False)
 
 
-def replicate_train(X: Any, y: Any, client: Client | None, device: str,
+def _finished(out: Any) -> Any:
+    """Wait for the GPU before the task reports done, so Dask's timings are honest."""
+    if type(out).__module__.startswith("cupy"):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+    return out
+
+
+def _local_layout(X: Any, y: Any, device: str, plan: str) -> TrainLayout:
+    """Without a distributed client: the training data in this process."""
+    if isinstance(X, da.Array):
+        blocks = [np.asarray(b) for b in da.compute(*X.astype(np.float32).to_delayed()[:, 0])]
+    else:
+        blocks = [np.asarray(X, dtype=np.float32)]
+    if plan == "replicate":
+        blocks = [np.concatenate(blocks)] if len(blocks) > 1 else blocks
+    labels = np.asarray(y.compute() if isinstance(y, da.Array) else y, dtype=np.int32)
+    edges = np.cumsum([0] + [len(b) for b in blocks])
+    return TrainLayout(plan, blocks, [labels[a:b] for a, b in zip(edges[:-1], edges[1:])],
+                       [kernels.row_norms(b) for b in blocks], [None] * len(blocks),
+                       edges[:-1].tolist(), int(edges[-1]), device)
+
+
+def _placed(client: Client, X: da.Array, timeout: float) -> tuple[da.Array, list, list]:
+    """``X`` persisted (as it is, if it already is), its row futures and their holders."""
+    found = placement.locate(client, X)
+    if found is None:
+        X = client.persist(X)
+        wait(futures_of(X), timeout=timeout)
+        found = placement.locate(client, X)
+    return (X, *found)
+
+
+def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
                     timeout: float) -> TrainLayout:
     """One copy of ``X`` (float32), ``y`` and the row norms on every worker."""
-    workers = worker_addresses(client) if client is not None else [None]
-    token = uuid.uuid4().hex[:10]
-    xs, ys, ns = [], [], []
-    for i, worker in enumerate(workers):
-        if isinstance(X, np.ndarray) and client is not None:
-            xi = shard(X, client, n_shards=1, device=device, dtype=np.float32, workers=[worker],
-                       block=False)
-            yi = shard(y, client, n_shards=1, device=device, dtype=np.int32, workers=[worker],
-                       block=False)
-        else:
-            single = da.asarray(X).astype(np.float32).rechunk({0: -1, 1: -1})
-            xi = _persist_on(client, single.map_blocks(_same, name=f"knn-train-{token}-{i}"),
-                             worker)
-            yi = _persist_on(client, da.asarray(y).astype(np.int32).rechunk(-1).map_blocks(
-                _same, name=f"knn-labels-{token}-{i}"), worker)
-        ni = _persist_on(client, xi.map_blocks(_norms_block, drop_axis=1, dtype=np.float32,
-                                               name=f"knn-norms-{token}-{i}"), worker)
-        xs.append(xi), ys.append(yi), ns.append(ni)
-    if client is not None:
-        wait(futures_of(xs + ys + ns), timeout=timeout)
-        workers = _holders(client, xs)  # where the copies really are
-        loosen_placement(client, *xs, *ys, *ns)
-    return TrainLayout("replicate", xs, ys, ns, workers, int(xs[0].shape[0]), device)
+    if client is None:
+        return _local_layout(X, y, device, "replicate")
+    workers = worker_addresses(client)
+    loose = not placement.ensure_recovery(client)
+    name = placement.fresh_name("knn-train")
+    n, d = int(X.shape[0]), int(X.shape[1])
+    inputs: list[Any] = []
+    tasks: list[Pinned] = []
+    if isinstance(X, da.Array):
+        # Each block leaves its holder under a throwaway key (``send``), is
+        # stacked on every worker, and no shard of X gains a replica.
+        X, futures, where = _placed(client, X.astype(np.float32).rechunk({1: -1}), timeout)
+        inputs = futures
+        sends = [(f"{name}-send", b) for b in range(len(futures))]
+        tasks += [Pinned(key, (placement.send, f.key), w)
+                  for key, f, w in zip(sends, futures, where)]
+        tasks += [Pinned((name, j, 0), (_stack_rows, list(sends), np.float32), w)
+                  for j, w in enumerate(workers)]
+    else:
+        host = np.ascontiguousarray(X)
+        tasks += [Pinned((name, j, 0), (_to_device, host, device, np.float32), w)
+                  for j, w in enumerate(workers)]
+    copies = placement.pinned_array(name, tasks, chunks=((n,) * len(workers), (d,)),
+                                    meta=meta_for(device, 2, np.float32), inputs=inputs,
+                                    loose=loose)
+    labels = placement.pinned_array(
+        f"{name}-labels", [Pinned((f"{name}-labels", j), (_to_device, y, device, np.int32), w)
+                           for j, w in enumerate(workers)],
+        chunks=((n,) * len(workers),), meta=meta_for(device, 1, np.int32), loose=loose)
+    copies, labels = client.persist([copies, labels], optimize_graph=False)
+    norms = placement.map_blocks(client, _norms_block, copies, name=f"{name}-norms",
+                                 chunks=((n,) * len(workers),),
+                                 meta=meta_for(device, 1, np.float32))
+    wait(futures_of([copies, labels, norms]), timeout=timeout)
+    xs, ys, ns = (placement.row_futures(a) for a in (copies, labels, norms))
+    return TrainLayout("replicate", xs, ys, ns, placement.holders(client, xs), [0] * len(xs),
+                       n, device, (copies, labels, norms))
 
 
-def shard_train(X: Any, y: Any, client: Client | None, device: str,
+def shard_train(X: Any, y: np.ndarray, client: Client | None, device: str,
                 timeout: float) -> TrainLayout:
     """Keep the training rows split over the workers (one shard per worker)."""
-    if isinstance(X, np.ndarray) and client is not None:
+    if client is None:
+        return _local_layout(X, y, device, "shard")
+    if isinstance(X, np.ndarray):
         Xd = shard(X, client, device=device, dtype=np.float32, timeout=timeout)
-        yd = shard(y, client, device=device, dtype=np.int32, timeout=timeout)
     else:
-        Xd = da.asarray(X).astype(np.float32)
-        yd = da.asarray(y).astype(np.int32).rechunk((Xd.chunks[0],))
-        Xd, yd = (client.persist([Xd, yd]) if client is not None else (Xd.persist(), yd.persist()))
-    norms = Xd.map_blocks(_norms_block, drop_axis=1, dtype=np.float32)
-    norms = client.persist(norms) if client is not None else norms.persist()
-    if client is not None:
-        wait(futures_of([Xd, yd, norms]), timeout=timeout)
-    return TrainLayout("shard", [Xd], [yd], [norms], [], int(Xd.shape[0]), device)
+        Xd = _placed(client, X.astype(np.float32).rechunk({1: -1}), timeout)[0]
+    yd = shard(y, client, device=device, dtype=np.int32, timeout=timeout, like=Xd)
+    norms = placement.map_blocks(client, _norms_block, Xd, name=placement.fresh_name("knn-norms"),
+                                 chunks=(Xd.chunks[0],), meta=meta_for(device, 1, np.float32))
+    wait(futures_of([Xd, yd, norms]), timeout=timeout)
+    xs, ys, ns = (placement.row_futures(a) for a in (Xd, yd, norms))
+    offsets = np.cumsum((0,) + Xd.chunks[0][:-1]).tolist()
+    return TrainLayout("shard", xs, ys, ns, placement.holders(client, xs), offsets,
+                       int(Xd.shape[0]), device, (Xd, yd, norms))
 
 
 def _check_queries(Qb: Any, xp: Any) -> Any:
@@ -128,15 +185,6 @@ def _guarded(fn: Any, Qb: Any, Tb: Any, *args: Any, **kwargs: Any) -> Any:
         raise
 
 
-def _finished(out: Any) -> Any:
-    """Wait for the GPU before the task reports done, so Dask's timings are honest."""
-    if type(out).__module__.startswith("cupy"):
-        import cupy
-
-        cupy.cuda.get_current_stream().synchronize()
-    return out
-
-
 def _replicated_block(Qb: Any, Tb: Any, yb: Any, nb: Any, k: int, method: str, margin: int,
                       block_bytes: int, vote: tuple | None = None) -> Any:
     xp = array_module(Tb)
@@ -149,68 +197,122 @@ def _replicated_block(Qb: Any, Tb: Any, yb: Any, nb: Any, k: int, method: str, m
     return _finished(cand)
 
 
-def _sharded_block(Tb: Any, yb: Any, nb: Any, offset: np.ndarray, Qb: Any, k: int, method: str,
+def _sharded_block(Tb: Any, yb: Any, nb: Any, Qb: Any, offset: int, k: int, method: str,
                    margin: int, block_bytes: int) -> Any:
     xp = array_module(Tb)
     Qb = _check_queries(Qb, xp)
-    index = xp.arange(Tb.shape[0], dtype=np.int64) + int(offset[0])
-    out = _guarded(kernels.local_candidates, Qb, Tb, yb, index, k, method=method, margin=margin,
-                   block_bytes=block_bytes, norms=nb)
-    return _finished(out[None])
+    index = xp.arange(Tb.shape[0], dtype=np.int64) + offset
+    return _finished(_guarded(kernels.local_candidates, Qb, Tb, yb, index, k, method=method,
+                              margin=margin, block_bytes=block_bytes, norms=nb))
 
 
-def _merge_blocks(a: Any, b: Any) -> Any:
-    return _finished(kernels.merge(a, b))
+def _merge_blocks(a: Any, b: Any, vote: tuple | None = None) -> Any:
+    merged = kernels.merge(a, b)
+    return _vote_pred(merged, *vote) if vote is not None else _finished(merged)
+
+
+def _query_blocks(client: Client | None, Q: da.Array,
+                  timeout: float) -> tuple[da.Array, list[Any], list[str | None]]:
+    """Each query row block as a graph argument (key or local value) and its holder."""
+    if client is None:
+        keys = Q.__dask_keys__()
+        while keys and isinstance(keys[0], list):
+            keys = [k[0] for k in keys]
+        return Q, keys, [None] * len(keys)
+    Q, futures, where = _placed(client, Q, timeout)
+    return Q, futures, where
 
 
 def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin: int,
-               block_bytes: int, client: Client | None, holders: list[str | None] | None = None,
+               block_bytes: int, client: Client | None, timeout: float,
                vote: tuple | None = None, block_fn: Any = None) -> da.Array:
     """Packed ``(m, k, 3)`` candidates for every query row, under either plan.
 
-    With ``vote=(n_classes, weights, classes, host)`` the replicate plan votes
-    in the same task and returns predictions (on the host when ``host``);
-    ``block_fn`` replaces that task's function (same arguments), as the CuPy
-    comparison backend does.
+    With ``vote=(n_classes, weights, classes, host)`` the last task of every
+    query block votes and the result is the predictions (NumPy when ``host``);
+    ``block_fn`` replaces the replicate plan's block function (same
+    arguments), as the CuPy comparison backend does.  With a client the
+    result is persisted (the work is under way); without one it is lazy.
     """
-    meta = meta_for(layout.device, 3, np.float64)
+    Q, queries, where = _query_blocks(client, Q, timeout)
+    loose = client is not None and not placement.ensure_recovery(client)
     opts = dict(k=k, method=method, margin=margin, block_bytes=block_bytes)
-    # A fresh key per call: deterministic names would let the scheduler hand back a
-    # previous call's result still in memory, and warm timings would measure nothing.
-    tag = uuid.uuid4().hex[:12]
+    name = placement.fresh_name("knn-predict" if vote is not None else "knn-candidates")
+    if vote is not None:
+        dtype = vote[2].dtype if vote[2] is not None else np.int32
+        meta = np.empty(0, dtype) if vote[3] else meta_for(layout.device, 1, dtype)
+        chunks: tuple = (Q.chunks[0],)
+    else:
+        meta = meta_for(layout.device, 3, np.float64)
+        chunks = (Q.chunks[0], (k,), (3,))
+    out = [(name, i) if vote is not None else (name, i, 0, 0) for i in range(len(queries))]
+    qref = [q.key if hasattr(q, "status") else q for q in queries]
     if layout.plan == "replicate":
-        holders = holders if holders is not None else [w for _, w in block_futures(Q, client)]
-        pick = [layout.workers.index(h) if h in layout.workers else i % len(layout.workers)
-                for i, h in enumerate(holders)]
-        R = da.concatenate([layout.X[p] for p in pick])
-        yR = da.concatenate([layout.y[p] for p in pick])
-        nR = da.concatenate([layout.norms[p] for p in pick])
-        if vote is not None:
-            dtype = vote[2].dtype if vote[2] is not None else np.int32
-            out_meta = np.empty(0, dtype) if vote[3] else meta_for(layout.device, 1, dtype)
-            return da.blockwise(block_fn or _replicated_block, "i", Q, "ij", R, "ij", yR, "i",
-                                nR, "i",
-                                name=f"knn-predict-{tag}", align_arrays=False, concatenate=True,
-                                dtype=dtype,
-                                meta=out_meta, vote=vote, **opts)
-        return da.blockwise(_replicated_block, "ikc", Q, "ij", R, "ij", yR, "i", nR, "i",
-                            name=f"knn-candidates-{tag}", new_axes={"k": k, "c": 3},
-                            align_arrays=False, concatenate=True,
-                            dtype=np.float64, meta=meta, **opts)
-    T, yT, nT = layout.X[0], layout.y[0], layout.norms[0]
-    starts = np.cumsum((0,) + T.chunks[0][:-1]).astype(np.int64)
-    offsets = da.from_array(starts, chunks=1)
-    partial = da.blockwise(_sharded_block, "pikc", T, "pj", yT, "p", nT, "p", offsets, "p",
-                           Q, "ij", name=f"knn-local-{tag}", new_axes={"k": k, "c": 3},
-                           adjust_chunks={"p": 1},
-                           align_arrays=False, concatenate=True, dtype=np.float64,
-                           meta=meta_for(layout.device, 4, np.float64), **opts)
-    level = [partial[p] for p in range(partial.shape[0])]
-    while len(level) > 1:  # pairwise tree: log2(workers) merge rounds
-        level = [da.map_blocks(_merge_blocks, level[i], level[i + 1], dtype=np.float64, meta=meta,
-                               token=f"knn-merge-{tag}-{len(level)}-{i}")
-                 if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
-    return level[0]
+        tasks = _replicate_tasks(layout, qref, where, out, name, opts, vote, block_fn)
+    else:
+        tasks = _shard_tasks(layout, qref, where, out, name, opts, vote)
+    inputs = [q for q in queries if hasattr(q, "status")] + [
+        f for field in (layout.X, layout.y, layout.norms) for f in field if hasattr(f, "status")]
+    result = placement.pinned_array(name, tasks, chunks=chunks, meta=meta,
+                                    inputs=inputs if client is not None else [Q], loose=loose)
+    return result if client is None else placement.persist(client, result)
+
+
+def _replicate_tasks(layout: TrainLayout, qref: list, where: list, out: list, name: str,
+                     opts: dict, vote: tuple | None, block_fn: Any) -> list[Pinned]:
+    fn = functools.partial(block_fn or _replicated_block, vote=vote, **opts)
+    copies = {w: j for j, w in enumerate(layout.workers)}
+    tasks = []
+    for i, (q, holder) in enumerate(zip(qref, where)):
+        j = copies.get(holder)
+        if j is None:  # no copy where this block lives: it travels to a worker that has one
+            j = i % len(layout.workers)
+            if holder is not None:
+                tasks.append(Pinned((f"{name}-send", i), (placement.send, q), holder))
+                q = (f"{name}-send", i)
+        tasks.append(Pinned(out[i], (fn, q, layout.ref("X", j), layout.ref("y", j),
+                                     layout.ref("norms", j)), layout.workers[j]))
+    return tasks
+
+
+def _shard_tasks(layout: TrainLayout, qref: list, where: list, out: list, name: str,
+                 opts: dict, vote: tuple | None) -> list[Pinned]:
+    tasks = []
+    shards = range(len(layout.X))
+    for i, (q, holder) in enumerate(zip(qref, where)):
+        visitor = q
+        if holder is not None and any(w != holder for w in layout.workers):
+            visitor = (f"{name}-send", i)
+            tasks.append(Pinned(visitor, (placement.send, q), holder))
+        level = []
+        for p in shards:
+            fn = functools.partial(_sharded_block, offset=int(layout.offsets[p]), **opts)
+            key = (f"{name}-local", p, i) if len(layout.X) > 1 else out[i]
+            args = (layout.ref("X", p), layout.ref("y", p), layout.ref("norms", p),
+                    q if layout.workers[p] == holder else visitor)
+            if len(layout.X) == 1 and vote is not None:
+                tasks.append(Pinned((f"{name}-local", p, i), (fn, *args), layout.workers[p]))
+                tasks.append(Pinned(key, (functools.partial(_vote_pred, *vote),
+                                          (f"{name}-local", p, i)), layout.workers[p]))
+            else:
+                tasks.append(Pinned(key, (fn, *args), layout.workers[p]))
+            level.append((key, layout.workers[p]))
+        depth = 0
+        while len(level) > 1:  # pairwise tree: log2(shards) rounds, on the left one's worker
+            depth += 1
+            merged = []
+            for j in range(0, len(level), 2):
+                if j + 1 == len(level):
+                    merged.append(level[j])
+                    continue
+                (a, wa), (b, _) = level[j], level[j + 1]
+                last = len(level) == 2
+                key = out[i] if last else (f"{name}-merge", depth, j, i)
+                fn = functools.partial(_merge_blocks, vote=vote if last else None)
+                tasks.append(Pinned(key, (fn, a, b), wa))
+                merged.append((key, wa))
+            level = merged
+    return tasks
 
 
 def _vote_pred(cand: Any, n_classes: int, weights: str, classes: np.ndarray | None,
@@ -227,17 +329,22 @@ def _vote_proba(cand: Any, n_classes: int, weights: str) -> Any:
     return kernels.vote(cand, n_classes, weights)[0]
 
 
-def vote_predictions(cand: da.Array, n_classes: int, weights: str, classes: np.ndarray | None,
-                     device: str) -> da.Array:
-    """Predicted labels (``classes[argmax]``) per query row."""
+def vote_predictions(client: Client | None, cand: da.Array, n_classes: int, weights: str,
+                     classes: np.ndarray | None, device: str) -> da.Array:
+    """Predicted labels (``classes[argmax]``) per query row, voted where each block is."""
     dtype = classes.dtype if classes is not None else np.int32
-    return cand.map_blocks(_vote_pred, n_classes, weights, classes, drop_axis=[1, 2],
-                           token=f"knn-vote-{uuid.uuid4().hex[:12]}",
-                           dtype=dtype, meta=meta_for(device, 1, dtype))
+    return placement.map_blocks(client, _vote_pred_block, cand, n_classes, weights, classes,
+                                name=placement.fresh_name("knn-vote"), chunks=(cand.chunks[0],),
+                                meta=meta_for(device, 1, dtype))
 
 
-def vote_probabilities(cand: da.Array, n_classes: int, weights: str, device: str) -> da.Array:
-    return cand.map_blocks(_vote_proba, n_classes, weights, drop_axis=2,
-                           token=f"knn-proba-{uuid.uuid4().hex[:12]}",
-                           chunks=(cand.chunks[0], (n_classes,)), dtype=np.float64,
-                           meta=meta_for(device, 2, np.float64))
+def _vote_pred_block(cand: Any, n_classes: int, weights: str, classes: np.ndarray | None) -> Any:
+    return _vote_pred(cand, n_classes, weights, classes)
+
+
+def vote_probabilities(client: Client | None, cand: da.Array, n_classes: int, weights: str,
+                       device: str) -> da.Array:
+    return placement.map_blocks(client, _vote_proba, cand, n_classes, weights,
+                                name=placement.fresh_name("knn-proba"),
+                                chunks=(cand.chunks[0], (n_classes,)),
+                                meta=meta_for(device, 2, np.float64))

@@ -25,8 +25,8 @@ import dask
 import dask.array as da
 import numpy as np
 
-from . import config, peer_views
-from .data.shard import block_futures, meta_for, shard
+from . import config, peer_views, placement
+from .data.shard import meta_for, shard
 from .exceptions import DataError, MgpuDaskError
 from .lbfgs import minimize_lbfgs
 from .kernels import logreg as kernels
@@ -78,9 +78,10 @@ def _sum_parts(parts: list[tuple]) -> tuple:
 
 def _rows_by_worker(X: da.Array, y: da.Array, client: Any) -> tuple[list, list, dict]:
     """The persisted row blocks of X and y (future, holder) and, per holder, its block indices."""
-    placed, labels = block_futures(X, client), block_futures(y, client)
-    if any(f is None for f, _ in placed + labels):
+    found = [placement.locate(client, a) for a in (X, y)]
+    if any(f is None for f in found):
         raise MgpuDaskError("could not locate the persisted row blocks of X; persist X first")
+    placed, labels = (list(zip(*f)) for f in found)
     by_worker: dict[str, list[int]] = {}
     for i, (_, worker) in enumerate(placed):
         by_worker.setdefault(worker, []).append(i)
@@ -293,19 +294,22 @@ class LogisticRegression:
         X = X.astype(np.float32).rechunk({1: -1})
         encoded = np.searchsorted(self.classes_, labels).astype(np.int32)
         device = _device_of(X)
-        y_enc = da.from_array(encoded, chunks=(X.chunks[0],)).map_blocks(
-            _to_device, device, dtype=np.int32, meta=meta_for(device, 1, np.int32))
         n, d = int(X.shape[0]), int(X.shape[1])
         problem = _Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
                            {"maxiter": self.max_iter, "gtol": self.tol})
         self.n_recoveries_ = 0
         self.comm_note_ = None
         result = None
-        if client is not None:
+        if client is None:
+            y_enc = da.from_array(encoded, chunks=(X.chunks[0],))
+        else:
             from distributed import futures_of, wait
 
-            X, y_enc = client.persist([X, y_enc])
-            wait(futures_of([X, y_enc]), timeout=timeout)
+            if placement.locate(client, X) is None:
+                X = client.persist(X)
+                wait(futures_of(X), timeout=timeout)
+            # Each label block goes to the worker holding its rows.
+            y_enc = shard(encoded, client, device=device, dtype=np.int32, timeout=timeout, like=X)
             if self.comm != "actors":
                 result = self._fit_single_host(X, y_enc, client, timeout, problem)
         if result is None:
@@ -404,34 +408,31 @@ class LogisticRegression:
         return X.astype(np.float32).rechunk({1: -1})
 
     def predict(self, X: Any) -> da.Array:
-        """Most probable class per row (a lazy dask array)."""
+        """Most probable class per row, computed where each row block lives.
+
+        With a distributed client the work starts at once and the result is
+        persisted; without one it is lazy.
+        """
         X = self._check_X(X)
-        return X.map_blocks(_predict_block, self.coef_.T, self.intercept_, self.classes_,
-                            drop_axis=1, dtype=self.classes_.dtype,
-                            meta=meta_for(_device_of(X), 1, self.classes_.dtype),
-                            token=f"logreg-predict-{uuid.uuid4().hex[:12]}")
+        return placement.map_blocks(_active_client(), _predict_block, X, self.coef_.T,
+                                    self.intercept_, self.classes_,
+                                    name=placement.fresh_name("logreg-predict"),
+                                    chunks=(X.chunks[0],),
+                                    meta=meta_for(_device_of(X), 1, self.classes_.dtype))
 
     def predict_proba(self, X: Any) -> da.Array:
-        """Class probabilities per row, columns ordered as ``classes_`` (lazy)."""
+        """Class probabilities per row, columns ordered as ``classes_``."""
         X = self._check_X(X)
-        return X.map_blocks(_proba_block, self.coef_.T, self.intercept_,
-                            chunks=(X.chunks[0], (len(self.classes_),)), dtype=np.float64,
-                            meta=meta_for(_device_of(X), 2, np.float64),
-                            token=f"logreg-proba-{uuid.uuid4().hex[:12]}")
+        return placement.map_blocks(_active_client(), _proba_block, X, self.coef_.T,
+                                    self.intercept_, name=placement.fresh_name("logreg-proba"),
+                                    chunks=(X.chunks[0], (len(self.classes_),)),
+                                    meta=meta_for(_device_of(X), 2, np.float64))
 
     def score(self, X: Any, y: Any) -> float:
         """Mean accuracy on ``(X, y)``."""
         from .knn import accuracy
 
         return accuracy(self.predict(X), y)
-
-
-def _to_device(block: np.ndarray, device: str) -> Any:
-    if device == "gpu":
-        import cupy
-
-        return cupy.asarray(block)
-    return block
 
 
 def _alive_workers(dask_scheduler: Any) -> list[str]:

@@ -154,10 +154,12 @@ def print_job(result: dict) -> None:
           f"test {result['n_test']} (fraction {result['fraction']}, seed {result['seed']})")
     print(f"cluster: {result['cluster']}, {result['workers']} workers ({result['device']}); "
           f"dashboard {result['dashboard']}")
-    for s in result.get("shards", []):
-        print(f"  {'query ' if result['task'] == 'knn' else 'train '}shard {s['index']}: "
-              f"{s['rows']} rows on {s['worker']} "
-              f"as {s['array_type']} ({s['device']})")
+    for what, blocks in result.get("placement", {}).items():
+        for s in blocks:
+            print(f"  {what} {s['index']}: {s['rows']} rows on {s['worker']} "
+                  f"as {s['array_type']} ({s['device']})")
+    if result.get("placement_problems"):
+        print("warning: placement: " + "; ".join(result["placement_problems"]), file=sys.stderr)
     if result["task"] == "knn":
         print(f"model: k={result['n_neighbors']}, weights={result['weights']}, "
               f"plan={result['plan']}, method={result['method']}")

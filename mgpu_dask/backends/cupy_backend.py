@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import config
 from .. import knn_plans as plans
 from ..kernels._launch import array_module
 from ..knn import KNeighborsClassifier
@@ -82,7 +83,8 @@ class ArrayKNN(KNeighborsClassifier):
         vote = (len(self.classes_), self.weights, self._classes_out, on_host)
         return plans.candidates(Q, self.layout_, self.n_neighbors, method=self.method,
                                 margin=0, block_bytes=0, client=client, vote=vote,
-                                block_fn=_array_block)
+                                block_fn=_array_block,
+                                timeout=config.seconds("cluster.compute-timeout"))
 
 
 def knn(run: BackendRun) -> dict[str, Any]:

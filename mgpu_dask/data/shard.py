@@ -3,14 +3,14 @@
 Each shard is built from its own slice of the host array (so a worker only
 ever receives its rows), converted on the worker (``cupy.asarray`` then the
 compute dtype on a GPU worker, ``astype`` on a CPU one), persisted there, and
-kept recomputable: if a worker dies, Dask rebuilds its shard from the slice.
+kept recomputable: if a worker dies, Dask rebuilds its shard from the slice
+on another (``placement.PinRecovery``).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import uuid
 from typing import Any, NamedTuple
 
 import dask
@@ -18,11 +18,11 @@ import dask.array as da
 import numpy as np
 from distributed import Client, futures_of, wait
 
-from .. import config
+from .. import config, placement
 from .._compat import has_gpu
 from ..exceptions import ClusterError
 
-_PREFIX = "mgpu-shard-"
+_PREFIX = "mgpu-shard"
 
 
 class ShardInfo(NamedTuple):
@@ -81,8 +81,11 @@ def row_bounds(n_rows: int, n_shards: int | None, chunk_rows: int | None) -> lis
 def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
           chunk_rows: int | None = None, device: str = "auto", dtype: Any = None,
           workers: list[str] | None = None, timeout: float | None = None,
-          block: bool = True, scale: float | None = None) -> da.Array:
+          block: bool = True, scale: float | None = None, like: da.Array | None = None) -> da.Array:
     """Place ``array`` on the cluster as row shards, round-robin over the workers.
+
+    Each shard is one task pinned to its worker (``mgpu_dask.placement``), so
+    the shards land exactly where asked, one graph for all of them.
 
     Parameters
     ----------
@@ -109,11 +112,15 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
         Wait for the shards to land before returning.
     scale : float or None, default None
         Multiply by this on the worker after the cast (``1/255`` puts pixels in [0, 1]).
+    like : dask.array.Array or None, default None
+        A persisted array with as many rows: give each shard the rows and the
+        worker of its row block (labels go with their features this way).
 
     Returns
     -------
     dask.array.Array
-        Persisted, with ``_meta`` a CuPy array on GPU and a NumPy array on CPU.
+        Persisted, one block per shard, with ``_meta`` a CuPy array on GPU and
+        a NumPy array on CPU.
     """
     if device == "auto":
         device = detect_device(client)
@@ -122,79 +129,33 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     workers = list(workers) if workers else worker_addresses(client)
     if not workers:
         raise ClusterError("the cluster has no workers; start some or check --scheduler-address")
-    out_dtype = np.dtype(dtype) if dtype is not None else array.dtype
+    cast = np.dtype(dtype) if dtype is not None else None
+    out_dtype = cast if cast is not None else array.dtype
     convert = _to_gpu if device == "gpu" else _to_cpu
-    meta = meta_for(device, array.ndim, out_dtype)
-    token = uuid.uuid4().hex[:12]
-    pieces = []
-    for i, (start, stop) in enumerate(row_bounds(len(array), n_shards or len(workers), chunk_rows)):
-        host = da.from_array(array[start:stop], chunks=-1, name=f"mgpu-host-{token}-{i:05d}")
-        piece = host.map_blocks(convert, np.dtype(dtype) if dtype is not None else None, scale,
-                                dtype=out_dtype, meta=meta, name=f"{_PREFIX}{token}-{i:05d}")
-        # The slice travels inside the graph (so a lost shard can be rebuilt):
-        # large by design, hence no large-graph warning.  Placement is strict: a
-        # loose one lets the scheduler put two shards on one GPU when it is busy.
-        with dask.config.set({"distributed.admin.large-graph-warning-threshold": "64GiB"}):
-            pieces.append(client.persist(piece, workers=[workers[i % len(workers)]],
-                                         allow_other_workers=False))
-    result = da.concatenate(pieces, axis=0) if len(pieces) > 1 else pieces[0]
+    bounds = row_bounds(len(array), n_shards or len(workers), chunk_rows)
+    if like is not None:
+        placed = placement.locate(client, like)
+        if placed is None or like.shape[0] != len(array):
+            raise ValueError("like= must be a persisted array with as many rows as array")
+        edges = np.cumsum((0,) + like.chunks[0])
+        bounds = list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+        workers = placed[1]
+    name = placement.fresh_name(_PREFIX)
+    tail = (0,) * (array.ndim - 1)
+    loose = not placement.ensure_recovery(client)
+    # Each slice travels inside its task, so a lost shard can be rebuilt anywhere.
+    tasks = [placement.Pinned((name, i, *tail), (convert, array[start:stop], cast, scale),
+                              workers[i % len(workers)])
+             for i, (start, stop) in enumerate(bounds)]
+    chunks = (tuple(stop - start for start, stop in bounds),) + tuple((n,) for n in array.shape[1:])
+    result = placement.pinned_array(name, tasks, chunks=chunks, loose=loose,
+                                    meta=meta_for(device, array.ndim, out_dtype))
+    # Large by design (the data is in the graph), hence no large-graph warning.
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "64GiB"}):
+        result = placement.persist(client, result)
     if block:
         wait(futures_of(result), timeout=timeout or config.seconds("cluster.compute-timeout"))
-        loosen_placement(client, result)
     return result
-
-
-def _set_loose(dask_scheduler: Any, keys: list[Any]) -> int:
-    """On the scheduler: loose restrictions for these tasks and everything they depend on."""
-    stack = [dask_scheduler.tasks[k] for k in keys if k in dask_scheduler.tasks]
-    seen = set()
-    while stack:
-        ts = stack.pop()
-        if ts.key in seen:
-            continue
-        seen.add(ts.key)
-        ts.loose_restrictions = True
-        stack.extend(ts.dependencies)
-    return len(seen)
-
-
-def loosen_placement(client: Client, *arrays: Any) -> None:
-    """Once shards sit where they were placed, let Dask rebuild a lost one anywhere.
-
-    Placement is strict while the shards are created (a loose one may put two
-    on one GPU); afterwards the restriction is relaxed so that, if a worker
-    dies, its shards are recomputed from their slices on a surviving worker.
-    """
-    keys = [f.key for f in futures_of(list(arrays))]
-    client.run_on_scheduler(_set_loose, keys=keys)
-
-
-def block_futures(array: da.Array, client: Client | None) -> list[tuple[Any, str | None]]:
-    """The persisted future behind each row block of ``array``, and the worker holding it.
-
-    Follows the aliases that ``concatenate`` and friends put in front of
-    persisted keys; a block that is not simply persisted gets ``(None, None)``.
-    """
-    found: list[tuple[Any, str | None]] = [(None, None)] * array.numblocks[0]
-    futures = futures_of(array) if client is not None else []
-    if not futures:
-        return found
-    graph = dict(array.__dask_graph__())
-    who_has = client.who_has(futures)
-    keys = array.__dask_keys__()
-    while keys and isinstance(keys[0], list):  # first column block of each row block
-        keys = [k[0] for k in keys]
-    for i, key in enumerate(keys):
-        for _ in range(8):
-            value = graph.get(key)
-            if hasattr(value, "key") and hasattr(value, "status"):  # a Future
-                found[i] = (value, (list(who_has.get(value.key, ())) or [None])[0])
-                break
-            if isinstance(value, tuple) and value in graph:
-                key = value
-                continue
-            break
-    return found
 
 
 def _describe_local(dask_worker: Any, keys: list[str]) -> dict[str, tuple[str, str, int]]:
@@ -216,16 +177,44 @@ def _describe_local(dask_worker: Any, keys: list[str]) -> dict[str, tuple[str, s
 
 
 def shard_locations(array: da.Array, client: Client) -> list[ShardInfo]:
-    """Where each shard of an array made by :func:`shard` lives, read off the workers."""
-    futures = futures_of(array)
-    keys = [f.key for f in futures]
-    held = client.run(_describe_local, keys=[str(k) for k in keys])
-    who_has = client.who_has(futures)
+    """Every holder of every row block of a persisted array, read off the workers.
+
+    A block held by two workers appears twice: nothing is hidden.
+    """
+    futures = placement.row_futures(array)
+    present = [f for f in futures if f is not None]
+    held = client.run(_describe_local, keys=[str(f.key) for f in present])
+    who_has = client.who_has(present) if present else {}
     infos = []
-    for key in keys:
-        name = key[0] if isinstance(key, tuple) else str(key)
-        index = int(name.rsplit("-", 1)[1]) if name.startswith(_PREFIX) else -1
-        for worker in who_has.get(key, ()):
-            kind, device, rows = held.get(worker, {}).get(str(key), ("?", "?", 0))
+    for index, future in enumerate(futures):
+        if future is None:
+            continue
+        for worker in who_has.get(future.key, ()):
+            kind, device, rows = held.get(worker, {}).get(str(future.key), ("?", "?", 0))
             infos.append(ShardInfo(index, rows, worker, kind, device))
     return sorted(infos)
+
+
+def placement_problems(infos: list[ShardInfo], n_workers: int, what: str = "shard") -> list[str]:
+    """What is wrong with a placement: a block with several holders, a worker with several blocks.
+
+    A worker holding two blocks is a problem only where there are no more
+    blocks than ``n_workers`` (one block per worker was asked for).
+
+    Returns
+    -------
+    list of str
+        One sentence per problem; empty when every block has exactly one
+        holder and no worker holds two.
+    """
+    by_block: dict[int, list[str]] = {}
+    by_worker: dict[str, list[int]] = {}
+    for s in infos:
+        by_block.setdefault(s.index, []).append(s.worker)
+        by_worker.setdefault(s.worker, []).append(s.index)
+    problems = [f"{what} {i} has {len(w)} holders ({', '.join(sorted(w))})"
+                for i, w in sorted(by_block.items()) if len(w) > 1]
+    if len(by_block) <= n_workers:
+        problems += [f"worker {w} holds {len(i)} {what}s ({', '.join(map(str, sorted(i)))})"
+                     for w, i in sorted(by_worker.items()) if len(i) > 1]
+    return problems

@@ -1,0 +1,283 @@
+"""Block tasks that run where their shard lives, and a record of where shards are.
+
+Why this exists.  Dask places a task without worker restrictions by its own
+heuristics, and one of them moved our shards: the scheduler calls a task
+*root-ish* when its task group is larger than twice the cluster's threads and
+has few dependencies, and places root-ish tasks on the least busy worker,
+whatever their inputs.  A task group keeps counting its forgotten tasks until
+every one of them is forgotten, so the alias tasks that ``da.concatenate`` put
+in front of persisted shards, resubmitted under the same names by every
+predict, sometimes grew into "root-ish" groups: the scheduler then ran them
+away from their shard, copied the shard, and the Active Memory Manager at times
+kept the copy and dropped the original.  Work stealing does the same to
+unrestricted tasks of a busy worker.
+
+The cure is structural, for every graph this project builds:
+
+* each block task is *pinned*: a strict worker restriction to the holder of its
+  shard (restricted tasks are never root-ish, and strict ones are never stolen);
+* block tasks name the persisted shard keys directly: no alias layer;
+* pinned graphs are submitted without Dask's low-level optimisation, which
+  fuses tasks and drops their annotations;
+* data that must cross workers (a query block visiting every training shard)
+  travels under a throwaway key made by an identity task on its holder
+  (:func:`send`), so the shard itself never gains a replica;
+* the scheduler plugin :class:`PinRecovery` unpins a pinned task whose worker is
+  gone, so a lost worker's shards and tasks are rebuilt elsewhere, as before.
+
+Graphs use Dask's documented custom-graph format (tuples of a callable and its
+arguments; a key stands for that key's value).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+import weakref
+from typing import Any, Callable, Hashable, Iterable, NamedTuple, Sequence
+
+import dask.array as da
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+from . import config
+
+PIN = "mgpu-dask-pinned"  # annotation that marks our pinned tasks on the scheduler
+
+Key = Hashable
+
+
+class Pinned(NamedTuple):
+    """A task of a pinned graph: its key, the call, and the worker it must run on."""
+
+    key: Key
+    task: tuple          # (callable, *arguments); keys among the arguments are inputs
+    worker: str | None   # None: anywhere (no client, or the input has no holder yet)
+
+
+def send(block: Any) -> Any:
+    """Identity, run on a block's holder: the block leaves under this task's key.
+
+    The receiving worker then holds a replica of this throwaway key, released
+    with the graph, instead of a replica of the shard.
+    """
+    return block
+
+
+def row_futures(array: da.Array) -> list[Any]:
+    """The persisted future behind each row block of ``array`` (None where there is none).
+
+    Follows the alias entries that ``concatenate`` and friends put in front of
+    persisted keys.  An array with several column blocks has no single future
+    per row block: all None.
+    """
+    from distributed import Future
+
+    if any(n != 1 for n in array.numblocks[1:]):
+        return [None] * array.numblocks[0]
+    graph = dict(array.__dask_graph__())
+    keys = array.__dask_keys__()
+    while keys and isinstance(keys[0], list):
+        keys = [k[0] for k in keys]
+    found: list[Any] = []
+    for key in keys:
+        future = None
+        for _ in range(16):
+            value = graph.get(key)
+            if isinstance(value, Future):
+                future = value
+                break
+            target = getattr(value, "target", None)  # dask's Alias task
+            if target is not None and target in graph:
+                key = target
+            elif isinstance(value, tuple) and value in graph:  # a legacy alias
+                key = value
+            else:
+                break
+        found.append(future)
+    return found
+
+
+def holders(client: Any, futures: Sequence[Any]) -> list[str | None]:
+    """The worker holding each future (the first, should there be several); one round trip."""
+    present = [f for f in futures if f is not None]
+    who_has = client.who_has(present) if present else {}
+    return [sorted(who_has.get(f.key, ()))[0] if f is not None and who_has.get(f.key) else None
+            for f in futures]
+
+
+def locate(client: Any, array: da.Array) -> tuple[list[Any], list[str]] | None:
+    """Futures and holders of the row blocks of a persisted array; None if it is not persisted.
+
+    A block that has no holder just now (a lost worker's, being rebuilt) is
+    given a worker round-robin; the scheduler's recovery moves it if needed.
+    """
+    futures = row_futures(array)
+    if any(f is None for f in futures):
+        return None
+    where = holders(client, futures)
+    if any(w is None for w in where):
+        from distributed import wait
+
+        wait(futures, timeout=config.seconds("cluster.compute-timeout"))  # lost ones are rebuilt
+        where = holders(client, futures)
+        spare = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        where = [w or spare[i % len(spare)] for i, w in enumerate(where)]
+    return futures, where
+
+
+def pinned_array(name: str, tasks: Iterable[Pinned], *, chunks: tuple, meta: Any,
+                 inputs: Iterable[Any] = (), loose: bool = False) -> da.Array:
+    """A dask array whose blocks are ``tasks``, each to run on its worker.
+
+    Parameters
+    ----------
+    name : str
+        The array's name: every output key is ``(name, i, ...)``.
+    tasks : iterable of Pinned
+        Every task of the graph, outputs and intermediates; a key that appears
+        among a task's arguments stands for that key's value.  Either every
+        task names its worker (a distributed run) or none does (local scheduler).
+    chunks, meta
+        Of the result, as for :class:`dask.array.Array`.
+    inputs : iterable of Future or dask collection
+        What the tasks read: persisted keys, or (on the local scheduler) the
+        collections whose keys they name.
+    loose : bool, default False
+        Let the scheduler move a task elsewhere (only where :class:`PinRecovery`
+        cannot be installed: without it a strict task would wait for a lost worker).
+    """
+    tasks = list(tasks)
+    pinned = [t.worker is not None for t in tasks]
+    if any(pinned) and not all(pinned):
+        raise ValueError(f"{name}: either every task names its worker or none does")
+    layers: dict[str, Any] = {}
+    dependencies: dict[str, set[str]] = {name: set()}
+    inputs = list(inputs)
+    futures = {f.key: f for f in inputs if not hasattr(f, "__dask_graph__")}
+    if futures:
+        layers[f"{name}-inputs"] = MaterializedLayer(futures)
+        dependencies[f"{name}-inputs"] = set()
+        dependencies[name] = {f"{name}-inputs"}
+    for collection in (c for c in inputs if hasattr(c, "__dask_graph__")):
+        graph = collection.__dask_graph__()
+        layers.update(graph.layers)
+        dependencies.update(graph.dependencies)
+        dependencies[name] |= set(collection.__dask_layers__())
+    annotations = None
+    if tasks and all(pinned):
+        where = {t.key: t.worker for t in tasks}
+        annotations = {"workers": functools.partial(_worker_of, where),
+                       "allow_other_workers": loose, PIN: True}
+    layers[name] = MaterializedLayer({t.key: t.task for t in tasks}, annotations=annotations)
+    return da.Array(HighLevelGraph(layers, dependencies), name, chunks, meta=meta)
+
+
+def _worker_of(where: dict[Key, str], key: Key) -> list[str]:
+    return [where[key]]
+
+
+def persist(client: Any, array: da.Array) -> da.Array:
+    """Submit a pinned array as built: no optimisation, which would drop the pins."""
+    if client is None:
+        return array.persist()
+    return client.persist(array, optimize_graph=False)
+
+
+def map_blocks(client: Any, fn: Callable[..., Any], array: da.Array, *args: Any, name: str,
+               chunks: tuple, meta: Any) -> da.Array:
+    """``fn(block, *args)`` for every row block of a persisted ``array``, on the block's holder.
+
+    Lazy ``map_blocks`` where there is no client or ``array`` is not persisted.
+    Returns the (persisted, where there is a client) result.
+    """
+    placed = locate(client, array) if client is not None else None
+    if placed is None:
+        axes = {}
+        if len(chunks) < array.ndim:
+            axes["drop_axis"] = list(range(len(chunks), array.ndim))
+        elif len(chunks) > array.ndim:
+            axes["new_axis"] = list(range(array.ndim, len(chunks)))
+        lazy = array.map_blocks(fn, *args, chunks=chunks, meta=meta, name=name, **axes)
+        return lazy if client is None else client.persist(lazy)
+    futures, where = placed
+    loose = not ensure_recovery(client)
+    tail = (0,) * (len(chunks) - 1)
+    tasks = [Pinned((name, i, *tail), (fn, f.key, *args), w)
+             for i, (f, w) in enumerate(zip(futures, where))]
+    return persist(client, pinned_array(name, tasks, chunks=chunks, meta=meta, inputs=futures,
+                                        loose=loose))
+
+
+def fresh_name(prefix: str) -> str:
+    """A key prefix never used before: repeated calls must recompute, not reuse results."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+# -- recovery -----------------------------------------------------------------------------------
+
+try:
+    from distributed.diagnostics.plugin import SchedulerPlugin as _SchedulerPlugin
+except ImportError:  # pragma: no cover - distributed is a dependency
+    _SchedulerPlugin = object  # type: ignore[assignment, misc]
+
+
+class PinRecovery(_SchedulerPlugin):  # type: ignore[misc, valid-type]
+    """Scheduler plugin: a pinned task whose worker is gone may run anywhere.
+
+    A strictly restricted task whose worker left the cluster waits in the
+    scheduler's ``no-worker`` state for that worker forever.  When one of ours
+    (marked by the ``mgpu-dask-pinned`` annotation) gets there, its restriction
+    is dropped and it is scheduled again, by its inputs, on a live worker.
+    """
+
+    name = "mgpu-dask-pin-recovery"
+
+    def __init__(self) -> None:
+        self.scheduler: Any = None
+        self.unpinned = 0
+
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def transition(self, key: Key, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish != "no-worker" or self.scheduler is None:
+            return
+        ts = self.scheduler.tasks.get(key)
+        if ts is None or not (ts.annotations or {}).get(PIN):
+            return
+        ts.worker_restrictions = None
+        ts.loose_restrictions = False
+        self.unpinned += 1
+        self.scheduler.loop.add_callback(self._retry, key)
+
+    def _retry(self, key: Key) -> None:
+        ts = self.scheduler.tasks.get(key)
+        if ts is not None and ts.state == "no-worker" and self.scheduler.running:
+            self.scheduler.transitions({key: "processing"},
+                                       stimulus_id=f"mgpu-dask-unpin-{time.time()}")
+
+
+_RECOVERY: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+
+
+def ensure_recovery(client: Any) -> bool:
+    """Install :class:`PinRecovery` on the client's scheduler once; False where it cannot be.
+
+    It cannot be where the scheduler's Python lacks mgpu_dask; pinned graphs
+    are then submitted with loose restrictions (still never root-ish).
+    """
+    try:
+        return _RECOVERY[client]
+    except (KeyError, TypeError):
+        pass
+    try:
+        client.register_plugin(PinRecovery())
+        ok = True
+    except Exception:  # the scheduler could not unpickle the plugin
+        ok = False
+    try:
+        _RECOVERY[client] = ok
+    except TypeError:  # pragma: no cover - a client that cannot be weakly referenced
+        pass
+    return ok
