@@ -127,7 +127,8 @@ def _predict_phases(clf: KNeighborsClassifier, queries: Any, timeout: float,
 def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
             fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, n_neighbors: int = 3,
             weights: str = "distance", plan: str = "auto", method: str = "gemm",
-            memory_budget: str | None = None, cluster_options: dict[str, Any] | None = None,
+            precision: str = "auto", memory_budget: str | None = None,
+            cluster_options: dict[str, Any] | None = None,
             repeats: int = 5, report: str | None = None, echo: Echo | None = None) -> dict[str, Any]:
     """Run KNN end to end and return every number the CLI prints."""
     say = echo or (lambda message: None)
@@ -139,9 +140,9 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
         client, parts = s.cluster.client, s.data
         say("[3/4] transfer (queries sharded, training set placed by plan)")
         clf = KNeighborsClassifier(n_neighbors, weights=weights, plan=plan, method=method,
-                                   memory_budget=memory_budget)
-        with cold("transfer"):
-            queries = shard(parts.X_test, client, dtype=np.float32, timeout=s.wait_timeout)
+                                   precision=precision, memory_budget=memory_budget)
+        with cold("transfer"):  # the queries keep their own dtype (uint8 pixels: 1 byte each)
+            queries = shard(parts.X_test, client, timeout=s.wait_timeout)
             clf.fit(parts.X_train, parts.y_train)
         say("[4/4] predict: cold, then warm")
         pred = _predict_phases(clf, queries, s.wait_timeout, cold)
@@ -159,7 +160,10 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
         return {
             **_summary(s, "knn", fraction, seed),
             "n_neighbors": n_neighbors, "weights": weights, "method": method,
-            "plan": clf.plan_, "device": clf.layout_.device,
+            "plan": clf.plan_, "device": clf.layout_.device, "precision": clf.precision_,
+            "precision_note": clf.precision_note_, "exact_keys": clf.exact_keys_,
+            "neighbours": "exact: 8-bit data are exact in every precision"
+                          if clf.exact_keys_ else "exact: float64 re-rank, certified by a bound",
             **_placement(client, {"query shard": queries,
                                   "train copy" if clf.plan_ == "replicate" else "train shard":
                                   clf.layout_.keep[0]}),

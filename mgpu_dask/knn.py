@@ -1,8 +1,9 @@
 """``KNeighborsClassifier``: brute-force KNN over dask arrays, on GPUs or CPUs.
 
-Block work is done by our Numba kernels (``mgpu_dask.kernels.knn``), the Dask
-graphs by ``mgpu_dask.knn_plans``.  The estimator uses the active
-``distributed`` client when there is one and never creates or stores one.
+Block work is done by our kernels (``mgpu_dask.kernels.knn``: cuBLAS products
+on tensor cores and Numba CUDA kernels around them), the Dask graphs by
+``mgpu_dask.knn_plans``.  The estimator uses the active ``distributed`` client
+when there is one and never creates or stores one.
 """
 
 from __future__ import annotations
@@ -13,49 +14,15 @@ import dask.array as da
 import numpy as np
 from dask.utils import parse_bytes
 
-from . import config, placement
+from . import config, inputs, placement
 from . import knn_plans as plans
 from .data.shard import detect_device
-from .exceptions import DataError, MgpuDaskError
-from .kernels._launch import array_module, on_gpu
+from .exceptions import DataError
+from .inputs import NotFittedError, accuracy, to_host
+from .kernels import knn_precision as precisions
 from .kernels.knn import MAX_K
 
-
-class NotFittedError(MgpuDaskError, AttributeError):
-    """``predict`` or ``kneighbors`` was called before ``fit``."""
-
-
-def _active_client() -> Any:
-    """The current distributed client, or None (no client, or only a closed one)."""
-    try:
-        from distributed import get_client
-
-        client = get_client()
-    except ValueError:
-        return None
-    return client if client.status == "running" else None
-
-
-def _device_of(array: Any) -> str:
-    meta = getattr(array, "_meta", array)
-    return "gpu" if type(meta).__module__.startswith("cupy") else "cpu"
-
-
-def _block_finite(block: Any) -> Any:
-    xp = array_module(block)
-    return xp.isfinite(block).all().reshape(1)
-
-
-def _all_finite(X: Any) -> bool:
-    """No NaN or infinity in X; host arrays are checked here, dask arrays where they live."""
-    if np.issubdtype(X.dtype, np.integer):
-        return True
-    if isinstance(X, da.Array):
-        flags = placement.map_blocks(_active_client(), _block_finite, X,
-                                     name=placement.fresh_name("finite"),
-                                     chunks=((1,) * X.numblocks[0],), meta=np.empty(0, bool))
-        return bool(to_host(flags).all())
-    return bool(np.isfinite(X).all())
+__all__ = ["KNeighborsClassifier", "NotFittedError", "accuracy", "to_host"]
 
 
 def _worker_budget(client: Any, device: str) -> int:
@@ -77,6 +44,50 @@ def _worker_budget(client: Any, device: str) -> int:
     return int(0.8 * min((x for x in limits if x), default=psutil.virtual_memory().total))
 
 
+def _capability(client: Any, device: str) -> tuple[int, int] | None:
+    """The smallest compute capability of the workers' GPUs; None on CPU."""
+    if device != "gpu":
+        return None
+
+    def capability() -> tuple[int, int]:
+        import cupy
+
+        cc = str(cupy.cuda.Device().compute_capability)
+        return int(cc[:-1]), int(cc[-1])
+
+    if client is None:
+        return capability()
+    return min(client.run(capability).values())
+
+
+def _block_stats(block: Any) -> Any:
+    low, high, integral = precisions.eight_bit_stats(inputs.as_numpy(block))
+    return np.array([[low, high, float(integral)]])
+
+
+def _eight_bit(X: Any) -> precisions.EightBit:
+    """Whether the training rows are 8-bit integers (by dtype, else by their values)."""
+    if X.dtype in (np.uint8, np.int8) or not isinstance(X, da.Array):
+        if X.dtype in (np.uint8, np.int8):
+            return precisions.eight_bit_of(X.dtype)
+        return precisions.eight_bit_of(X.dtype, *precisions.eight_bit_stats(np.asarray(X)))
+    stats = to_host(placement.map_blocks(inputs.active_client(), _block_stats, X,
+                                         name=placement.fresh_name("knn-range"),
+                                         chunks=((1,) * X.numblocks[0], (3,)),
+                                         meta=np.empty((0, 0))))
+    return precisions.eight_bit_of(X.dtype, float(stats[:, 0].min()), float(stats[:, 1].max()),
+                                   bool(stats[:, 2].all()))
+
+
+def _bytes_per_value(precision: str, eight_bit: bool, method: str) -> int:
+    """Bytes a worker keeps per training value (operand plus exact rows where needed)."""
+    if method == "direct":
+        return 4
+    operand = {"int8": 1, "bf16": 2}.get(precision, 4)
+    extra = 4 if precision == "bf16" and not eight_bit else 0
+    return operand + extra
+
+
 class KNeighborsClassifier:
     """k-nearest-neighbour classifier on dask arrays of CuPy or NumPy chunks.
 
@@ -92,17 +103,28 @@ class KNeighborsClassifier:
         queries; ``"shard"`` splits the training set and tree-merges each
         worker's top-k.  ``"auto"`` replicates when the training set fits the
         per-worker memory budget.
+    precision : {"auto", "int8", "bf16", "tf32", "fp32"}, default "auto"
+        Arithmetic of the distance product (``mgpu_dask.kernels.knn_precision``).
+        8-bit integer data (uint8 pixels) are exact in every precision, so
+        ``"auto"`` takes ``"int8"`` tensor cores for them; other data take
+        ``"tf32"`` (``"fp32"`` on a CPU or an older GPU) and every precision's
+        ranking is re-ranked in float64 and certified by an error bound, rows
+        it cannot certify recomputed: the neighbours are exact in every
+        precision.  ``"int8"`` on other data is an error; a GPU without the
+        tensor cores a precision needs runs ``"fp32"`` (``precision_note_``).
     method : {"gemm", "direct"}, default "gemm"
-        Bulk distances by a BLAS / cuBLAS product (then exact re-ranking), or
-        by our tiled Numba difference kernel.
+        Bulk distances by a cuBLAS / BLAS product in ``precision``, or by our
+        tiled Numba difference kernel in float32.
     margin : int, default 8
-        Extra candidates re-ranked with exact float64 distances.
+        Extra candidates re-ranked with exact float64 distances where keys are
+        approximate.
     memory_budget : int, str or None, default None
         Bytes of training data one worker may hold (``"20GB"``); ``None`` reads
         80% of the smallest worker's free GPU / host memory.  A training set
         above it is sharded; one that does not fit even sharded is an error.
-    block_bytes : int or str, default "1GiB"
-        Largest distance matrix a worker builds at once.
+    tile_bytes : int, str or None, default None
+        Largest product tile; ``None`` is half the GPU's L2 cache (8 MiB on a
+        CPU), so each tile is ranked while it is still in cache.
 
     Attributes
     ----------
@@ -114,6 +136,12 @@ class KNeighborsClassifier:
         Training rows.
     plan_ : str
         The plan chosen in ``fit``.
+    precision_ : str
+        The precision the product runs in.
+    precision_note_ : str or None
+        Why ``precision_`` differs from the one asked for.
+    exact_keys_ : bool
+        The product gives exact keys (8-bit data): no re-ranking is needed.
 
     Examples
     --------
@@ -126,15 +154,17 @@ class KNeighborsClassifier:
     """
 
     def __init__(self, n_neighbors: int = 3, *, weights: str = "distance", plan: str = "auto",
-                 method: str = "gemm", margin: int = 8, memory_budget: int | str | None = None,
-                 block_bytes: int | str = "1GiB") -> None:
+                 precision: str = "auto", method: str = "gemm", margin: int = 8,
+                 memory_budget: int | str | None = None,
+                 tile_bytes: int | str | None = None) -> None:
         self.n_neighbors = n_neighbors
         self.weights = weights
         self.plan = plan
+        self.precision = precision
         self.method = method
         self.margin = margin
         self.memory_budget = memory_budget
-        self.block_bytes = block_bytes
+        self.tile_bytes = tile_bytes
 
     # -- validation ---------------------------------------------------------------------------
     def _check_params(self, n_rows: int) -> None:
@@ -148,6 +178,7 @@ class KNeighborsClassifier:
             raise DataError(f"n_neighbors={k} exceeds the kernels' limit of {MAX_K}")
         for name, value, allowed in (("weights", self.weights, ("distance", "uniform")),
                                      ("plan", self.plan, ("auto", "replicate", "shard")),
+                                     ("precision", self.precision, precisions.PRECISIONS),
                                      ("method", self.method, ("gemm", "direct"))):
             if value not in allowed:
                 raise DataError(f"{name}={value!r} must be one of {', '.join(allowed)}")
@@ -185,10 +216,10 @@ class KNeighborsClassifier:
             raise DataError(f"y must be 1-D with one label per row of X ({X.shape[0]}), "
                             f"got shape {getattr(y, 'shape', None)}")
         self._check_params(int(X.shape[0]))
-        client = _active_client()
+        client = inputs.active_client()
         timeout = config.seconds("cluster.compute-timeout")
         labels = to_host(y)
-        if not _all_finite(X):
+        if not inputs.all_finite(X):
             raise DataError("the training rows contain NaN or infinity; clean or impute them first")
         if not np.issubdtype(labels.dtype, np.integer):
             raise DataError(f"y must hold integer class labels, got dtype {labels.dtype}")
@@ -197,11 +228,21 @@ class KNeighborsClassifier:
         contiguous = np.array_equal(self.classes_, np.arange(len(self.classes_)))
         self._classes_out = None if contiguous else self.classes_
         if isinstance(X, da.Array):
-            device = _device_of(X)
+            device = inputs.device_of(X)
         else:
             device = detect_device(client) if client is not None else "cpu"
+        eight = _eight_bit(X)
+        try:
+            precision, note = precisions.choose(self.precision, eight.exact,
+                                                _capability(client, device))
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
+        if self.method == "direct":
+            precision = "fp32"
+        prep = plans.Prep(precision, eight.exact, eight.shift, self.method)
         plan = self.plan
-        train_bytes = int(X.shape[0]) * int(X.shape[1]) * 4
+        train_bytes = int(X.shape[0]) * int(X.shape[1]) * _bytes_per_value(
+            precision, eight.exact, self.method)
         budget = parse_bytes(self.memory_budget) if self.memory_budget else None
         self.memory_budget_ = budget
         if plan == "auto":
@@ -212,12 +253,16 @@ class KNeighborsClassifier:
             n_workers = len(client.scheduler_info(n_workers=-1)["workers"]) if client else 1
             if train_bytes / n_workers > budget:
                 raise DataError(
-                    f"the training set ({train_bytes / 2**30:.2f} GiB as float32) does not fit "
-                    f"{n_workers} worker(s) x {budget / 2**30:.2f} GiB memory budget even when "
-                    "sharded; add workers (GPUs), raise --memory-budget or use a smaller --fraction")
+                    f"the training set ({train_bytes / 2**30:.2f} GiB in {precision}) does not "
+                    f"fit {n_workers} worker(s) x {budget / 2**30:.2f} GiB memory budget even "
+                    "when sharded; add workers (GPUs), raise --memory-budget or use a smaller "
+                    "--fraction")
         build = plans.replicate_train if plan == "replicate" else plans.shard_train
-        self.layout_ = build(X, encoded, client, device, timeout)
+        self.layout_ = build(X, encoded, client, device, timeout, prep)
         self.plan_ = plan
+        self.precision_ = precision
+        self.precision_note_ = note
+        self.exact_keys_ = precisions.is_exact(precision, eight.exact, self.method)
         self.n_features_in_ = int(X.shape[1])
         self.n_samples_fit_ = int(X.shape[0])
         return self
@@ -228,8 +273,9 @@ class KNeighborsClassifier:
         k = n_neighbors or self.n_neighbors
         if not 1 <= k <= self.n_samples_fit_:
             raise DataError(f"n_neighbors={k} must be between 1 and {self.n_samples_fit_}")
-        return plans.candidates(Q, self.layout_, k, method=self.method, margin=self.margin,
-                                block_bytes=parse_bytes(self.block_bytes), client=_active_client(),
+        tile = parse_bytes(self.tile_bytes) if self.tile_bytes is not None else None
+        return plans.candidates(Q, self.layout_, k, margin=self.margin, tile_bytes=tile,
+                                client=inputs.active_client(),
                                 timeout=config.seconds("cluster.compute-timeout"), vote=vote)
 
     def kneighbors(self, X: Any, n_neighbors: int | None = None,
@@ -243,7 +289,7 @@ class KNeighborsClassifier:
 
     def predict_from_candidates(self, cand: da.Array) -> da.Array:
         """Vote on candidates from :meth:`kneighbors_candidates` (the CLI times the two apart)."""
-        return plans.vote_predictions(_active_client(), cand, len(self.classes_), self.weights,
+        return plans.vote_predictions(inputs.active_client(), cand, len(self.classes_), self.weights,
                                       self._classes_out, self.layout_.device)
 
     def kneighbors_candidates(self, X: Any) -> da.Array:
@@ -269,62 +315,9 @@ class KNeighborsClassifier:
 
     def predict_proba(self, X: Any) -> da.Array:
         """Class probabilities per row, columns ordered as ``classes_``."""
-        return plans.vote_probabilities(_active_client(), self._candidates(X), len(self.classes_),
+        return plans.vote_probabilities(inputs.active_client(), self._candidates(X), len(self.classes_),
                                         self.weights, self.layout_.device)
 
     def score(self, X: Any, y: Any) -> float:
         """Mean accuracy on ``(X, y)``."""
         return accuracy(self.predict(X), y)
-
-
-def _asnumpy(block: Any) -> np.ndarray:
-    return block.get() if hasattr(block, "get") else np.asarray(block)
-
-
-def to_host(array: Any, timeout: float | None = None) -> np.ndarray:
-    """A NumPy copy of a dask, CuPy or NumPy array, within ``timeout`` seconds.
-
-    Dask arrays of CuPy chunks are copied to host memory on their workers, so
-    the client never needs a CUDA context to receive them.  ``timeout``
-    defaults to ``mgpu-dask.cluster.compute-timeout``; past it, TimeoutError.
-    """
-    if isinstance(array, da.Array):
-        client = _active_client()
-        if client is not None:
-            from distributed import wait
-
-            timeout = timeout or config.seconds("cluster.compute-timeout")
-            if array.ndim > 1 and array.numblocks[1:] != (1,) * (array.ndim - 1):
-                array = array.rechunk({i: -1 for i in range(1, array.ndim)})
-            placed = placement.row_futures(array)
-            if _device_of(array) == "gpu" and all(f is not None for f in placed):
-                # Copied to the host where each block lives.
-                array = placement.map_blocks(client, _asnumpy, array,
-                                             name=placement.fresh_name("to-host"),
-                                             chunks=array.chunks,
-                                             meta=np.empty((0,) * array.ndim, array.dtype))
-                placed = placement.row_futures(array)
-            elif _device_of(array) == "gpu":
-                array = array.map_blocks(_asnumpy, meta=np.empty((0,) * array.ndim, array.dtype))
-            if all(f is not None for f in placed):
-                blocks = placed
-            else:  # a lazy array: its row blocks, gathered directly (no concatenating task)
-                blocks = client.compute(list(array.to_delayed().ravel()), optimize_graph=False)
-            try:
-                wait(blocks, timeout=timeout)
-            except TimeoutError:
-                client.cancel(blocks)
-                raise TimeoutError(f"results did not arrive within {timeout:.0f} s") from None
-            # Blocks of an array with a wrong _meta (cuML's KNN predict) may still be CuPy.
-            parts = [p.get() if on_gpu(p) else p for p in client.gather(blocks)]
-            return np.concatenate(parts, axis=0) if array.ndim else np.asarray(parts[0])
-        array = array.compute()
-    return array.get() if hasattr(array, "get") else np.asarray(array)
-
-
-def accuracy(pred: Any, y: Any) -> float:
-    """Share of equal entries, for any mix of dask, CuPy and NumPy arrays."""
-    pred, y = to_host(pred), to_host(y)
-    if pred.shape != y.shape:
-        raise DataError(f"{len(y)} labels for {len(pred)} predictions")
-    return float((pred == y).mean())

@@ -26,15 +26,15 @@ from . import placement
 from .data.shard import meta_for, shard, worker_addresses
 from .exceptions import DataError
 from .kernels import knn as kernels
+from .kernels import knn_products as products
 from .kernels._launch import array_module
 from .placement import Pinned
 
 
 class TrainLayout(NamedTuple):
     plan: str                      # "replicate" or "shard"
-    X: list[Any]                   # replicate: the copy on each worker; shard: each shard
+    X: list[Any]                   # TrainBlocks: replicate, the copy on each worker; shard, each shard
     y: list[Any]                   # encoded labels (int32), one per entry of X
-    norms: list[Any]               # squared row norms, one per entry of X
     workers: list[str | None]      # the holder of each entry (None on the local scheduler)
     offsets: list[int]             # global index of each entry's first row
     n_rows: int
@@ -42,27 +42,41 @@ class TrainLayout(NamedTuple):
     keep: tuple = ()               # the persisted arrays behind the futures above
 
     def ref(self, field: str, j: int) -> Any:
-        """Entry ``j`` of ``X``, ``y`` or ``norms`` as a graph argument (a key, or the array)."""
+        """Entry ``j`` of ``X`` or ``y`` as a graph argument (a key, or the value itself)."""
         value = getattr(self, field)[j]
         return value.key if hasattr(value, "key") and hasattr(value, "status") else value
 
 
-def _norms_block(block: Any) -> Any:
-    return kernels.row_norms(block)
+class Prep(NamedTuple):
+    """How the training rows are prepared on the workers (``knn_products.prepare_train``)."""
+
+    precision: str
+    eight_bit: bool
+    shift: int
+    method: str
 
 
-def _to_device(block: Any, device: str, dtype: Any) -> Any:
+def _to_device(block: Any, device: str, dtype: Any = None) -> Any:
     if device == "gpu":
         import cupy
 
-        return cupy.asarray(block).astype(dtype, copy=False)
-    return np.asarray(block).astype(dtype, copy=False)
+        block = cupy.asarray(block)
+    else:
+        block = np.asarray(block)
+    return block if dtype is None else block.astype(dtype, copy=False)
 
 
-def _stack_rows(blocks: list[Any], dtype: Any) -> Any:
+def _prepare(rows: Any, prep: Prep) -> Any:
+    return products.prepare_train(rows, prep.precision, prep.eight_bit, prep.shift, prep.method)
+
+
+def _prepare_host(rows: np.ndarray, device: str, prep: Prep) -> Any:
+    return _prepare(_to_device(rows, device), prep)
+
+
+def _prepare_stacked(blocks: list[Any], prep: Prep) -> Any:
     xp = array_module(blocks[0])
-    out = blocks[0] if len(blocks) == 1 else xp.concatenate(blocks)
-    return out.astype(dtype, copy=False)
+    return _prepare(blocks[0] if len(blocks) == 1 else xp.concatenate(blocks), prep)
 
 
 def _finished(out: Any) -> Any:
@@ -74,18 +88,18 @@ def _finished(out: Any) -> Any:
     return out
 
 
-def _local_layout(X: Any, y: Any, device: str, plan: str) -> TrainLayout:
+def _local_layout(X: Any, y: Any, device: str, plan: str, prep: Prep) -> TrainLayout:
     """Without a distributed client: the training data in this process."""
     if isinstance(X, da.Array):
-        blocks = [np.asarray(b) for b in da.compute(*X.astype(np.float32).to_delayed()[:, 0])]
+        blocks = [np.asarray(b) for b in da.compute(*X.to_delayed()[:, 0])]
     else:
-        blocks = [np.asarray(X, dtype=np.float32)]
+        blocks = [np.asarray(X)]
     if plan == "replicate":
         blocks = [np.concatenate(blocks)] if len(blocks) > 1 else blocks
     labels = np.asarray(y.compute() if isinstance(y, da.Array) else y, dtype=np.int32)
     edges = np.cumsum([0] + [len(b) for b in blocks])
-    return TrainLayout(plan, blocks, [labels[a:b] for a, b in zip(edges[:-1], edges[1:])],
-                       [kernels.row_norms(b) for b in blocks], [None] * len(blocks),
+    return TrainLayout(plan, [_prepare(b, prep) for b in blocks],
+                       [labels[a:b] for a, b in zip(edges[:-1], edges[1:])], [None] * len(blocks),
                        edges[:-1].tolist(), int(edges[-1]), device)
 
 
@@ -100,10 +114,10 @@ def _placed(client: Client, X: da.Array, timeout: float) -> tuple[da.Array, list
 
 
 def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
-                    timeout: float) -> TrainLayout:
-    """One copy of ``X`` (float32), ``y`` and the row norms on every worker."""
+                    timeout: float, prep: Prep) -> TrainLayout:
+    """One prepared copy of ``X`` and of ``y`` on every worker."""
     if client is None:
-        return _local_layout(X, y, device, "replicate")
+        return _local_layout(X, y, device, "replicate", prep)
     workers = worker_addresses(client)
     loose = not placement.ensure_recovery(client)
     name = placement.fresh_name("knn-train")
@@ -113,17 +127,17 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
     if isinstance(X, da.Array):
         # Each block leaves its holder under a throwaway key (``send``), is
         # stacked on every worker, and no shard of X gains a replica.
-        X, futures, where = _placed(client, X.astype(np.float32).rechunk({1: -1}), timeout)
+        X, futures, where = _placed(client, X.rechunk({1: -1}), timeout)
         inputs = futures
         sends = [(f"{name}-send", b) for b in range(len(futures))]
         tasks += [Pinned(key, (placement.send, f.key), w)
                   for key, f, w in zip(sends, futures, where)]
-        tasks += [Pinned((name, j, 0), (_stack_rows, list(sends), np.float32), w)
-                  for j, w in enumerate(workers)]
+        stack = functools.partial(_prepare_stacked, prep=prep)
+        tasks += [Pinned((name, j, 0), (stack, list(sends)), w) for j, w in enumerate(workers)]
     else:
         host = np.ascontiguousarray(X)
-        tasks += [Pinned((name, j, 0), (_to_device, host, device, np.float32), w)
-                  for j, w in enumerate(workers)]
+        upload = functools.partial(_prepare_host, device=device, prep=prep)
+        tasks += [Pinned((name, j, 0), (upload, host), w) for j, w in enumerate(workers)]
     copies = placement.pinned_array(name, tasks, chunks=((n,) * len(workers), (d,)),
                                     meta=meta_for(device, 2, np.float32), inputs=inputs,
                                     loose=loose)
@@ -132,37 +146,34 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
                            for j, w in enumerate(workers)],
         chunks=((n,) * len(workers),), meta=meta_for(device, 1, np.int32), loose=loose)
     copies, labels = client.persist([copies, labels], optimize_graph=False)
-    norms = placement.map_blocks(client, _norms_block, copies, name=f"{name}-norms",
-                                 chunks=((n,) * len(workers),),
-                                 meta=meta_for(device, 1, np.float32))
-    wait(futures_of([copies, labels, norms]), timeout=timeout)
-    xs, ys, ns = (placement.row_futures(a) for a in (copies, labels, norms))
-    return TrainLayout("replicate", xs, ys, ns, placement.holders(client, xs), [0] * len(xs),
-                       n, device, (copies, labels, norms))
+    wait(futures_of([copies, labels]), timeout=timeout)
+    xs, ys = placement.row_futures(copies), placement.row_futures(labels)
+    return TrainLayout("replicate", xs, ys, placement.holders(client, xs), [0] * len(xs), n,
+                       device, (copies, labels))
 
 
 def shard_train(X: Any, y: np.ndarray, client: Client | None, device: str,
-                timeout: float) -> TrainLayout:
-    """Keep the training rows split over the workers (one shard per worker)."""
+                timeout: float, prep: Prep) -> TrainLayout:
+    """Keep the training rows split over the workers (one prepared shard per worker)."""
     if client is None:
-        return _local_layout(X, y, device, "shard")
+        return _local_layout(X, y, device, "shard", prep)
     if isinstance(X, np.ndarray):
-        Xd = shard(X, client, device=device, dtype=np.float32, timeout=timeout)
+        Xd = shard(X, client, device=device, timeout=timeout)
     else:
-        Xd = _placed(client, X.astype(np.float32).rechunk({1: -1}), timeout)[0]
-    yd = shard(y, client, device=device, dtype=np.int32, timeout=timeout, like=Xd)
-    norms = placement.map_blocks(client, _norms_block, Xd, name=placement.fresh_name("knn-norms"),
-                                 chunks=(Xd.chunks[0],), meta=meta_for(device, 1, np.float32))
-    wait(futures_of([Xd, yd, norms]), timeout=timeout)
-    xs, ys, ns = (placement.row_futures(a) for a in (Xd, yd, norms))
+        Xd = _placed(client, X.rechunk({1: -1}), timeout)[0]
+    blocks = placement.map_blocks(client, _prepare, Xd, prep, name=placement.fresh_name("knn-train"),
+                                  chunks=Xd.chunks, meta=meta_for(device, 2, np.float32))
+    yd = shard(y, client, device=device, dtype=np.int32, timeout=timeout, like=blocks)
+    wait(futures_of([blocks, yd]), timeout=timeout)
+    xs, ys = placement.row_futures(blocks), placement.row_futures(yd)
     offsets = np.cumsum((0,) + Xd.chunks[0][:-1]).tolist()
-    return TrainLayout("shard", xs, ys, ns, placement.holders(client, xs), offsets,
-                       int(Xd.shape[0]), device, (Xd, yd, norms))
+    return TrainLayout("shard", xs, ys, placement.holders(client, xs), offsets,
+                       int(Xd.shape[0]), device, (blocks, yd))
 
 
 def _check_queries(Qb: Any, xp: Any) -> Any:
-    Qb = xp.asarray(Qb, dtype=np.float32)
-    if not bool(xp.isfinite(Qb).all()):
+    Qb = xp.asarray(Qb)
+    if not np.issubdtype(Qb.dtype, np.integer) and not bool(xp.isfinite(Qb).all()):
         raise DataError("the query rows contain NaN or infinity; clean or impute them first")
     return Qb
 
@@ -173,37 +184,39 @@ def _out_of_memory(exc: BaseException, rows: int, n: int) -> DataError:
                      f"lower block_bytes, or add GPUs ({type(exc).__name__})")
 
 
-def _guarded(fn: Any, Qb: Any, Tb: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run a block function; a CUDA out-of-memory becomes one clear error."""
+def _guarded(fn: Any, Qb: Any, train: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a block function; a CUDA out-of-memory or unfit queries become one clear error."""
     try:
-        return fn(Qb, Tb, *args, **kwargs)
+        return fn(Qb, train, *args, **kwargs)
     except MemoryError as exc:
-        raise _out_of_memory(exc, Qb.shape[0], Tb.shape[0]) from None
+        raise _out_of_memory(exc, Qb.shape[0], train.shape[0]) from None
+    except ValueError as exc:  # queries that the prepared training rows cannot take
+        raise DataError(str(exc)) from None
     except Exception as exc:
         if type(exc).__name__ == "OutOfMemoryError":  # cupy.cuda.memory.OutOfMemoryError
-            raise _out_of_memory(exc, Qb.shape[0], Tb.shape[0]) from None
+            raise _out_of_memory(exc, Qb.shape[0], train.shape[0]) from None
         raise
 
 
-def _replicated_block(Qb: Any, Tb: Any, yb: Any, nb: Any, k: int, method: str, margin: int,
-                      block_bytes: int, vote: tuple | None = None) -> Any:
-    xp = array_module(Tb)
+def _replicated_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: int | None,
+                      vote: tuple | None = None) -> Any:
+    xp = array_module(train.norms)
     Qb = _check_queries(Qb, xp)
-    index = xp.arange(Tb.shape[0], dtype=np.int64)
-    cand = _guarded(kernels.local_candidates, Qb, Tb, yb, index, k, method=method, margin=margin,
-                    block_bytes=block_bytes, norms=nb)
+    index = xp.arange(train.n, dtype=np.int64)
+    cand = _guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
+                    tile_bytes=tile_bytes)
     if vote is not None:  # predict in the same task: one task per query block
         return _vote_pred(cand, *vote)
     return _finished(cand)
 
 
-def _sharded_block(Tb: Any, yb: Any, nb: Any, Qb: Any, offset: int, k: int, method: str,
-                   margin: int, block_bytes: int) -> Any:
-    xp = array_module(Tb)
+def _sharded_block(train: Any, yb: Any, Qb: Any, offset: int, k: int, margin: int,
+                   tile_bytes: int | None) -> Any:
+    xp = array_module(train.norms)
     Qb = _check_queries(Qb, xp)
-    index = xp.arange(Tb.shape[0], dtype=np.int64) + offset
-    return _finished(_guarded(kernels.local_candidates, Qb, Tb, yb, index, k, method=method,
-                              margin=margin, block_bytes=block_bytes, norms=nb))
+    index = xp.arange(train.n, dtype=np.int64) + offset
+    return _finished(_guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
+                              tile_bytes=tile_bytes))
 
 
 def _merge_blocks(a: Any, b: Any, vote: tuple | None = None) -> Any:
@@ -223,8 +236,8 @@ def _query_blocks(client: Client | None, Q: da.Array,
     return Q, futures, where
 
 
-def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin: int,
-               block_bytes: int, client: Client | None, timeout: float,
+def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int,
+               tile_bytes: int | None, client: Client | None, timeout: float,
                vote: tuple | None = None, block_fn: Any = None) -> da.Array:
     """Packed ``(m, k, 3)`` candidates for every query row, under either plan.
 
@@ -236,7 +249,7 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin:
     """
     Q, queries, where = _query_blocks(client, Q, timeout)
     loose = client is not None and not placement.ensure_recovery(client)
-    opts = dict(k=k, method=method, margin=margin, block_bytes=block_bytes)
+    opts = dict(k=k, margin=margin, tile_bytes=tile_bytes)
     name = placement.fresh_name("knn-predict" if vote is not None else "knn-candidates")
     if vote is not None:
         dtype = vote[2].dtype if vote[2] is not None else np.int32
@@ -252,7 +265,7 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, method: str, margin:
     else:
         tasks = _shard_tasks(layout, qref, where, out, name, opts, vote)
     inputs = [q for q in queries if hasattr(q, "status")] + [
-        f for field in (layout.X, layout.y, layout.norms) for f in field if hasattr(f, "status")]
+        f for field in (layout.X, layout.y) for f in field if hasattr(f, "status")]
     result = placement.pinned_array(name, tasks, chunks=chunks, meta=meta,
                                     inputs=inputs if client is not None else [Q], loose=loose)
     return result if client is None else placement.persist(client, result)
@@ -270,8 +283,8 @@ def _replicate_tasks(layout: TrainLayout, qref: list, where: list, out: list, na
             if holder is not None:
                 tasks.append(Pinned((f"{name}-send", i), (placement.send, q), holder))
                 q = (f"{name}-send", i)
-        tasks.append(Pinned(out[i], (fn, q, layout.ref("X", j), layout.ref("y", j),
-                                     layout.ref("norms", j)), layout.workers[j]))
+        tasks.append(Pinned(out[i], (fn, q, layout.ref("X", j), layout.ref("y", j)),
+                            layout.workers[j]))
     return tasks
 
 
@@ -288,11 +301,11 @@ def _shard_tasks(layout: TrainLayout, qref: list, where: list, out: list, name: 
         for p in shards:
             fn = functools.partial(_sharded_block, offset=int(layout.offsets[p]), **opts)
             key = (f"{name}-local", p, i) if len(layout.X) > 1 else out[i]
-            args = (layout.ref("X", p), layout.ref("y", p), layout.ref("norms", p),
+            args = (layout.ref("X", p), layout.ref("y", p),
                     q if layout.workers[p] == holder else visitor)
             if len(layout.X) == 1 and vote is not None:
                 tasks.append(Pinned((f"{name}-local", p, i), (fn, *args), layout.workers[p]))
-                tasks.append(Pinned(key, (functools.partial(_vote_pred, *vote),
+                tasks.append(Pinned(key, (functools.partial(_vote_block, vote=vote),
                                           (f"{name}-local", p, i)), layout.workers[p]))
             else:
                 tasks.append(Pinned(key, (fn, *args), layout.workers[p]))
@@ -323,6 +336,10 @@ def _vote_pred(cand: Any, n_classes: int, weights: str, classes: np.ndarray | No
     if host and hasattr(pred, "get"):
         return pred.get()
     return _finished(pred)
+
+
+def _vote_block(cand: Any, vote: tuple) -> Any:
+    return _vote_pred(cand, *vote)
 
 
 def _vote_proba(cand: Any, n_classes: int, weights: str) -> Any:

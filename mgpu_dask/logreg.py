@@ -25,13 +25,13 @@ import dask
 import dask.array as da
 import numpy as np
 
-from . import config, peer_views, placement
+from . import config, inputs, peer_views, placement
 from .data.shard import meta_for, shard
 from .exceptions import DataError, MgpuDaskError
 from .lbfgs import minimize_lbfgs
 from .kernels import logreg as kernels
 from .kernels._launch import array_module, on_gpu
-from .knn import NotFittedError, _active_client, _all_finite, _device_of, to_host
+from .inputs import NotFittedError, accuracy, all_finite, device_of, to_host
 
 
 COMMS = ("auto", "single-host", "actors")
@@ -284,7 +284,7 @@ class LogisticRegression:
             raise DataError(f"X must be 2-D (rows x features), got shape {getattr(X, 'shape', None)}")
         if getattr(y, "ndim", 0) != 1 or y.shape[0] != X.shape[0]:
             raise DataError(f"y must be 1-D with one label per row of X ({X.shape[0]})")
-        client = _active_client()
+        client = inputs.active_client()
         timeout = config.seconds("cluster.compute-timeout")
         labels = to_host(y)
         self.classes_ = self._classes_from(labels)
@@ -293,7 +293,7 @@ class LogisticRegression:
                  else da.from_array(np.asarray(X, dtype=np.float32), chunks=(-1, -1)))
         X = X.astype(np.float32).rechunk({1: -1})
         encoded = np.searchsorted(self.classes_, labels).astype(np.int32)
-        device = _device_of(X)
+        device = device_of(X)
         n, d = int(X.shape[0]), int(X.shape[1])
         problem = _Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
                            {"maxiter": self.max_iter, "gtol": self.tol})
@@ -331,7 +331,7 @@ class LogisticRegression:
     def _fit_by_messages(self, X: da.Array, y: da.Array, client: Any, timeout: float,
                          problem: "_Problem") -> dict[str, Any]:
         """L-BFGS on the client, one message round per evaluation (any cluster)."""
-        if not _all_finite(X):
+        if not all_finite(X):
             raise DataError(NOT_FINITE)
         evaluate = (_ActorEvaluator(X, y, client, timeout, self.loss_grad) if client is not None
                     else _GraphEvaluator(X, y, self.loss_grad))
@@ -414,24 +414,22 @@ class LogisticRegression:
         persisted; without one it is lazy.
         """
         X = self._check_X(X)
-        return placement.map_blocks(_active_client(), _predict_block, X, self.coef_.T,
+        return placement.map_blocks(inputs.active_client(), _predict_block, X, self.coef_.T,
                                     self.intercept_, self.classes_,
                                     name=placement.fresh_name("logreg-predict"),
                                     chunks=(X.chunks[0],),
-                                    meta=meta_for(_device_of(X), 1, self.classes_.dtype))
+                                    meta=meta_for(device_of(X), 1, self.classes_.dtype))
 
     def predict_proba(self, X: Any) -> da.Array:
         """Class probabilities per row, columns ordered as ``classes_``."""
         X = self._check_X(X)
-        return placement.map_blocks(_active_client(), _proba_block, X, self.coef_.T,
+        return placement.map_blocks(inputs.active_client(), _proba_block, X, self.coef_.T,
                                     self.intercept_, name=placement.fresh_name("logreg-proba"),
                                     chunks=(X.chunks[0], (len(self.classes_),)),
-                                    meta=meta_for(_device_of(X), 2, np.float64))
+                                    meta=meta_for(device_of(X), 2, np.float64))
 
     def score(self, X: Any, y: Any) -> float:
         """Mean accuracy on ``(X, y)``."""
-        from .knn import accuracy
-
         return accuracy(self.predict(X), y)
 
 

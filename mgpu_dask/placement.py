@@ -26,7 +26,8 @@ The cure is structural, for every graph this project builds:
   gone, so a lost worker's shards and tasks are rebuilt elsewhere, as before.
 
 Graphs use Dask's documented custom-graph format (tuples of a callable and its
-arguments; a key stands for that key's value).
+arguments; a key stands for that key's value).  Constant arguments that are
+tuples go inside a ``functools.partial``, where they are never taken for keys.
 """
 
 from __future__ import annotations
@@ -203,10 +204,14 @@ def map_blocks(client: Any, fn: Callable[..., Any], array: da.Array, *args: Any,
     futures, where = placed
     loose = not ensure_recovery(client)
     tail = (0,) * (len(chunks) - 1)
-    tasks = [Pinned((name, i, *tail), (fn, f.key, *args), w)
-             for i, (f, w) in enumerate(zip(futures, where))]
+    call = functools.partial(_apply_to_block, fn, args)  # arguments inside: never read as keys
+    tasks = [Pinned((name, i, *tail), (call, f.key), w) for i, (f, w) in enumerate(zip(futures, where))]
     return persist(client, pinned_array(name, tasks, chunks=chunks, meta=meta, inputs=futures,
                                         loose=loose))
+
+
+def _apply_to_block(fn: Callable[..., Any], args: tuple, block: Any) -> Any:
+    return fn(block, *args)
 
 
 def fresh_name(prefix: str) -> str:

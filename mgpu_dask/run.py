@@ -162,7 +162,10 @@ def print_job(result: dict) -> None:
         print("warning: placement: " + "; ".join(result["placement_problems"]), file=sys.stderr)
     if result["task"] == "knn":
         print(f"model: k={result['n_neighbors']}, weights={result['weights']}, "
-              f"plan={result['plan']}, method={result['method']}")
+              f"plan={result['plan']}, method={result['method']}, "
+              f"precision={result['precision']} (neighbours {result['neighbours']})")
+        if result.get("precision_note"):
+            print(f"note: {result['precision_note']}", file=sys.stderr)
     else:
         print(f"model: C={result['C']}, iterations {result['n_iter']} (max {result['max_iter']}), "
               f"{result['evaluations']} evaluations, fit by {result['comm']} "
@@ -192,7 +195,8 @@ def run_task(args: argparse.Namespace) -> dict:
                   report=args.report, echo=None if args.quiet else stderr_echo)
     if args.command == "knn":
         return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
-                       method=args.method, memory_budget=args.memory_budget, **common)
+                       method=args.method, precision=args.precision,
+                       memory_budget=args.memory_budget, **common)
     return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm, **common)
 
 
@@ -347,6 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "tree-merge (auto: replicate when it fits the memory budget)")
     p.add_argument("--method", choices=("gemm", "direct"), default="gemm",
                    help="bulk distances by BLAS/cuBLAS product or our tiled kernel")
+    p.add_argument("--precision", choices=("auto", "int8", "bf16", "tf32", "fp32"), default="auto",
+                   help="arithmetic of the distance product. 8-bit data (MNIST pixels) are exact "
+                        "in every precision; auto takes int8 tensor cores for them and tf32 for "
+                        "float data, whose ranking is re-ranked in float64 and certified by an "
+                        "error bound (rows it cannot certify are recomputed): no precision "
+                        "changes a neighbour. int8 needs 8-bit integer data")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
                    help="numba: our kernels; cupy, cuml, sklearn: the comparison backends; "
                         "all: every usable backend on the same split, one table")

@@ -22,30 +22,65 @@ def _exact(Q, T):
     return ((Q[:, None, :].astype(np.float64) - T[None].astype(np.float64)) ** 2).sum(-1)
 
 
-def test_kernels_match_numpy_reference():
+@pytest.mark.parametrize("precision", ["int8", "bf16", "tf32", "fp32"])
+def test_tensor_core_products_of_pixels_are_exact(precision):
+    """The real tensor cores: every tile product of shifted pixels equals the int64 one."""
+    from mgpu_dask.kernels.knn_products import TileProduct, prepare_queries, prepare_train
+
     rng = np.random.default_rng()
-    Q = rng.integers(0, 256, (300, 80)).astype(np.float32)
-    T = rng.integers(0, 256, (1500, 80)).astype(np.float32)
-    y = rng.integers(0, 7, 1500).astype(np.int32)
+    Q = rng.integers(0, 256, (300, 784)).astype(np.uint8)
+    T = rng.integers(0, 256, (1500, 784)).astype(np.uint8)
+    train = prepare_train(cupy.asarray(T), precision, True, 128)
+    queries = prepare_queries(cupy.asarray(Q), train)
+    product = TileProduct(queries, train, 304 * 1504)
+    G = cupy.asnumpy(product(0, 304, 0, 1504)[:304 * 1504]).reshape(304, 1504)[:300, :1500]
+    ref = (Q.astype(np.int64) - 128) @ (T.astype(np.int64) - 128).T
+    np.testing.assert_array_equal(G.astype(np.int64), ref)
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16", "tf32", "fp32"])
+def test_local_candidates_on_gpu_equal_cpu_and_reference(precision):
+    from mgpu_dask.kernels.knn_products import prepare_train
+
+    rng = np.random.default_rng()
+    Q = rng.integers(0, 256, (700, 80)).astype(np.uint8)
+    T = rng.integers(0, 24, (5000, 80)).astype(np.uint8)  # few levels: many ties
+    y = rng.integers(0, 7, 5000).astype(np.int32)
     ref = _exact(Q, T)
-    D = cupy.asnumpy(K.sqdist(cupy.asarray(Q), cupy.asarray(T)))
-    np.testing.assert_array_equal(D, ref)
-    order = np.argsort(ref, axis=1, kind="stable")
-    values, cols = K.topk(cupy.asarray(D), 9)
-    np.testing.assert_array_equal(cupy.asnumpy(cols), order[:, :9])
+    order = np.argsort(ref, axis=1, kind="stable")[:, :5]
+    index = np.arange(5000, dtype=np.int64)
     for method in ("gemm", "direct"):
-        cand = cupy.asnumpy(K.local_candidates(cupy.asarray(Q), cupy.asarray(T), cupy.asarray(y),
-                                               cupy.arange(1500, dtype=cupy.int64), 5, method=method,
-                                               block_bytes=1 << 20))
-        np.testing.assert_array_equal(cand[..., 1], order[:, :5])
-        np.testing.assert_array_equal(cand[..., 0], np.take_along_axis(ref, order[:, :5], 1))
-        cpu = K.local_candidates(Q, T, y, np.arange(1500, dtype=np.int64), 5, method=method)
+        gpu_train = prepare_train(cupy.asarray(T), precision, True, 128, method)
+        cand = cupy.asnumpy(K.local_candidates(cupy.asarray(Q), gpu_train, cupy.asarray(y),
+                                               cupy.asarray(index), 5, tile_bytes=1 << 20))
+        np.testing.assert_array_equal(cand[..., 1], order)
+        np.testing.assert_array_equal(cand[..., 0], np.take_along_axis(ref, order, 1))
+        cpu = K.local_candidates(Q, prepare_train(T, precision, True, 128, method), y, index, 5)
         np.testing.assert_array_equal(cand, cpu)
         for weights in ("distance", "uniform"):
             gp, gpred = K.vote(cupy.asarray(cand), 7, weights)
             cp_, cpred = K.vote(cpu, 7, weights)
             np.testing.assert_array_equal(cupy.asnumpy(gpred), cpred)
             np.testing.assert_allclose(cupy.asnumpy(gp), cp_, rtol=1e-12)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "tf32", "fp32"])
+def test_float_data_on_gpu_are_certified_exact(precision):
+    from mgpu_dask.kernels.knn_products import prepare_train
+
+    rng = np.random.default_rng()
+    Q = rng.standard_normal((500, 96)).astype(np.float32)
+    T = rng.standard_normal((6000, 96)).astype(np.float32)
+    y = rng.integers(0, 7, 6000).astype(np.int32)
+    ref = _exact(Q, T)
+    order = np.argsort(ref, axis=1, kind="stable")[:, :3]
+    stats: dict = {}
+    cand = cupy.asnumpy(K.local_candidates(
+        cupy.asarray(Q), prepare_train(cupy.asarray(T), precision, False, 0), cupy.asarray(y),
+        cupy.arange(6000, dtype=cupy.int64), 3, stats=stats))
+    np.testing.assert_array_equal(cand[..., 1], order)
+    np.testing.assert_allclose(cand[..., 0], np.take_along_axis(ref, order, 1), rtol=1e-12)
+    assert stats["rows_recomputed"] < 50
 
 
 def test_local_cuda_cluster_shards_and_knn_match_cpu():
@@ -60,7 +95,7 @@ def test_local_cuda_cluster_shards_and_knn_match_cpu():
     with connect(device="gpu", dashboard_address=":0") as rc:
         client = rc.client
         n = len(client.scheduler_info()["workers"])
-        Q = shard(s.X_test, client, dtype=np.float32)
+        Q = shard(s.X_test, client)
         assert type(Q._meta).__module__.startswith("cupy")
         where = shard_locations(Q, client)
         assert len(where) == n and all(w.array_type == "cupy.ndarray" for w in where)

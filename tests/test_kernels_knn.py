@@ -1,7 +1,10 @@
 """KNN kernels against a float64 NumPy reference, on fresh random data each run.
 
 The CPU kernels run at moderate sizes; the CUDA kernels run on tiny inputs in
-Numba's CUDA simulator (tests/conftest.py enables it where no GPU exists).
+Numba's CUDA simulator (tests/conftest.py enables it where no GPU exists).  On
+a CPU the tensor-core precisions are emulated (operands rounded as the GPU
+rounds them), so the exactness argument and the certified re-rank are
+checked here; the GPU tests check the real tensor cores.
 """
 
 from __future__ import annotations
@@ -11,15 +14,17 @@ import pytest
 from numba import config
 
 from mgpu_dask.kernels import knn as K
+from mgpu_dask.kernels import knn_precision as precisions
+from mgpu_dask.kernels.knn_products import prepare_train
 
 TARGETS = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator"))]
+PRECISIONS = ["int8", "bf16", "tf32", "fp32"]
 
 
-def _data(m, n, d, rng, levels=256):
-    Q = rng.integers(0, levels, (m, d)).astype(np.float32)
-    T = rng.integers(0, levels, (n, d)).astype(np.float32)
-    return Q, T
+def _pixels(m, n, d, rng, levels=256):
+    return (rng.integers(0, levels, (m, d)).astype(np.uint8),
+            rng.integers(0, levels, (n, d)).astype(np.uint8))
 
 
 def _exact(Q, T):
@@ -27,51 +32,105 @@ def _exact(Q, T):
 
 
 def _size(target):
-    return (5, 19, 16) if target == "cuda" else (120, 700, 48)
+    return (5, 37, 16) if target == "cuda" else (120, 700, 48)
+
+
+def _tile(target, n):
+    """A tile budget that makes several tiles in both directions."""
+    return 4 * 16 * 16 if target == "cuda" else 4 * 32 * max(16, n // 5)
+
+
+def _check(cand, ref, labels, k, offset=0):
+    order = np.argsort(ref, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(cand[..., 1], order + offset)
+    np.testing.assert_allclose(cand[..., 0], np.take_along_axis(ref, order, 1), rtol=1e-12)
+    np.testing.assert_array_equal(cand[..., 2], labels[order])
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_sqdist_is_exact_for_integer_data(target):
     m, n, d = _size(target)
-    Q, T = _data(m, n, d, np.random.default_rng())
+    Q, T = _pixels(m, n, d, np.random.default_rng())
+    Q, T = Q.astype(np.float32), T.astype(np.float32)
     np.testing.assert_array_equal(K.sqdist(Q, T, target=target), _exact(Q, T))
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_topk_matches_stable_argsort(target):
+def test_running_topk_over_tiles_matches_stable_argsort(target):
     rng = np.random.default_rng()
     m, n, _ = _size(target)
-    D = rng.integers(0, 50, (m, n)).astype(np.float32)  # many ties: smaller column must win
-    beta = rng.integers(0, 5, n).astype(np.float32)
-    values, cols = K.topk(D, 4, alpha=-2.0, beta=beta, target=target)
-    score = -2.0 * D.astype(np.float64) + beta
-    order = np.argsort(score, axis=1, kind="stable")[:, :4]
+    keys = rng.integers(0, 20, (m, n)).astype(np.float32)  # many ties: smaller column must win
+    values, cols = K.smallest(keys, 4, tile_cols=7, target=target)
+    order = np.argsort(keys, axis=1, kind="stable")[:, :4]
     np.testing.assert_array_equal(cols, order)
-    np.testing.assert_array_equal(values, np.take_along_axis(score, order, 1))
+    np.testing.assert_array_equal(values, np.take_along_axis(keys, order, 1))
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("method", ["gemm", "direct"])
-def test_local_candidates_exact_neighbours(target, method):
+def test_pixels_give_exact_neighbours_in_every_precision(target, precision, method):
     rng = np.random.default_rng()
     m, n, d = _size(target)
-    Q, T = _data(m, n, d, rng)
+    Q, T = _pixels(m, n, d, rng, levels=rng.choice([8, 256]))  # few levels: many ties
     labels = rng.integers(0, 10, n).astype(np.int32)
-    index = np.arange(n, dtype=np.int64) + 1000
-    k = 3
-    cand = K.local_candidates(Q, T, labels, index, k, method=method, margin=2,
-                              block_bytes=4 * n * 2, target=target)  # 2 query rows per slice
-    ref = _exact(Q, T)
-    order = np.argsort(ref, axis=1, kind="stable")[:, :k]
-    np.testing.assert_array_equal(cand[..., 1], order + 1000)
-    np.testing.assert_array_equal(cand[..., 0], np.take_along_axis(ref, order, 1))
-    np.testing.assert_array_equal(cand[..., 2], labels[order])
+    train = prepare_train(T, precision, True, 128, method)
+    assert (train.rows is None) == (method == "gemm")  # exact keys: nothing to re-rank
+    cand = K.local_candidates(Q, train, labels, np.arange(n, dtype=np.int64) + 1000, 3,
+                              tile_bytes=_tile(target, n), target=target)
+    _check(cand, _exact(Q, T), labels, 3, offset=1000)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("precision", ["bf16", "tf32", "fp32"])
+def test_float_data_are_reranked_and_certified(target, precision):
+    rng = np.random.default_rng()
+    m, n, d = _size(target)
+    Q = rng.standard_normal((m, d)).astype(np.float32)
+    T = rng.standard_normal((n, d)).astype(np.float32)
+    labels = rng.integers(0, 10, n).astype(np.int32)
+    train = prepare_train(T, precision, False, 0)
+    for margin in (8, 0):  # no margin: no row can be certified, every row is recomputed
+        stats: dict = {}
+        cand = K.local_candidates(Q, train, labels, np.arange(n, dtype=np.int64), 3,
+                                  margin=margin, tile_bytes=_tile(target, n), target=target,
+                                  stats=stats)
+        _check(cand, _exact(Q, T), labels, 3)
+        if margin == 0:
+            assert stats["rows_recomputed"] == m
+
+
+@pytest.mark.parametrize("precision", ["bf16", "tf32", "fp32"])
+def test_error_bound_holds_for_emulated_products(precision):
+    """|key~ - key| <= e(q) on data built to be hard (wide dynamic range, long rows)."""
+    rng = np.random.default_rng()
+    d = 256
+    Q = (rng.standard_normal((200, d)) * rng.lognormal(0, 2, d)).astype(np.float32)
+    T = (rng.standard_normal((300, d)) * rng.lognormal(0, 2, d)).astype(np.float32)
+    Qr, Tr = (precisions.round_operand(a, precision) for a in (Q, T))
+    norms = (T.astype(np.float64) ** 2).sum(1).astype(np.float32)
+    approx = norms.astype(np.float64)[None] - 2.0 * (Qr @ Tr.T).astype(np.float64)
+    exact = (T.astype(np.float64) ** 2).sum(1)[None] - 2.0 * (Q.astype(np.float64) @ T.T.astype(np.float64))
+    bound = precisions.error_bound(precision, d, np.sqrt((Q.astype(np.float64) ** 2).sum(1)),
+                                   float(np.sqrt(norms.max())))
+    assert (np.abs(approx - exact) <= bound[:, None]).all()
+    assert (np.abs(approx - exact) > bound[:, None] / 1e4).any() or precision == "fp32"
+
+
+def test_bf16_and_tf32_rounding_is_to_nearest_even():
+    x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -9, -1.5, 255.0], np.float32)
+    np.testing.assert_array_equal(precisions.round_operand(x, "bf16"),
+                                  np.array([1.0, 1 + 2 ** -6, 1.0, -1.5, 255.0], np.float32))
+    y = np.array([1 + 2 ** -11, 1 + 3 * 2 ** -11], np.float32)
+    np.testing.assert_array_equal(precisions.round_operand(y, "tf32"),
+                                  np.array([1.0, 1 + 2 ** -9], np.float32))
 
 
 def test_fewer_training_rows_than_k_are_padded():
     rng = np.random.default_rng()
-    Q, T = _data(4, 2, 8, rng)
-    cand = K.local_candidates(Q, T, np.array([1, 2], np.int32), np.arange(2), 3)
+    Q, T = _pixels(4, 2, 8, rng)
+    cand = K.local_candidates(Q, prepare_train(T, "int8", True, 128), np.array([1, 2], np.int32),
+                              np.arange(2), 3)
     assert np.isinf(cand[:, 2, 0]).all() and (cand[:, 2, 1] == -1).all()
     assert set(cand[:, :2, 1].ravel()) == {0.0, 1.0}
 
@@ -80,13 +139,16 @@ def test_fewer_training_rows_than_k_are_padded():
 def test_merge_of_disjoint_shards_equals_whole(target):
     rng = np.random.default_rng()
     m, n, d = _size(target)
-    Q, T = _data(m, n, d, rng)
+    Q, T = _pixels(m, n, d, rng)
     labels = rng.integers(0, 10, n).astype(np.int32)
     index = np.arange(n, dtype=np.int64)
     half = n // 2
-    a = K.local_candidates(Q, T[:half], labels[:half], index[:half], 3, target="cpu")
-    b = K.local_candidates(Q, T[half:], labels[half:], index[half:], 3, target="cpu")
-    whole = K.local_candidates(Q, T, labels, index, 3, target="cpu")
+
+    def local(rows):
+        return K.local_candidates(Q, prepare_train(T[rows], "int8", True, 128), labels[rows],
+                                  index[rows], 3, target="cpu")
+
+    a, b, whole = local(slice(0, half)), local(slice(half, n)), local(slice(0, n))
     np.testing.assert_array_equal(K.merge(a, b, target=target), whole)
     np.testing.assert_array_equal(K.merge(b, a, target=target), whole)
 
@@ -121,13 +183,41 @@ def test_vote_matches_reference(target, weights):
     np.testing.assert_array_equal(pred, ref_pred)
 
 
+@pytest.mark.parametrize("requested, eight_bit, capability, expected", [
+    ("auto", True, (9, 0), ("int8", None)),
+    ("auto", False, (9, 0), ("tf32", None)),
+    ("auto", True, None, ("int8", None)),
+    ("auto", False, None, ("fp32", None)),
+    ("auto", False, (7, 0), ("fp32", None)),
+    ("bf16", True, (7, 5), ("fp32", "precision bf16 needs a GPU of compute capability 8.0")),
+    ("tf32", False, (9, 0), ("tf32", None)),
+])
+def test_precision_choice(requested, eight_bit, capability, expected):
+    chosen, note = precisions.choose(requested, eight_bit, capability)
+    assert chosen == expected[0]
+    assert (note is None) == (expected[1] is None) and (note or "").startswith(expected[1] or "")
+
+
+def test_eight_bit_detection():
+    assert precisions.eight_bit_of(np.uint8) == (True, 128)
+    assert precisions.eight_bit_of(np.int8) == (True, 0)
+    assert precisions.eight_bit_of(np.float32, 0, 255, True) == (True, 128)
+    assert precisions.eight_bit_of(np.float32, -3, 100, True) == (True, 0)
+    assert not precisions.eight_bit_of(np.float32, 0, 255, False).exact
+    assert not precisions.eight_bit_of(np.int32, 0, 300, True).exact
+
+
 def test_bad_arguments():
     D = np.zeros((2, 3), np.float32)
-    with pytest.raises(ValueError, match="k=0"):
-        K.topk(D, 0)
-    with pytest.raises(ValueError, match="method"):
-        K.local_candidates(D, D, np.zeros(2), np.arange(2), 1, method="fast")
+    with pytest.raises(ValueError, match="K=0"):
+        K.smallest(D, 0)
     with pytest.raises(ValueError, match="weights"):
         K.vote(np.zeros((1, 1, 3)), 2, "cosine")
     with pytest.raises(ValueError, match="target"):
         K.sqdist(D, D, target="tpu")
+    with pytest.raises(ValueError, match="precision='int8' needs 8-bit integer data.*'auto'"):
+        precisions.choose("int8", False, (9, 0))
+    train = prepare_train(np.zeros((3, 2), np.uint8), "int8", True, 128)
+    with pytest.raises(ValueError, match=r"not integers in \[0, 255\]"):
+        K.local_candidates(np.full((1, 2), 0.5, np.float32), train, np.zeros(3, np.int32),
+                           np.arange(3), 1)

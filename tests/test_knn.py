@@ -95,9 +95,9 @@ def test_arbitrary_class_labels(client):
 def test_without_a_client_runs_on_the_local_scheduler(digits, monkeypatch, plan):
     import dask
 
-    import mgpu_dask.knn as knn_module
+    import mgpu_dask.inputs as inputs
 
-    monkeypatch.setattr(knn_module, "_active_client", lambda: None)
+    monkeypatch.setattr(inputs, "active_client", lambda: None)
     s = digits
     Q = da.from_array(s.X_test.astype(np.float32), chunks=(100, -1))
     y = da.from_array(s.y_train, chunks=500)
@@ -107,14 +107,33 @@ def test_without_a_client_runs_on_the_local_scheduler(digits, monkeypatch, plan)
     assert (pred == s.y_test).mean() > 0.97
 
 
-def test_shard_plan_chosen_when_over_budget(client, digits):
+@pytest.mark.parametrize("plan", ["replicate", "shard"])
+def test_one_training_block_without_a_client(digits, monkeypatch, plan):
+    """A single training shard: its local candidates are voted in the same task."""
+    import mgpu_dask.inputs as inputs
+
+    monkeypatch.setattr(inputs, "active_client", lambda: None)
     s = digits
-    train_bytes = s.X_train.size * 4
-    clf = KNeighborsClassifier(3, memory_budget=train_bytes - 1).fit(s.X_train, s.y_train)
+    clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
+    assert len(clf.layout_.X) == 1
+    sk = SkKNN(3, weights="distance", algorithm="brute").fit(
+        s.X_train.astype(np.float64), s.y_train).predict(s.X_test.astype(np.float64))
+    ours = to_host(clf.predict(s.X_test))
+    assert ((ours != sk) & ~_tie_queries(s.X_train, s.X_test, 3)).sum() == 0
+
+
+@pytest.mark.parametrize("precision, per_value", [("auto", 1), ("bf16", 2), ("fp32", 4)])
+def test_shard_plan_chosen_when_over_budget(client, digits, precision, per_value):
+    s = digits  # 8-bit data: int8 keeps one byte per value, bf16 two, fp32 four
+    train_bytes = s.X_train.size * per_value
+    fit = dict(precision=precision)
+    clf = KNeighborsClassifier(3, memory_budget=train_bytes - 1, **fit).fit(s.X_train, s.y_train)
     assert clf.plan_ == "shard"
-    assert KNeighborsClassifier(3, memory_budget=train_bytes).fit(s.X_train, s.y_train).plan_ == "replicate"
+    clf = KNeighborsClassifier(3, memory_budget=train_bytes, **fit).fit(s.X_train, s.y_train)
+    assert clf.plan_ == "replicate"
     with pytest.raises(DataError, match="does not fit 2 worker"):
-        KNeighborsClassifier(3, plan="shard", memory_budget=train_bytes // 3).fit(s.X_train, s.y_train)
+        KNeighborsClassifier(3, plan="shard", memory_budget=train_bytes // 3,
+                             **fit).fit(s.X_train, s.y_train)
 
 
 @pytest.mark.parametrize("kwargs, fit_args, match", [

@@ -14,7 +14,7 @@ from sklearn.linear_model import LogisticRegression as SkLR
 from mgpu_dask.data import load_dataset, shard, split
 from mgpu_dask.exceptions import DataError
 from mgpu_dask.kernels import logreg as L
-from mgpu_dask.knn import NotFittedError, to_host
+from mgpu_dask.inputs import NotFittedError, to_host
 from mgpu_dask.logreg import LogisticRegression
 from mgpu_dask.run import main
 
@@ -147,11 +147,9 @@ def test_opening_a_foreign_host_export_is_refused():
 def test_without_a_client(monkeypatch):
     import dask
 
-    import mgpu_dask.knn as knn_module
-    import mgpu_dask.logreg as module
+    import mgpu_dask.inputs as inputs
 
-    monkeypatch.setattr(module, "_active_client", lambda: None)
-    monkeypatch.setattr(knn_module, "_active_client", lambda: None)
+    monkeypatch.setattr(inputs, "active_client", lambda: None)
     monkeypatch.setitem(dask.config.config, "scheduler", "threads")
     rng = np.random.default_rng()
     X = rng.standard_normal((300, 5))

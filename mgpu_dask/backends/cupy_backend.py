@@ -16,7 +16,7 @@ from .. import config
 from .. import knn_plans as plans
 from ..kernels._launch import array_module
 from ..knn import KNeighborsClassifier
-from ..knn import _active_client as plans_client
+from ..inputs import active_client as plans_client
 from . import BackendRun, numba_backend
 
 
@@ -64,10 +64,18 @@ def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray) -> t
     return loss, host(grad_coef).astype(np.float64), host(grad_intercept).astype(np.float64)
 
 
-def _array_block(Qb: Any, Tb: Any, yb: Any, nb: Any, k: int, method: str, margin: int,
-                 block_bytes: int, vote: tuple) -> Any:
+def _array_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: Any,
+                 vote: tuple) -> Any:
+    """One query block against this worker's training copy, in plain array code.
+
+    The copy is our fp32 operand (8-bit data shifted by ``train.shift``, which
+    changes no distance), so the queries are shifted alike.
+    """
     n_classes, weights, classes, host = vote
-    pred = knn_block(Qb, Tb, yb, nb, k, weights, n_classes)
+    xp = array_module(train.norms)
+    T = train.operand[:train.n, :train.d]
+    Q = xp.asarray(Qb, dtype=np.float32) - np.float32(train.shift if train.eight_bit else 0)
+    pred = knn_block(Q, T, yb, train.norms[:train.n], k, weights, n_classes)
     if classes is not None:
         pred = array_module(pred).asarray(classes)[pred]
     return pred.get() if host and hasattr(pred, "get") else pred
@@ -81,15 +89,15 @@ class ArrayKNN(KNeighborsClassifier):
         Q = self._as_queries(X)
         client = plans_client()
         vote = (len(self.classes_), self.weights, self._classes_out, on_host)
-        return plans.candidates(Q, self.layout_, self.n_neighbors, method=self.method,
-                                margin=0, block_bytes=0, client=client, vote=vote,
-                                block_fn=_array_block,
+        return plans.candidates(Q, self.layout_, self.n_neighbors, margin=0, tile_bytes=None,
+                                client=client, vote=vote, block_fn=_array_block,
                                 timeout=config.seconds("cluster.compute-timeout"))
 
 
 def knn(run: BackendRun) -> dict[str, Any]:
     return numba_backend.knn(
-        run, cls=lambda k, weights: ArrayKNN(k, weights=weights, plan="replicate"))
+        run, cls=lambda k, weights: ArrayKNN(k, weights=weights, plan="replicate",
+                                             precision="fp32"))
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:

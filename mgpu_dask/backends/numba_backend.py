@@ -28,7 +28,7 @@ def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:
 
 def knn(run: BackendRun, cls: Any = KNeighborsClassifier) -> dict[str, Any]:
     o, p = run.options, run.parts
-    queries = shard(p.X_test, run.client, dtype=np.float32, timeout=run.timeout)
+    queries = shard(p.X_test, run.client, timeout=run.timeout)  # in their own dtype (uint8)
     return repeat(run, lambda: cls(o["k"], weights=o["weights"]).fit(p.X_train, p.y_train),
                   lambda model: to_host(model.predict(queries, on_host=True), run.timeout))
 

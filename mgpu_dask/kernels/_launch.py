@@ -21,6 +21,21 @@ def on_gpu(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
+def quietly(configured: Any, *args: Any) -> None:
+    """Launch a configured Numba kernel without its low-occupancy performance warning.
+
+    Our small kernels (one thread per query row of a block) are launched with
+    grids that Numba calls under-utilising; the warning is about them, not
+    about anything the user can change, so it is silenced for these launches
+    only (other warnings, and other kernels' launches, are untouched).
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*will likely result in GPU under-utilization")
+        configured(*args)
+
+
 def thread_grid(n_rows: int, threads: int = 128) -> tuple[int, int]:
     """Grid for kernels that give each row one thread."""
     return max(1, math.ceil(n_rows / threads)), threads
@@ -72,6 +87,90 @@ def bound_launch(dispatcher: Any, args: list, grid: tuple, block: int, stream: A
         launch.why = f"{type(exc).__name__}: {exc}"  # type: ignore[attr-defined]
         launch.keep = views  # type: ignore[attr-defined]
     return launch
+
+
+class Launcher:
+    """One Numba CUDA kernel launched many times on the same arrays, scalars changing.
+
+    Compiled once for the argument types; its parameters (arrays as Numba
+    passes them, scalars as int64 / float64) are laid out once, and
+    :meth:`set` rewrites one scalar in place.  Each call is then one
+    ``cuLaunchKernel`` through CuPy on ``stream``: a few microseconds of host
+    time, where Numba's own launch costs tens (and checks the grid for
+    occupancy, which is why our launches never print NumbaPerformanceWarning).
+    Under the CUDA simulator, or where Numba's compiled kernels are not the
+    objects this expects, it falls back to Numba's documented launch.
+
+    Parameters
+    ----------
+    dispatcher : numba CUDA dispatcher
+    args : list
+        CuPy (or, in the simulator, NumPy) arrays, Python ints (int64) and
+        floats (float64), in the kernel's order.
+    block : int
+        Threads per block.
+    stream : cupy.cuda.Stream or None
+    """
+
+    def __init__(self, dispatcher: Any, args: list, block: int, stream: Any) -> None:
+        import ctypes
+
+        self.block = block
+        self.values = [np.int64(a) if isinstance(a, (bool, int, np.integer)) and not hasattr(a, "shape")
+                       else np.float64(a) if isinstance(a, float) else a for a in args]
+        self._dispatcher = dispatcher
+        self._stream = stream
+        self._slots: dict[int, Any] = {}
+        self._fast = False
+        try:
+            from cupy.cuda import driver as cupy_driver
+            from numba import cuda
+
+            views = [cuda.as_cuda_array(a, sync=False) if hasattr(a, "data") and
+                     hasattr(a.data, "ptr") else a for a in self.values]
+            kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(v) for v in views))
+            self._function = _address(kernel._codelibrary.get_cufunc().handle)
+            params: list = []
+            for i, a in enumerate(self.values):
+                if hasattr(a, "shape") and a.shape != ():
+                    params += [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_ssize_t(a.size),
+                               ctypes.c_ssize_t(a.itemsize), ctypes.c_void_p(a.data.ptr)]
+                    params += [ctypes.c_ssize_t(extent) for extent in a.shape]
+                    params += [ctypes.c_ssize_t(stride) for stride in a.strides]
+                else:
+                    slot = ctypes.c_double(a) if isinstance(a, np.floating) else ctypes.c_int64(a)
+                    self._slots[i] = slot
+                    params.append(slot)
+            self._params = params
+            self._pointers = (ctypes.c_void_p * len(params))(
+                *[ctypes.addressof(p) for p in params])
+            self._driver = cupy_driver
+            self._fast = True
+        except Exception as exc:  # the simulator, other Numba versions: the documented launch
+            self.why = f"{type(exc).__name__}: {exc}"
+
+    def set(self, index: int, value: float | int) -> None:
+        """Change scalar argument ``index`` for the following launches."""
+        kind = type(self.values[index])
+        self.values[index] = kind(value)
+        if self._fast:
+            self._slots[index].value = value
+
+    def __call__(self, grid: int) -> None:
+        if self._fast:
+            import ctypes
+
+            self._driver.launchKernel(self._function, max(1, grid), 1, 1, self.block, 1, 1, 0,
+                                      self._stream.ptr, ctypes.addressof(self._pointers), 0)
+            return
+        if self._stream is not None:
+            from numba import cuda
+
+            configured = self._dispatcher[max(1, grid), self.block,
+                                          cuda.external_stream(self._stream.ptr)]
+        else:
+            configured = self._dispatcher[max(1, grid), self.block]
+        configured(*self.values)
 
 
 def _address(handle: Any) -> int:

@@ -25,25 +25,26 @@ def sqdist_direct(Q, T, out):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def topk_rows(D, alpha, beta, k, out_val, out_idx):
-    """Per row, the k smallest ``alpha * D[r, c] + beta[c]`` (ascending, stable)."""
-    for r in prange(D.shape[0]):
-        vals = np.full(k, np.inf, dtype=np.float32)
-        idxs = np.full(k, 2**31 - 1, dtype=np.int32)
-        worst = np.float32(np.inf)
-        for c in range(D.shape[1]):
-            v = np.float32(alpha * D[r, c] + beta[c])
+def scan_tile(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K):
+    """Fold one product tile into every row's running top-K (``knn_cuda.scan_tile``'s twin)."""
+    limit = min(ncols, n_valid - col0)
+    for r in prange(nrows):
+        row = row0 + r
+        worst = keys[row, K - 1]
+        base = r * ld
+        for c in range(limit):
+            v = alpha * np.float64(G[base + c])
+            if use_norms != 0:
+                v += np.float64(norms[col0 + c])
             if v < worst:
-                j = k - 1
-                while j > 0 and vals[j - 1] > v:
-                    vals[j] = vals[j - 1]
-                    idxs[j] = idxs[j - 1]
+                j = K - 1
+                while j > 0 and keys[row, j - 1] > v:
+                    keys[row, j] = keys[row, j - 1]
+                    cols[row, j] = cols[row, j - 1]
                     j -= 1
-                vals[j] = v
-                idxs[j] = c
-                worst = vals[k - 1]
-        out_val[r, :] = vals
-        out_idx[r, :] = idxs
+                keys[row, j] = v
+                cols[row, j] = col0 + c
+                worst = keys[row, K - 1]
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -4,8 +4,9 @@
   memory, 4x4 outputs per thread.  Accumulates ``(q - t)^2`` directly, so it
   is exact for 8-bit pixel data (every partial sum is an integer below 2^24
   for the near neighbours that matter).
-- ``topk_rows``: per row of a score matrix, the k smallest ``alpha*D + beta``
-  (one block per row; threads keep sorted lists, then k rounds of block argmin).
+- ``scan_tile``: folds one product tile (still in L2) into each row's running
+  top-K: one comparison per value for almost every value, and a merge (K
+  rounds of block argmin) only in blocks that found something better.
 - ``refine_rows``: exact float64 distances for candidate columns, keep k best.
 - ``merge_pairs``: merge two sorted candidate lists per query.
 - ``vote_rows``: uniform or 1/d weighted vote (exact matches win), per query.
@@ -116,7 +117,7 @@ ROW_THREADS = 4 if config.ENABLE_CUDASIM else 128
 
 @cuda.jit(device=True, inline=True)
 def _block_min(value, index, sh_v, sh_i):
-    """Smallest (value, index) over the block, returned to every thread."""
+    """Smallest (value, index) over the block, float64 values, returned to every thread."""
     tid = cuda.threadIdx.x
     sh_v[tid] = value
     sh_i[tid] = index
@@ -138,46 +139,69 @@ def _block_min(value, index, sh_v, sh_i):
 
 
 @cuda.jit(cache=True)
-def topk_rows(D, alpha, beta, k, out_val, out_idx):
-    """Per row r, the k smallest ``alpha * D[r, c] + beta[c]`` and their columns.
+def scan_tile(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K):
+    """Fold one product tile into every row's running top-K; launch (nrows, ROW_THREADS).
 
-    One block of ROW_THREADS threads per row: each thread keeps a sorted list of
-    its columns (strided, so reads are coalesced), then k rounds of block argmin.
+    ``G`` holds an ``nrows x ncols`` tile (row stride ``ld``, flat) of products
+    for query rows ``row0 + r`` and training columns ``col0 + c``; a column's key
+    is ``alpha * G + norms[col0 + c]`` (``norms`` unused when ``use_norms`` is 0).
+    ``keys``/``cols`` hold each row's K best so far, ascending, ties by the
+    smaller column.  Columns at or past ``n_valid`` (padding) are skipped.  The
+    tile is read once, while it is in L2; most values fail one comparison
+    with the row's K-th key, and a block whose threads found nothing better
+    returns without merging.
     """
-    row = cuda.blockIdx.x
+    r = cuda.blockIdx.x
     tid = cuda.threadIdx.x
-    sh_v = cuda.shared.array(ROW_THREADS, float32)
+    sh_v = cuda.shared.array(ROW_THREADS, float64)
     sh_i = cuda.shared.array(ROW_THREADS, int32)
-    vals = cuda.local.array(MAX_K, float32)
-    idxs = cuda.local.array(MAX_K, int32)
-    for j in range(k):
-        vals[j] = float32(math.inf)
-        idxs[j] = INT_MAX
-    worst = float32(math.inf)
-    if row < D.shape[0]:
-        for c in range(tid, D.shape[1], ROW_THREADS):
-            v = float32(alpha * D[row, c] + beta[c])
+    lv = cuda.local.array(MAX_K, float64)
+    li = cuda.local.array(MAX_K, int32)
+    row = row0 + r
+    valid = r < nrows
+    bound = math.inf
+    if valid:
+        bound = keys[row, K - 1]
+    worst = bound
+    for j in range(K):  # thread 0 starts from the running list, the others empty
+        if tid == 0 and valid:
+            lv[j] = keys[row, j]
+            li[j] = cols[row, j]
+        else:
+            lv[j] = math.inf
+            li[j] = INT_MAX
+    found = 0
+    if valid:
+        limit = min(ncols, n_valid - col0)
+        base = r * ld
+        for c in range(tid, limit, ROW_THREADS):
+            v = alpha * float64(G[base + c])
+            if use_norms != 0:
+                v += float64(norms[col0 + c])
             if v < worst:  # a thread's later columns never win a tie: strict '<' is stable
-                j = k - 1
-                while j > 0 and vals[j - 1] > v:
-                    vals[j] = vals[j - 1]
-                    idxs[j] = idxs[j - 1]
+                j = K - 1
+                while j > 0 and lv[j - 1] > v:
+                    lv[j] = lv[j - 1]
+                    li[j] = li[j - 1]
                     j -= 1
-                vals[j] = v
-                idxs[j] = c
-                worst = vals[k - 1]
+                lv[j] = v
+                li[j] = col0 + c
+                worst = min(bound, lv[K - 1])
+                found = 1
+    if cuda.syncthreads_or(found) == 0:
+        return
     head = 0
-    for r in range(k):
-        mine_v = float32(math.inf)
+    for j in range(K):
+        mine_v = math.inf
         mine_i = INT_MAX
-        if head < k:
-            mine_v = vals[head]
-            mine_i = idxs[head]
+        if head < K:
+            mine_v = lv[head]
+            mine_i = li[head]
         best_v, best_i = _block_min(mine_v, mine_i, sh_v, sh_i)
-        if tid == 0 and row < D.shape[0]:
-            out_val[row, r] = best_v
-            out_idx[row, r] = best_i
-        if head < k and mine_i == best_i and best_i != INT_MAX:
+        if tid == 0 and valid:
+            keys[row, j] = best_v
+            cols[row, j] = best_i
+        if head < K and mine_i == best_i and best_i != INT_MAX:
             head += 1
 
 
