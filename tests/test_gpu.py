@@ -32,7 +32,7 @@ def test_tensor_core_products_of_pixels_are_exact(precision):
     T = rng.integers(0, 256, (1500, 784)).astype(np.uint8)
     train = prepare_train(cupy.asarray(T), precision, True, 128)
     queries = prepare_queries(cupy.asarray(Q), train)
-    product = TileProduct(queries, train, 304 * 1504)
+    product = TileProduct(queries.operand, train, 304 * 1504)
     G = cupy.asnumpy(product(0, 304, 0, 1504)[:304 * 1504]).reshape(304, 1504)[:300, :1500]
     ref = (Q.astype(np.int64) - 128) @ (T.astype(np.int64) - 128).T
     np.testing.assert_array_equal(G.astype(np.int64), ref)

@@ -166,12 +166,43 @@ _CUDA_R_32F, _CUDA_R_8I, _CUDA_R_32I, _CUDA_R_16BF = 0, 3, 10, 14
 _COMPUTE = {"int8": 72, "bf16": 68, "tf32": 77, "fp32": 69}  # cublasComputeType_t
 
 
+def _cublas_library() -> Any:
+    """cuBLAS as loaded by CuPy, through ctypes (its calls can be captured in a CUDA graph,
+    which CuPy's own wrappers refuse)."""
+    global _CUBLAS
+    if _CUBLAS is None:
+        import ctypes
+
+        import cupy
+
+        cupy.cuda.device.get_cublas_handle()  # makes CuPy load cuBLAS
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcublas.so" in line}
+        lib = ctypes.CDLL(sorted(paths)[0])
+        lib.cublasGemmEx.restype = ctypes.c_int
+        lib.cublasGemmEx.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        for name in ("cublasSetStream_v2", "cublasSetPointerMode_v2"):
+            getattr(lib, name).restype = ctypes.c_int
+            getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        _CUBLAS = lib
+    return _CUBLAS
+
+
+_CUBLAS: Any = None
+
+
 class TileProduct:
     """``G = Q[q0:q0+nq] . T[t0:t0+nt]^T`` into a flat buffer (row stride ``nt``).
 
     GPU: one ``cublasGemmEx`` per tile on the current CuPy stream, operands
     addressed by pointer (no slicing), tensor cores for int8 / bf16 / tf32 and
-    pedantic float32 (no TF32) for fp32.  CPU: NumPy's float32 product.
+    pedantic float32 (no TF32) for fp32, called through ctypes so that a
+    whole tile loop can be captured in a CUDA graph.  CPU: NumPy's float32
+    product.
     """
 
     def __init__(self, q_operand: Any, train: TrainBlock, capacity: int) -> None:
@@ -186,9 +217,8 @@ class TileProduct:
 
     def _bind_cublas(self, precision: str) -> None:
         import cupy
-        from cupy_backends.cuda.libs import cublas
 
-        self._cublas = cublas
+        self._lib = _cublas_library()
         self._handle = cupy.cuda.device.get_cublas_handle()
         in_type = {"int8": _CUDA_R_8I, "bf16": _CUDA_R_16BF}.get(precision, _CUDA_R_32F)
         self._types = (in_type, _CUDA_R_32I if precision == "int8" else _CUDA_R_32F,
@@ -209,13 +239,19 @@ class TileProduct:
         if not self.gpu:
             np.matmul(self.q[q0:q0 + nq], self.t[t0:t0 + nt].T, out=self.out[:nq * nt].reshape(nq, nt))
             return self.out
+        import cupy
+
         in_type, out_type, compute = self._types
-        k, item = self._ld, self._item
+        k, item, lib = self._ld, self._item, self._lib
+        # Host pointer mode each time: other code may have left the handle in device mode.
+        status = (lib.cublasSetStream_v2(self._handle, cupy.cuda.get_current_stream().ptr)
+                  or lib.cublasSetPointerMode_v2(self._handle, 0))
         # Row-major G (nq x nt) is column-major G^T = T_tile . Q_tile^T: A = T (op T), B = Q.
-        # Host pointer mode each time: other CuPy code may have left the handle in device mode.
-        self._cublas.setPointerMode(self._handle, self._cublas.CUBLAS_POINTER_MODE_HOST)
-        self._cublas.gemmEx(self._handle, self._cublas.CUBLAS_OP_T, self._cublas.CUBLAS_OP_N,
-                            nt, nq, k, self._one, self.t.data.ptr + t0 * k * item, in_type, k,
-                            self.q.data.ptr + q0 * k * item, in_type, k, self._zero,
-                            self.out.data.ptr, out_type, nt, compute, -1)
+        status = status or lib.cublasGemmEx(
+            self._handle, 1, 0, nt, nq, k, self._one, self.t.data.ptr + t0 * k * item, in_type, k,
+            self.q.data.ptr + q0 * k * item, in_type, k, self._zero, self.out.data.ptr,
+            out_type, nt, compute, -1)
+        if status:
+            raise RuntimeError(f"cuBLAS returned status {status} for a {nq}x{nt}x{k} "
+                               f"{self._types} product")
         return self.out
