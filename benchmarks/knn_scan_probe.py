@@ -57,7 +57,7 @@ def main() -> None:
     with loop.on_stream():
         loop(Q)
         loop.stream.synchronize()
-        keys, cols = loop.scan.keys, loop.scan.cols
+        keys = loop.scan.keys
         final = keys.copy()
         out["product_tile_us"] = per_call(lambda: loop.product(0, tq, 0, tn))
         keys[...] = -np.inf  # nothing gets in: the streaming cost alone
@@ -76,6 +76,25 @@ def main() -> None:
         if loop.graph is not None:
             out["tile_loop_graph_us"] = per_call(lambda: loop.graph.launch(loop.stream), 5)
     out["n_tiles"] = -(-Q.shape[0] // tq) * -(-train.n // tn)
+    shapes = {}
+    for precision in ("int8", "bf16"):
+        other = prepare_train(cp.asarray(s.X_train), precision, True, 128)
+        for cols, share in ((4096, 0.5), (2048, 0.5), (8192, 0.5), (4096, 1.0), (8192, 2.0)):
+            K.TILE_COLS["gpu"], K.TILE_L2_SHARE = cols, share
+            tiles = K.TileLoop(other, Q.shape[0], 3, True, None)
+            tiles.follow()
+            with tiles.on_stream():
+                tiles(Q)
+                replay = per_call(lambda: tiles.graph.launch(tiles.stream), 5)
+                tq, tn = tiles.tiles
+                product = per_call(lambda: tiles.product(0, tq, 0, tn), 20)
+            shapes[f"{precision} {tq}x{tn}"] = {"loop_ms": replay[0] / 1e3,
+                                               "product_tile_us": product[0],
+                                               "tiles": -(-Q.shape[0] // tq) * -(-train.n // tn)}
+            print(precision, tq, tn, shapes[f"{precision} {tq}x{tn}"], flush=True)
+            tiles = None
+        other = None
+    out["shapes"] = shapes
     print(json.dumps(out, indent=2))
     if args.json:
         with open(args.json, "w") as f:

@@ -56,12 +56,13 @@ def test_sqdist_is_exact_for_integer_data(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_running_topk_over_tiles_matches_stable_argsort(target):
+@pytest.mark.parametrize("K_", [4, 20])  # the short kernel, and the long one (K > SCAN_K)
+def test_running_topk_over_tiles_matches_stable_argsort(target, K_):
     rng = np.random.default_rng()
     m, n, _ = _size(target)
     keys = rng.integers(0, 20, (m, n)).astype(np.float32)  # many ties: smaller column must win
-    values, cols = K.smallest(keys, 4, tile_cols=7, target=target)
-    order = np.argsort(keys, axis=1, kind="stable")[:, :4]
+    values, cols = K.smallest(keys, K_, tile_cols=7, target=target)
+    order = np.argsort(keys, axis=1, kind="stable")[:, :K_]
     np.testing.assert_array_equal(cols, order)
     np.testing.assert_array_equal(values, np.take_along_axis(keys, order, 1))
 

@@ -72,6 +72,8 @@ def _pack(xp: Any, sq: Any, columns: Any, labels: Any, index: Any) -> Any:
 
 
 _L2_BYTES: dict[int, int] = {}
+TILE_COLS = {"gpu": 4096, "cpu": 2048}   # training columns per product tile
+TILE_L2_SHARE = 0.5                      # a GPU tile's share of the L2 cache
 
 
 def _tile_shape(m_pad: int, n_pad: int, gpu: bool, tile_bytes: int | None) -> tuple[int, int]:
@@ -82,10 +84,10 @@ def _tile_shape(m_pad: int, n_pad: int, gpu: bool, tile_bytes: int | None) -> tu
         device = cupy.cuda.Device().id
         if device not in _L2_BYTES:
             _L2_BYTES[device] = int(cupy.cuda.Device().attributes.get("L2CacheSize", 40 << 20))
-        budget = _L2_BYTES[device] // 2
-        tn = min(n_pad, 4096)
+        budget = int(_L2_BYTES[device] * TILE_L2_SHARE)
+        tn = min(n_pad, TILE_COLS["gpu"])
     else:
-        budget, tn = 8 << 20, min(n_pad, 2048)
+        budget, tn = 8 << 20, min(n_pad, TILE_COLS["cpu"])
     if tile_bytes:
         budget = min(budget, int(tile_bytes))
     tq = max(16, min(m_pad, budget // (4 * tn) // 16 * 16))
@@ -110,7 +112,9 @@ class Scan:
                 import cupy
 
                 stream = cupy.cuda.get_current_stream()
-            self._launch = Launcher(knn_cuda.scan_tile, self.args, knn_cuda.ROW_THREADS, stream)
+            kernel, threads = ((knn_cuda.scan_tile, knn_cuda.ROW_THREADS) if K <= knn_cuda.SCAN_K
+                               else (knn_cuda.scan_tile_long, knn_cuda.LONG_THREADS))
+            self._launch = Launcher(kernel, self.args, threads, stream)
 
     def __call__(self, nrows: int, ncols: int, row0: int, col0: int) -> None:
         if nrows <= 0:

@@ -25,7 +25,6 @@ from numba import config, cuda, float32, float64, int32
 from .cuda_blocks import block_sum
 
 MAX_K = 64          # longest candidate list a lane keeps (k plus refine margin)
-MAX_CLASSES = 1024  # classes a vote can count
 TILE = 64           # output tile side of sqdist_tiled
 BK = 16             # feature slice per shared-memory step
 TILE_PAD = TILE + 1  # padded shared-memory row: fewer bank conflicts on the transposed store
@@ -110,19 +109,21 @@ def _store4(out, row, col, m, n, v0, v1, v2, v3):
             out[row, col + 48] = v3
 
 
-# Threads that share one row in topk_rows / refine_rows (a power of 2).  The CUDA
+# Threads that share one row in scan_tile / refine_rows (a power of 2).  The CUDA
 # simulator runs every thread as a Python thread, so it gets a narrow row.
 ROW_THREADS = 4 if config.ENABLE_CUDASIM else 128
+SCAN_K = 16          # longest running list scan_tile keeps; scan_tile_long keeps MAX_K
+LONG_THREADS = 4 if config.ENABLE_CUDASIM else 32
 
 
 @cuda.jit(device=True, inline=True)
-def _block_min(value, index, sh_v, sh_i):
-    """Smallest (value, index) over the block, float64 values, returned to every thread."""
+def _block_min(value, index, sh_v, sh_i, threads):
+    """Smallest (value, index) over the block's ``threads`` threads, returned to every thread."""
     tid = cuda.threadIdx.x
     sh_v[tid] = value
     sh_i[tid] = index
     cuda.syncthreads()
-    stride = ROW_THREADS // 2
+    stride = threads // 2
     while stride > 0:
         if tid < stride:
             ov = sh_v[tid + stride]
@@ -138,56 +139,79 @@ def _block_min(value, index, sh_v, sh_i):
     return best_v, best_i
 
 
-@cuda.jit(cache=True)
-def scan_tile(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K):
-    """Fold one product tile into every row's running top-K; launch (nrows, ROW_THREADS).
+@cuda.jit(device=True, inline=True)
+def _insert(lv, li, tid, K, v, col):
+    """Insert (v, col) into thread ``tid``'s ascending list (a later column loses a tie)."""
+    j = K - 1
+    while j > 0 and lv[tid, j - 1] > v:
+        lv[tid, j] = lv[tid, j - 1]
+        li[tid, j] = li[tid, j - 1]
+        j -= 1
+    lv[tid, j] = v
+    li[tid, j] = col
 
-    ``G`` holds an ``nrows x ncols`` tile (row stride ``ld``, flat) of products
-    for query rows ``row0 + r`` and training columns ``col0 + c``; a column's key
-    is ``alpha * G + norms[col0 + c]`` (``norms`` unused when ``use_norms`` is 0).
-    ``keys``/``cols`` hold each row's K best so far, ascending, ties by the
-    smaller column.  Columns at or past ``n_valid`` (padding) are skipped.  The
-    tile is read once, while it is in L2; most values fail one comparison
-    with the row's K-th key, and a block whose threads found nothing better
-    returns without merging.
-    """
+
+@cuda.jit(device=True, inline=True)
+def _scan_body(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K,
+               lv, li, sh_v, sh_i, threads):
     r = cuda.blockIdx.x
     tid = cuda.threadIdx.x
-    sh_v = cuda.shared.array(ROW_THREADS, float64)
-    sh_i = cuda.shared.array(ROW_THREADS, int32)
-    lv = cuda.local.array(MAX_K, float64)
-    li = cuda.local.array(MAX_K, int32)
     row = row0 + r
     valid = r < nrows
     bound = math.inf
     if valid:
         bound = keys[row, K - 1]
-    worst = bound
     for j in range(K):  # thread 0 starts from the running list, the others empty
         if tid == 0 and valid:
-            lv[j] = keys[row, j]
-            li[j] = cols[row, j]
+            lv[tid, j] = keys[row, j]
+            li[tid, j] = cols[row, j]
         else:
-            lv[j] = math.inf
-            li[j] = INT_MAX
+            lv[tid, j] = math.inf
+            li[tid, j] = INT_MAX
+    worst = bound
     found = 0
     if valid:
         limit = min(ncols, n_valid - col0)
         base = r * ld
-        for c in range(tid, limit, ROW_THREADS):
+        c = tid
+        while c + 3 * threads < limit:  # four independent loads in flight per thread
+            g0 = float64(G[base + c])
+            g1 = float64(G[base + c + threads])
+            g2 = float64(G[base + c + 2 * threads])
+            g3 = float64(G[base + c + 3 * threads])
+            v0 = alpha * g0
+            v1 = alpha * g1
+            v2 = alpha * g2
+            v3 = alpha * g3
+            if use_norms != 0:
+                v0 += float64(norms[col0 + c])
+                v1 += float64(norms[col0 + c + threads])
+                v2 += float64(norms[col0 + c + 2 * threads])
+                v3 += float64(norms[col0 + c + 3 * threads])
+            if min(min(v0, v1), min(v2, v3)) < worst:  # rare once the lists have filled
+                if v0 < worst:
+                    _insert(lv, li, tid, K, v0, col0 + c)
+                    worst = min(bound, lv[tid, K - 1])
+                if v1 < worst:
+                    _insert(lv, li, tid, K, v1, col0 + c + threads)
+                    worst = min(bound, lv[tid, K - 1])
+                if v2 < worst:
+                    _insert(lv, li, tid, K, v2, col0 + c + 2 * threads)
+                    worst = min(bound, lv[tid, K - 1])
+                if v3 < worst:
+                    _insert(lv, li, tid, K, v3, col0 + c + 3 * threads)
+                    worst = min(bound, lv[tid, K - 1])
+                found = 1
+            c += 4 * threads
+        while c < limit:
             v = alpha * float64(G[base + c])
             if use_norms != 0:
                 v += float64(norms[col0 + c])
-            if v < worst:  # a thread's later columns never win a tie: strict '<' is stable
-                j = K - 1
-                while j > 0 and lv[j - 1] > v:
-                    lv[j] = lv[j - 1]
-                    li[j] = li[j - 1]
-                    j -= 1
-                lv[j] = v
-                li[j] = col0 + c
-                worst = min(bound, lv[K - 1])
+            if v < worst:
+                _insert(lv, li, tid, K, v, col0 + c)
+                worst = min(bound, lv[tid, K - 1])
                 found = 1
+            c += threads
     if cuda.syncthreads_or(found) == 0:
         return
     head = 0
@@ -195,14 +219,50 @@ def scan_tile(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0,
         mine_v = math.inf
         mine_i = INT_MAX
         if head < K:
-            mine_v = lv[head]
-            mine_i = li[head]
-        best_v, best_i = _block_min(mine_v, mine_i, sh_v, sh_i)
+            mine_v = lv[tid, head]
+            mine_i = li[tid, head]
+        best_v, best_i = _block_min(mine_v, mine_i, sh_v, sh_i, threads)
         if tid == 0 and valid:
             keys[row, j] = best_v
             cols[row, j] = best_i
         if head < K and mine_i == best_i and best_i != INT_MAX:
             head += 1
+
+
+@cuda.jit(cache=True)
+def scan_tile(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K):
+    """Fold one product tile into every row's running top-K, K <= SCAN_K; launch
+    (nrows, ROW_THREADS).
+
+    ``G`` holds an ``nrows x ncols`` tile (row stride ``ld``, flat) of products
+    for query rows ``row0 + r`` and training columns ``col0 + c``; a column's key
+    is ``alpha * G + norms[col0 + c]`` (``norms`` unused when ``use_norms`` is 0).
+    ``keys``/``cols`` hold each row's K best so far, ascending, ties by the
+    smaller column.  Columns at or past ``n_valid`` (padding) are skipped.  The
+    tile is read once, while it is in L2, four loads in flight per thread;
+    most values fail one comparison with the row's K-th key, and a block whose
+    threads found nothing better returns without merging.  Each thread's list
+    lives in shared memory (local arrays would cost their whole size in DRAM
+    traffic at every launch).
+    """
+    lv = cuda.shared.array((ROW_THREADS, SCAN_K), float64)
+    li = cuda.shared.array((ROW_THREADS, SCAN_K), int32)
+    sh_v = cuda.shared.array(ROW_THREADS, float64)
+    sh_i = cuda.shared.array(ROW_THREADS, int32)
+    _scan_body(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K,
+               lv, li, sh_v, sh_i, ROW_THREADS)
+
+
+@cuda.jit(cache=True)
+def scan_tile_long(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols,
+                   K):
+    """``scan_tile`` for K up to MAX_K: launch (nrows, LONG_THREADS)."""
+    lv = cuda.shared.array((LONG_THREADS, MAX_K), float64)
+    li = cuda.shared.array((LONG_THREADS, MAX_K), int32)
+    sh_v = cuda.shared.array(LONG_THREADS, float64)
+    sh_i = cuda.shared.array(LONG_THREADS, int32)
+    _scan_body(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K,
+               lv, li, sh_v, sh_i, LONG_THREADS)
 
 
 @cuda.jit(cache=True)
@@ -214,8 +274,8 @@ def refine_rows(Q, T, cand, k, out_sq, out_idx):
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     sh = cuda.shared.array(ROW_THREADS, float64)
-    best = cuda.local.array(MAX_K, float64)
-    best_i = cuda.local.array(MAX_K, int32)
+    best = cuda.shared.array(MAX_K, float64)     # thread 0's list; shared, not local: a local
+    best_i = cuda.shared.array(MAX_K, int32)     # array costs its whole size per thread
     for j in range(k):
         best[j] = math.inf
         best_i[j] = INT_MAX
@@ -270,36 +330,53 @@ def merge_pairs(a, b, out):
             j += 1
 
 
+@cuda.jit(device=True, inline=True)
+def _weight(cand, row, j, uniform, exact):
+    if cand[row, j, 1] < 0 or cand[row, j, 0] == math.inf:
+        return 0.0
+    if uniform:
+        return 1.0
+    if exact:
+        return 1.0 if cand[row, j, 0] == 0.0 else 0.0
+    return 1.0 / math.sqrt(cand[row, j, 0])
+
+
 @cuda.jit(cache=True)
 def vote_rows(cand, n_classes, uniform, out_proba, out_pred):
-    """Class probabilities and prediction per row (ties: the smaller class)."""
+    """Class probabilities and prediction per row (ties: the smaller class).
+
+    A class's score is summed over the row's k candidates directly (k is
+    small), so no per-class array is needed: a local array of every class
+    would cost its whole size in memory traffic per thread.
+    """
     row = cuda.grid(1)
     if row >= cand.shape[0]:
         return
     k = cand.shape[1]
-    score = cuda.local.array(MAX_CLASSES, float64)
-    for c in range(n_classes):
-        score[c] = 0.0
     exact = False
     if not uniform:
         for j in range(k):
             if cand[row, j, 0] == 0.0:
                 exact = True
     total = 0.0
+    zero = 0.0  # the score of class 0, which wins when every score is 0
     for j in range(k):
-        if cand[row, j, 1] < 0 or cand[row, j, 0] == math.inf:
-            continue
-        if uniform:
-            w = 1.0
-        elif exact:
-            w = 1.0 if cand[row, j, 0] == 0.0 else 0.0
-        else:
-            w = 1.0 / math.sqrt(cand[row, j, 0])
-        score[int32(cand[row, j, 2])] += w
+        w = _weight(cand, row, j, uniform, exact)
         total += w
-    best = 0
+        if int32(cand[row, j, 2]) == 0:
+            zero += w
     for c in range(n_classes):
-        out_proba[row, c] = score[c] / total if total > 0 else 0.0
-        if score[c] > score[best]:
-            best = c
+        out_proba[row, c] = 0.0
+    best = 0
+    best_score = zero
+    for j in range(k):
+        label = int32(cand[row, j, 2])
+        score = 0.0
+        for i in range(k):
+            if int32(cand[row, i, 2]) == label:
+                score += _weight(cand, row, i, uniform, exact)
+        out_proba[row, label] = score / total if total > 0 else 0.0
+        if score > best_score or (score == best_score and label < best):
+            best = label
+            best_score = score
     out_pred[row] = best
