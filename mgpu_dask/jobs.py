@@ -78,11 +78,18 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
     if ds.note:
         say(f"note: {ds.note}")
     say("[2/4] cluster")
-    with contextlib.ExitStack() as stack:
+    stopping: dict[str, float] = {}
+
+    def stopped() -> None:  # registered first, so it runs last: after the cluster has closed
+        phases.seconds["cluster stop"] = time.perf_counter() - stopping["from"]
+
+    with contextlib.ExitStack() as stack:  # exits with the error, if any: no report then
+        stack.callback(stopped)
         with phases("cluster start"):
             rc = stack.enter_context(connect(**options))
         stack.enter_context(rc.client.as_current())  # estimators use the active client
         stack.enter_context(_report(report))
+        stack.callback(lambda: stopping.setdefault("from", time.perf_counter()))
         say(f"  dashboard: {rc.dashboard_link}")
         yield Session(parts, ds, rc, wait_timeout)
 
@@ -142,11 +149,17 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
         clf = KNeighborsClassifier(n_neighbors, weights=weights, plan=plan, method=method,
                                    precision=precision, memory_budget=memory_budget)
         with cold("transfer"):  # the queries keep their own dtype (uint8 pixels: 1 byte each)
+            started = time.perf_counter()
             queries = shard(parts.X_test, client, timeout=s.wait_timeout)
+            sharded = time.perf_counter()
             clf.fit(parts.X_train, parts.y_train)
+            steps = {"queries sharded": sharded - started, "fit": time.perf_counter() - sharded}
         say("[4/4] predict: cold, then warm")
         pred = _predict_phases(clf, queries, s.wait_timeout, cold)
         cold_total = time.perf_counter() - t0
+        started = time.perf_counter()
+        to_host(clf.predict(queries, on_host=True))  # the first fused predict (a new graph size)
+        steps["first fused predict"] = time.perf_counter() - started
         warm_runs = []
         for _ in range(max(1, repeats)):
             warm = Phases()
@@ -157,7 +170,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             started = time.perf_counter()
             to_host(clf.predict(queries, on_host=True))
             fused.append(time.perf_counter() - started)
-        return {
+        result = {
             **_summary(s, "knn", fraction, seed),
             "n_neighbors": n_neighbors, "weights": weights, "method": method,
             "plan": clf.plan_, "device": clf.layout_.device, "precision": clf.precision_,
@@ -169,10 +182,13 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
                                   clf.layout_.keep[0]}),
             "accuracy": accuracy(pred, parts.y_test),
             "cold": {**cold.seconds, "total": cold_total},
+            "cold_steps": steps,
             "warm": {name: statistics.median(r[name] for r in warm_runs) for name in warm_runs[0]},
             "warm_predict_seconds": fused,
             "warm_predict_median": statistics.median(fused),
         }
+    result["cold_steps"]["cluster stop"] = cold.seconds.pop("cluster stop")
+    return result
 
 
 def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,

@@ -106,8 +106,9 @@ class KNeighborsClassifier:
     precision : {"auto", "int8", "bf16", "tf32", "fp32"}, default "auto"
         Arithmetic of the distance product (``mgpu_dask.kernels.knn_precision``).
         8-bit integer data (uint8 pixels) are exact in every precision, so
-        ``"auto"`` takes ``"int8"`` tensor cores for them; other data take
-        ``"tf32"`` (``"fp32"`` on a CPU or an older GPU) and every precision's
+        ``"auto"`` takes the fastest tensor cores for them (``"bf16"``;
+        ``"int8"`` on a GPU older than Ampere); other data take ``"tf32"``
+        (``"fp32"`` on a CPU or an older GPU), and every precision's
         ranking is re-ranked in float64 and certified by an error bound, rows
         it cannot certify recomputed: the neighbours are exact in every
         precision.  ``"int8"`` on other data is an error; a GPU without the

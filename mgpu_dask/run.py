@@ -247,6 +247,7 @@ def cmd_task(args: argparse.Namespace) -> int:
         print_comparison(result)
     else:
         result = run_task(args)
+        result["process"] = {"interpreter start to command": args.startup_seconds}
         print_job(result)
     if args.json:
         write_json(args.json, result)
@@ -353,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bulk distances by BLAS/cuBLAS product or our tiled kernel")
     p.add_argument("--precision", choices=("auto", "int8", "bf16", "tf32", "fp32"), default="auto",
                    help="arithmetic of the distance product. 8-bit data (MNIST pixels) are exact "
-                        "in every precision; auto takes int8 tensor cores for them and tf32 for "
+                        "in every precision; auto takes bf16 tensor cores for them (int8 before "
+                        "Ampere) and tf32 for "
                         "float data, whose ranking is re-ranked in float64 and certified by an "
                         "error bound (rows it cannot certify are recomputed): no precision "
                         "changes a neighbour. int8 needs 8-bit integer data")
@@ -435,13 +437,27 @@ def _timeouts(seconds: float | None) -> Iterator[None]:
         yield
 
 
+def _since_process_start() -> float | None:
+    """Seconds since this process started (imports included), where the OS says."""
+    try:
+        import time
+
+        import psutil
+
+        return time.time() - psutil.Process().create_time()
+    except Exception:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    startup = _since_process_start()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "workflow":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.cluster_argv = extra
+    args.startup_seconds = startup
     args.command_line = "python -m mgpu_dask.run " + " ".join(
         sys.argv[1:] if argv is None else argv)
     handler: Callable[[argparse.Namespace], int] = args.handler

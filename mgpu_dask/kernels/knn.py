@@ -72,12 +72,16 @@ def _pack(xp: Any, sq: Any, columns: Any, labels: Any, index: Any) -> Any:
 
 
 _L2_BYTES: dict[int, int] = {}
-TILE_COLS = {"gpu": 4096, "cpu": 2048}   # training columns per product tile
-TILE_L2_SHARE = 0.5                      # a GPU tile's share of the L2 cache
+# Product tile on a GPU: 8192 training columns and twice the L2 cache in all.
+# Measured on an H100 (MNIST, bf16, tile loop per predict): L2-sized tiles
+# (1600 x 4096) 6.9 ms, 3200 x 4096 6.2 ms, 3200 x 8192 5.7 ms: past L2 the
+# product's efficiency gains more than the scan loses (benchmarks/NOTES-knn.md).
+TILE_COLS = {"gpu": 8192, "cpu": 2048}
+TILE_L2_SHARE = 2.0
 
 
 def _tile_shape(m_pad: int, n_pad: int, gpu: bool, tile_bytes: int | None) -> tuple[int, int]:
-    """Query rows and training columns per product tile: a tile stays in L2 on a GPU."""
+    """Query rows and training columns per product tile (a small multiple of the L2 cache)."""
     if gpu:
         import cupy
 
