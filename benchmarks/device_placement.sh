@@ -2,11 +2,11 @@
 # Placement benchmark (issue 23), one device call: RUNS fresh processes each of
 # `knn --workers W --repeats 5` and `logreg --workers W` on MNIST, then one
 # summary JSON per task (benchmarks/placement_summary.py).
-# Usage on the device machine (repo root): RUNS=20 bash benchmarks/device_placement.sh
+# Usage on the device machine (repo root): RUNS=20 [TASKS="knn logreg"] bash benchmarks/device_placement.sh
 set -u
 source benchmarks/device_env.sh
 W=$(nvidia-smi -L | wc -l); RUNS=${RUNS:-20}
-for task in knn logreg; do
+for task in ${TASKS:-knn logreg}; do
   extra=""; [ $task = knn ] && extra="--repeats 5"
   log "placement: $RUNS fresh processes of $task --workers $W $extra"
   for i in $(seq 1 $RUNS); do

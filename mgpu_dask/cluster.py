@@ -18,7 +18,7 @@ from typing import Iterator, NamedTuple
 
 from distributed import Client, LocalCluster
 
-from . import config
+from . import config, latency
 from ._compat import gpu_count, is_installed, visible_gpus
 from .exceptions import ClusterError
 
@@ -202,7 +202,8 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
             client = Client(local, timeout=timeout)
         else:
             local = _start_local(plan, dashboard_address, memory_limit)
-            client = Client(local, timeout=timeout)
+            # Results come straight from the workers, not relayed by the scheduler.
+            client = Client(local, timeout=timeout, direct_to_workers=True)
         wanted = plan.n_workers or 1
         try:
             client.wait_for_workers(wanted, timeout=timeout)
@@ -217,6 +218,7 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
                           f"large?); cancelled job(s) {', '.join(ids) or '(none submitted)'}")
             raise ClusterError(f"only {have} of {wanted} workers arrived within {timeout:.0f} s; "
                                f"{detail}") from None
+        latency.tighten(client)
         link = client.dashboard_link if is_installed("bokeh") else None
         yield RunningCluster(client, plan, time.perf_counter() - started, link)
     finally:

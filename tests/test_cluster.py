@@ -87,3 +87,38 @@ def test_unreachable_scheduler_fails_within_timeout():
         with connect(scheduler_address="tcp://127.0.0.1:9", timeout=2):
             pass
     assert time.perf_counter() - started < 30
+
+
+def _intervals(client):
+    def on_scheduler(dask_scheduler):
+        return ([c.interval for c in dask_scheduler.stream_comms.values()],
+                [c.interval for c in dask_scheduler.client_comms.values()])
+
+    workers, clients = client.run_on_scheduler(on_scheduler)
+    on_workers = client.run(lambda dask_worker: dask_worker.batched_stream.interval)
+    return client.scheduler_comm.interval, workers, clients, sorted(on_workers.values())
+
+
+@pytest.mark.parametrize("setting, seconds", [("0ms", 0.0), ("3ms", 0.003)])
+def test_connect_sets_every_batched_send_interval(fake_gpus, setting, seconds):
+    """Client, scheduler (to each worker and client) and workers, present and later ones."""
+    import dask
+
+    fake_gpus(0)
+    with dask.config.set({"mgpu-dask.cluster.batched-send-interval": setting}), \
+            connect(2, device="cpu", dashboard_address=":0", timeout=60) as rc:
+        client = rc.client
+        assert client.direct_to_workers  # a local cluster's results come from the workers
+        mine, to_workers, to_clients, workers = _intervals(client)
+        assert mine == seconds and workers == [seconds, seconds]
+        assert to_workers == [seconds, seconds] and seconds in to_clients
+        from distributed import Client
+
+        with Client(client.scheduler.address, timeout=30):  # a later client
+            to_clients = _intervals(client)[2]
+            assert len(to_clients) >= 2 and set(to_clients) == {seconds}, to_clients
+        cluster = client.cluster
+        cluster.scale(3)  # a later worker
+        client.wait_for_workers(3, timeout=60)
+        assert _intervals(client)[1] == [seconds] * 3
+        assert _intervals(client)[3] == [seconds] * 3

@@ -249,3 +249,24 @@ def test_single_host_logreg_maps_every_gpu_and_matches_actors():
         Xt = shard(s.X_test, rc.client, dtype=np.float32, scale=1 / 16)
         assert abs(one.score(Xt, s.y_test) - msgs.score(Xt, s.y_test)) < 0.01
         assert set(rc.client.run(exports_held).values()) == {0}
+
+
+@pytest.mark.parametrize("method", ["gemm", "direct"])
+def test_small_launches_raise_no_performance_warning(method):
+    """Our launches configure small grids on purpose; Numba's occupancy warning stays silent."""
+    import warnings
+
+    from numba.core.errors import NumbaPerformanceWarning
+
+    from mgpu_dask.kernels.knn_products import prepare_train
+
+    rng = np.random.default_rng(1)
+    Q = cupy.asarray(rng.standard_normal((9, 16)).astype(np.float32))
+    T = cupy.asarray(rng.standard_normal((40, 16)).astype(np.float32))
+    y = cupy.asarray(rng.integers(0, 3, 40).astype(np.int32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NumbaPerformanceWarning)
+        train = prepare_train(T, "fp32", False, 0, method)
+        cand = K.local_candidates(Q, train, y, cupy.arange(40, dtype=cupy.int64), 3)
+        K.vote(K.merge(cand, cand), 3, "distance")
+        K.refine(Q, T, cupy.zeros((9, 4), dtype=cupy.int32), 2)

@@ -21,18 +21,30 @@ def on_gpu(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
-def quietly(configured: Any, *args: Any) -> None:
-    """Launch a configured Numba kernel without its low-occupancy performance warning.
+def launch(dispatcher: Any, grid: Any, block: Any, *args: Any) -> None:
+    """Launch a Numba kernel on CuPy's current stream, without its low-occupancy warning.
 
-    Our small kernels (one thread per query row of a block) are launched with
-    grids that Numba calls under-utilising; the warning is about them, not
-    about anything the user can change, so it is silenced for these launches
-    only (other warnings, and other kernels' launches, are untouched).
+    Numba launches on the legacy default stream unless told otherwise; work
+    queued by CuPy (and cuBLAS) on another stream -- a tile loop's own
+    non-blocking stream, a stream being captured into a CUDA graph -- would
+    then run unordered with the kernel.  So a kernel given CuPy arrays goes
+    to CuPy's current stream.  Our small kernels (one block per query row)
+    get grids that Numba calls under-utilising; that warning is about them,
+    not about anything the user can change, so it is silenced for these
+    launches only.
     """
     import warnings
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # Numba warns when the launch is configured, not run
         warnings.filterwarnings("ignore", message=".*will likely result in GPU under-utilization")
+        configured = dispatcher[grid, block]
+        if any(on_gpu(a) for a in args):
+            import cupy
+            from numba import cuda
+
+            ptr = cupy.cuda.get_current_stream().ptr
+            if ptr:
+                configured = dispatcher[grid, block, cuda.external_stream(ptr)]
         configured(*args)
 
 
@@ -163,14 +175,19 @@ class Launcher:
             self._driver.launchKernel(self._function, max(1, grid), 1, 1, self.block, 1, 1, 0,
                                       self._stream.ptr, ctypes.addressof(self._pointers), 0)
             return
-        if self._stream is not None:
-            from numba import cuda
+        import warnings
 
-            configured = self._dispatcher[max(1, grid), self.block,
-                                          cuda.external_stream(self._stream.ptr)]
-        else:
-            configured = self._dispatcher[max(1, grid), self.block]
-        configured(*self.values)
+        with warnings.catch_warnings():  # as in launch(): configuring is what warns
+            warnings.filterwarnings("ignore",
+                                    message=".*will likely result in GPU under-utilization")
+            if self._stream is not None:
+                from numba import cuda
+
+                configured = self._dispatcher[max(1, grid), self.block,
+                                              cuda.external_stream(self._stream.ptr)]
+            else:
+                configured = self._dispatcher[max(1, grid), self.block]
+            configured(*self.values)
 
 
 def _address(handle: Any) -> int:

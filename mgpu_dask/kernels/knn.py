@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._launch import Launcher, array_module, on_gpu, quietly, thread_grid
+from ._launch import Launcher, array_module, launch, on_gpu, thread_grid
 
 INT_MAX = 2**31 - 1
 MAX_K = 64
@@ -25,16 +25,18 @@ def _cuda_target(x: Any, target: str | None) -> bool:
     return target == "cuda" or (target is None and on_gpu(x))
 
 
-def sqdist(Q: Any, T: Any, *, target: str | None = None) -> Any:
-    """Squared euclidean distances ``(m, n)`` by our tiled kernel (float32)."""
+def sqdist(Q: Any, T: Any, *, target: str | None = None, out: Any = None) -> Any:
+    """Squared euclidean distances ``(m, n)`` by our tiled kernel (float32), into ``out``
+    (a C-contiguous float32 array) where given."""
     xp = array_module(Q)
-    out = xp.empty((Q.shape[0], T.shape[0]), dtype=np.float32)
+    if out is None:
+        out = xp.empty((Q.shape[0], T.shape[0]), dtype=np.float32)
     if _cuda_target(Q, target):
         from . import knn_cuda
 
         grid = (max(1, math.ceil(T.shape[0] / knn_cuda.TILE)),
                 max(1, math.ceil(Q.shape[0] / knn_cuda.TILE)))
-        quietly(knn_cuda.sqdist_tiled[grid, (16, 16)], Q, T, out)
+        launch(knn_cuda.sqdist_tiled, grid, (16, 16), Q, T, out)
     else:
         from . import knn_cpu
 
@@ -51,7 +53,7 @@ def refine(Q: Any, T: Any, candidates: Any, k: int, *,
     if _cuda_target(Q, target):
         from . import knn_cuda
 
-        quietly(knn_cuda.refine_rows[max(1, Q.shape[0]), knn_cuda.ROW_THREADS], Q, T, candidates,
+        launch(knn_cuda.refine_rows, max(1, Q.shape[0]), knn_cuda.ROW_THREADS, Q, T, candidates,
                 k, sq, columns)
     else:
         from . import knn_cpu
@@ -288,7 +290,7 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
     margin : int, default 8
         Extra candidates for the exact re-rank where keys are approximate.
     tile_bytes : int or None
-        Cap on one product tile (default: half the GPU's L2, 8 MiB on a CPU).
+        Cap on one product tile (default: twice the GPU's L2, 8 MiB on a CPU).
     target : {None, "cuda", "cpu"}
         Kernel family for the scan and re-rank; None follows the array type.
     stats : dict or None
@@ -356,7 +358,7 @@ def merge(a: Any, b: Any, *, target: str | None = None) -> Any:
     if _cuda_target(a, target):
         from . import knn_cuda
 
-        quietly(knn_cuda.merge_pairs[thread_grid(a.shape[0])], a, b, out)
+        launch(knn_cuda.merge_pairs, *thread_grid(a.shape[0]), a, b, out)
     else:
         from . import knn_cpu
 
@@ -376,7 +378,7 @@ def vote(candidates: Any, n_classes: int, weights: str = "distance", *,
     if _cuda_target(candidates, target):
         from . import knn_cuda
 
-        quietly(knn_cuda.vote_rows[thread_grid(candidates.shape[0])], candidates, n_classes, uniform,
+        launch(knn_cuda.vote_rows, *thread_grid(candidates.shape[0]), candidates, n_classes, uniform,
                                                              proba, pred)
     else:
         from . import knn_cpu

@@ -233,8 +233,8 @@ class TileProduct:
         if self.direct:
             from . import knn
 
-            tile = self.out[:nq * nt].reshape(nq, nt)
-            tile[...] = knn.sqdist(self.q[q0:q0 + nq], self.t[t0:t0 + nt])
+            knn.sqdist(self.q[q0:q0 + nq], self.t[t0:t0 + nt],
+                       out=self.out[:nq * nt].reshape(nq, nt))
             return self.out
         if not self.gpu:
             np.matmul(self.q[q0:q0 + nq], self.t[t0:t0 + nt].T, out=self.out[:nq * nt].reshape(nq, nt))

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ._launch import array_module, bound_gemm, bound_launch, on_gpu, quietly, thread_grid
+from ._launch import array_module, bound_gemm, bound_launch, launch, on_gpu, thread_grid
 
 
 def softmax_xent(logits: np.ndarray, labels: np.ndarray,
@@ -43,7 +43,7 @@ def softmax_xent_sums(logits: Any, labels: Any, bias: Any) -> tuple[Any, np.ndar
     n, k = logits.shape
     resid = xp.empty((n, k), dtype=logits.dtype)
     acc = xp.zeros(k + 1, dtype=np.float64)
-    quietly(logreg_cuda.softmax_xent_rows[thread_grid(n, logreg_cuda.THREADS)], logits, labels,
+    launch(logreg_cuda.softmax_xent_rows, *thread_grid(n, logreg_cuda.THREADS), logits, labels,
             bias, resid, acc)
     acc = acc.get() if xp is not np else acc
     return resid, acc[:k], float(acc[k])
