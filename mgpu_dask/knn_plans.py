@@ -16,6 +16,7 @@ persisted, without one they run on the local scheduler.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, NamedTuple
 
 import dask.array as da
@@ -145,7 +146,12 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         f"{name}-labels", [Pinned((f"{name}-labels", j), (_to_device, y, device, np.int32), w)
                            for j, w in enumerate(workers)],
         chunks=((n,) * len(workers),), meta=meta_for(device, 1, np.int32), loose=loose)
-    copies, labels = client.persist([copies, labels], optimize_graph=False)
+    with warnings.catch_warnings():
+        # Rows given as NumPy travel inside the graph on purpose: there they are
+        # lineage, and a lost worker's copy is rebuilt from them (scattered data
+        # would be lost with it).  Dask's large-graph advice does not apply.
+        warnings.filterwarnings("ignore", message="Sending large graph")
+        copies, labels = client.persist([copies, labels], optimize_graph=False)
     wait(futures_of([copies, labels]), timeout=timeout)
     xs, ys = placement.row_futures(copies), placement.row_futures(labels)
     return TrainLayout("replicate", xs, ys, placement.holders(client, xs), [0] * len(xs), n,

@@ -201,3 +201,19 @@ def test_cli_knn_bad_k(capsys, argv, match):
                  "--dashboard-address", ":0", *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error:") and match in err and "\n" not in err
+
+
+@pytest.mark.parametrize("plan", ["replicate", "shard"])
+def test_fit_from_numpy_prints_no_large_graph_warning(client, digits, plan):
+    """Rows from NumPy travel inside the graph (lineage for recovery) without Dask's advice."""
+    import warnings
+
+    import dask
+
+    s = digits
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "40kB"}), \
+            warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*large graph")
+        assert s.X_train.nbytes > 80_000  # twice the threshold: Dask would warn
+        clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
+    assert (to_host(clf.predict(s.X_test)) == s.y_test).mean() > 0.97
