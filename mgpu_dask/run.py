@@ -17,6 +17,7 @@ import numpy as np
 
 from . import __version__
 from .exceptions import MgpuDaskError
+from .job_options import cluster_kwargs, run_comparison, run_task
 
 
 def add_data_args(p: argparse.ArgumentParser) -> None:
@@ -62,14 +63,6 @@ def add_output_args(p: argparse.ArgumentParser, repeats: int) -> None:
     g.add_argument("--report", default=None, metavar="FILE.html",
                    help="write a Dask performance report of the run")
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-
-
-def cluster_kwargs(args: argparse.Namespace) -> dict:
-    """The keyword arguments of ``cluster.connect`` from the cluster options."""
-    return dict(workers=args.workers, scheduler_address=args.scheduler_address,
-                device=args.device, dashboard_address=args.dashboard_address,
-                timeout=args.timeout, cluster=args.cluster, jobs=args.jobs,
-                gpus_per_job=args.gpus_per_job, scheduler_file=args.scheduler_file)
 
 
 def dry_run(args: argparse.Namespace) -> bool:
@@ -184,22 +177,6 @@ def print_job(result: dict) -> None:
               f"{result['warm_fit_predict_median'] * 1000:.1f} ms")
 
 
-def run_task(args: argparse.Namespace) -> dict:
-    """Run the ``knn`` or ``logreg`` job the parsed options describe; return its results."""
-    from .jobs import knn_job, logreg_job
-    from .timing import stderr_echo
-
-    common = dict(dataset=args.dataset, data_dir=args.data_dir, download=not args.no_download,
-                  fraction=args.fraction, test_size=args.test_size, seed=args.seed,
-                  cluster_options=cluster_kwargs(args), repeats=args.repeats,
-                  report=args.report, echo=None if args.quiet else stderr_echo)
-    if args.command == "knn":
-        return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
-                       method=args.method, precision=args.precision,
-                       memory_budget=args.memory_budget, **common)
-    return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm, **common)
-
-
 BACKEND_CHOICES = ("numba", "cupy", "cuml", "sklearn", "all")
 
 
@@ -217,24 +194,6 @@ def print_comparison(result: dict) -> None:
         print(f"{r['backend']:<8} {r['accuracy']:>8.4f} {r['cold']['fit']:>8.3f}s "
               f"{r['cold']['predict']:>8.3f}s {r['warm']['fit']:>8.3f}s "
               f"{r['warm']['predict']:>8.3f}s {vs:>8}" + (f"  ({r['note']})" if r.get("note") else ""))
-
-
-def run_comparison(args: argparse.Namespace) -> dict:
-    from .backends import BACKENDS
-    from .jobs import compare_job
-    from .timing import stderr_echo
-
-    names = list(BACKENDS) if args.backend == "all" else [args.backend]
-    if args.command == "knn":
-        options = {"k": args.k, "weights": args.weights, "repeats": args.repeats}
-    else:
-        options = {"C": args.C, "max_iter": args.max_iter, "tol": args.tol,
-                   "comm": args.comm, "repeats": args.repeats}
-    return compare_job(args.command, names, dataset=args.dataset, data_dir=args.data_dir,
-                       download=not args.no_download, fraction=args.fraction,
-                       test_size=args.test_size, seed=args.seed, options=options,
-                       cluster_options=cluster_kwargs(args), report=args.report,
-                       echo=None if args.quiet else stderr_echo)
 
 
 def cmd_task(args: argparse.Namespace) -> int:

@@ -83,7 +83,7 @@ def run_workflow(flow: Workflow, parser: argparse.ArgumentParser, *,
                  cluster_argv: list[str] | None = None,
                  echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run every combination in order; return each run's result dictionary."""
-    from .run import run_comparison, run_task
+    from .job_options import run_comparison, run_task
 
     runs = expand(flow)
     results = []

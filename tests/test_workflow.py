@@ -73,3 +73,29 @@ def test_comparison_workflow_runs(tmp_path, capsys):
     rows = {r["backend"]: r for r in payload["runs"][1]["backends"]}
     assert rows["numba"]["status"] == "ok" and rows["sklearn"]["status"] == "ok"
     assert "needs GPU" in rows["cuml"]["status"]
+
+
+
+def test_no_module_imports_the_cli():
+    """Imports flow one way (kernels <- estimators <- jobs <- CLI): nothing imports run.py."""
+    import ast
+    from pathlib import Path
+
+    import mgpu_dask
+
+    root = Path(mgpu_dask.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.name in ("run.py", "__main__.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [a.name for a in node.names]
+                absolute = node.level == 0 and node.module == "mgpu_dask.run"
+                relative = node.level == 1 and (node.module == "run" or (
+                    node.module is None and "run" in names[1:]))
+                if absolute or relative:
+                    offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+            elif isinstance(node, ast.Import) and any(a.name == "mgpu_dask.run" for a in node.names):
+                offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not offenders, offenders

@@ -1,0 +1,53 @@
+"""Jobs from parsed command-line options: the layer between the CLI and ``jobs``.
+
+``run.py`` parses and prints; a workflow (``workflow.py``) parses each run's
+options with the same parser; both call these to run the job.  Imports flow
+one way: kernels <- estimators <- jobs <- this module <- CLI / workflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cluster_kwargs(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``cluster.connect`` from the cluster options."""
+    return dict(workers=args.workers, scheduler_address=args.scheduler_address,
+                device=args.device, dashboard_address=args.dashboard_address,
+                timeout=args.timeout, cluster=args.cluster, jobs=args.jobs,
+                gpus_per_job=args.gpus_per_job, scheduler_file=args.scheduler_file)
+
+
+def run_task(args: argparse.Namespace) -> dict:
+    """Run the ``knn`` or ``logreg`` job the parsed options describe; return its results."""
+    from .jobs import knn_job, logreg_job
+    from .timing import stderr_echo
+
+    common = dict(dataset=args.dataset, data_dir=args.data_dir, download=not args.no_download,
+                  fraction=args.fraction, test_size=args.test_size, seed=args.seed,
+                  cluster_options=cluster_kwargs(args), repeats=args.repeats,
+                  report=args.report, echo=None if args.quiet else stderr_echo)
+    if args.command == "knn":
+        return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
+                       method=args.method, precision=args.precision,
+                       memory_budget=args.memory_budget, **common)
+    return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm, **common)
+
+
+def run_comparison(args: argparse.Namespace) -> dict:
+    """Run the job with every backend ``--backend`` names, side by side; return the rows."""
+    from .backends import BACKENDS
+    from .jobs import compare_job
+    from .timing import stderr_echo
+
+    names = list(BACKENDS) if args.backend == "all" else [args.backend]
+    if args.command == "knn":
+        options = {"k": args.k, "weights": args.weights, "repeats": args.repeats}
+    else:
+        options = {"C": args.C, "max_iter": args.max_iter, "tol": args.tol,
+                   "comm": args.comm, "repeats": args.repeats}
+    return compare_job(args.command, names, dataset=args.dataset, data_dir=args.data_dir,
+                       download=not args.no_download, fraction=args.fraction,
+                       test_size=args.test_size, seed=args.seed, options=options,
+                       cluster_options=cluster_kwargs(args), report=args.report,
+                       echo=None if args.quiet else stderr_echo)
