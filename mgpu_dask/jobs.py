@@ -100,6 +100,9 @@ def _summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any
             "dataset": s.dataset.name, "data_source": s.dataset.source, "note": s.dataset.note,
             "n_train": int(len(s.data.X_train)), "n_test": int(len(s.data.X_test)),
             "n_features": int(s.data.X_train.shape[1]), "fraction": fraction, "seed": seed,
+            "fraction_note": (f"fraction {fraction:g} > 1 repeats every row exactly: each KNN "
+                              f"neighbour appears about {fraction:g} times, so KNN accuracy is "
+                              "lower than on the real data" if fraction > 1 and task == "knn" else None),
             "cluster": s.cluster.plan.kind.value, "dashboard": s.cluster.dashboard_link,
             "workers": len(client.scheduler_info(n_workers=-1)["workers"])}
 
@@ -236,7 +239,8 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             "round_trips": clf.n_round_trips_, "evaluations": clf.n_evaluations_,
             "comm": clf.comm_, "comm_note": clf.comm_note_, "recoveries": clf.n_recoveries_,
             "fit_profile": clf.fit_profile_,
-            "loss": clf.loss_, "converged": clf.converged_,
+            "loss": clf.loss_, "converged": clf.converged_, "stop_reason": clf.stop_reason_,
+            "gradient_max": clf.gradient_max_,
             "cold": {**cold.seconds, "total": cold_total},
             "warm": {name: statistics.median(r[name] for r in runs) for name in runs[0]},
             "warm_fit_predict_seconds": warm_totals,

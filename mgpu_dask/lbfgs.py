@@ -50,7 +50,8 @@ def minimize_lbfgs(fun: Objective, x0: np.ndarray, *, maxiter: int = 100, gtol: 
     -------
     dict
         ``x``, ``fun``, ``nit`` (iterations), ``nfev`` (evaluations),
-        ``success`` and ``message``.
+        ``success``, ``message`` (why it stopped) and ``grad_max`` (the
+        largest gradient entry, in absolute value, where it stopped).
     """
     evaluate = _Evaluations(fun)
     x = np.asarray(x0, dtype=np.float64).copy()
@@ -88,7 +89,7 @@ def minimize_lbfgs(fun: Objective, x0: np.ndarray, *, maxiter: int = 100, gtol: 
     else:
         success = bool(np.max(np.abs(g)) <= gtol)
     return {"x": x, "fun": float(f), "nit": nit, "nfev": evaluate.calls, "success": success,
-            "message": message}
+            "message": message, "grad_max": float(np.max(np.abs(g)))}
 
 
 def _two_loop(g: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:

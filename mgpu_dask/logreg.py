@@ -222,6 +222,13 @@ class LogisticRegression:
         Times a lost worker's shards were rebuilt elsewhere during the fit.
     loss_ : float
         Objective at the solution.
+    converged_ : bool
+        Whether L-BFGS met ``tol`` (or stopped decreasing) before ``max_iter``.
+    stop_reason_ : str
+        Why it stopped ("gradient below gtol", "maximum number of iterations
+        reached", ...).
+    gradient_max_ : float
+        Largest gradient entry (absolute value) where it stopped.
 
     Examples
     --------
@@ -324,6 +331,8 @@ class LogisticRegression:
         self.comm_ = result["comm"]
         self.loss_ = float(result["fun"])
         self.converged_ = bool(result["success"])
+        self.stop_reason_ = str(result.get("message", ""))
+        self.gradient_max_ = float(result.get("grad_max", np.nan))
         self.fit_profile_ = result.get("profile", {})
         self.n_features_in_ = d
         return self

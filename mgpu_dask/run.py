@@ -30,7 +30,10 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-download", action="store_true", help="never download")
     g.add_argument("--test-size", type=float, default=0.25, help="held-out share (default 0.25)")
     g.add_argument("--fraction", type=float, default=1.0,
-                   help="shrink (<1) or replicate (>1) train and test (default 1)")
+                   help="shrink (<1) or replicate (>1) train and test (default 1). Above 1 "
+                        "the rows repeat exactly, so each KNN neighbour appears F times "
+                        "and KNN accuracy drops (0.9713 at 4 on MNIST, against 0.9742): "
+                        "a size for timing, not a harder data set")
     g.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
 
 
@@ -162,9 +165,17 @@ def print_job(result: dict) -> None:
     else:
         print(f"model: C={result['C']}, iterations {result['n_iter']} (max {result['max_iter']}), "
               f"{result['evaluations']} evaluations, fit by {result['comm']} "
-              f"({result['round_trips']} Dask round trips), loss {result['loss']:.6f}"
-              f"{'' if result['converged'] else ' (not converged: raise --max-iter)'}")
-    print(f"accuracy: {result['accuracy']:.4f}")
+              f"({result['round_trips']} Dask round trips), loss {result['loss']:.6f}")
+        if not result["converged"]:  # as scikit-learn says it, once
+            print(f"note: the fit stopped before converging ({result['stop_reason']}, "
+                  f"max_iter={result['max_iter']}): loss {result['loss']:.6f}, largest gradient "
+                  f"entry {result['gradient_max']:.2e} > tol {result['tol']:g}; increase "
+                  f"--max-iter to go further",
+                  file=sys.stderr)
+    repeated = (f" (rows repeated {result['fraction']:g}x: each neighbour counts "
+                f"{result['fraction']:g} times, see fraction_note)"
+                if result.get("fraction_note") else "")
+    print(f"accuracy: {result['accuracy']:.4f}{repeated}")
     for run in ("cold", "warm"):
         phases = ", ".join(f"{k} {v:.3f}s" for k, v in result[run].items())
         print(f"{run}: {phases}")

@@ -190,6 +190,19 @@ def test_cli_knn_digits(tmp_path, capsys):
         assert result["cold"][phase] > 0
     assert len(result["warm_predict_seconds"]) == 2 and result["machine"]["host"]
     assert not list(tmp_path.glob(".*part"))
+    assert result["fraction_note"] is None and "repeated" not in text
+
+
+def test_cli_knn_says_repeated_rows_lower_accuracy(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["knn", "--dataset", "digits", "--workers", "1", "--device", "cpu",
+                 "--fraction", "2", "--repeats", "1", "--quiet", "--dashboard-address", ":0",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert "repeats every row" in result["fraction_note"]
+    accuracy_line = next(line for line in text.splitlines() if line.startswith("accuracy:"))
+    assert "rows repeated 2x" in accuracy_line
 
 
 @pytest.mark.parametrize("argv, match", [

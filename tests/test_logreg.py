@@ -210,6 +210,21 @@ def test_cli_logreg_digits(tmp_path, capsys):
     assert set(r["cold"]) >= {"cluster start", "transfer", "fit", "predict", "total"}
 
 
+def test_cli_logreg_says_once_why_it_stopped(tmp_path, capsys):
+    """A fit cut short by --max-iter: one note with the loss and gradient, as scikit-learn does."""
+    out = tmp_path / "r.json"
+    assert main(["logreg", "--dataset", "digits", "--workers", "1", "--device", "cpu",
+                 "--max-iter", "3", "--repeats", "1", "--quiet", "--dashboard-address", ":0",
+                 "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    r = json.loads(out.read_text())
+    assert not r["converged"] and r["stop_reason"] == "maximum number of iterations reached"
+    assert r["gradient_max"] > r["tol"] and r["n_iter"] == 3
+    notes = [line for line in captured.err.splitlines() if "stopped before converging" in line]
+    assert len(notes) == 1 and f"{r['gradient_max']:.2e}" in notes[0]
+    assert "converg" not in captured.out
+
+
 def test_cli_logreg_bad_comm(capsys):
     assert main(["logreg", "--dataset", "digits", "--workers", "1", "--device", "cpu",
                  "--comm", "mpi", "--quiet", "--dashboard-address", ":0"]) == 2
