@@ -85,3 +85,36 @@ def test_subprocess_offline_default_falls_back(tmp_path):
     notes = [line for line in proc.stdout.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and "digits" in notes[0]
     assert "dataset digits" in proc.stdout
+
+
+def _documented_commands() -> list[tuple[str, list[str]]]:
+    """Every ``python -m mgpu_dask.run ...`` line of the README files' code blocks."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for doc in (root / "README.md", root / "deploy" / "README.md"):
+        for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", doc.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split("  #")[0].strip()
+                if line.startswith("python -m mgpu_dask.run "):
+                    argv = shlex.split(line.replace("$HOME", "/home/user"))[3:]
+                    found.append((f"{doc.name}: {line}", argv))
+    return found
+
+
+def test_every_documented_command_parses():
+    """The README's commands use real subcommands and flags (parsed, not run)."""
+    from mgpu_dask.run import build_parser
+
+    commands = _documented_commands()
+    assert len(commands) >= 10
+    parser = build_parser()
+    for where, argv in commands:
+        try:
+            args, extra = parser.parse_known_args(argv)
+        except SystemExit:
+            raise AssertionError(f"does not parse: {where}") from None
+        assert not extra or args.command == "workflow", f"unknown options in {where}: {extra}"
