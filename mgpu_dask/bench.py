@@ -121,6 +121,10 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     return write_text_atomic(path, buffer.getvalue())
 
 
+LABELS = {"numba": "ours (Numba kernels)", "cupy": "plain CuPy", "cuml": "cuML multi-GPU (cuml.dask)",
+          "sklearn": "scikit-learn (CPU)"}
+
+
 def _series(rows: list[dict[str, Any]], task: str, x: str,
             fixed: Callable[[dict[str, Any]], bool]) -> dict[str, tuple[list, list]]:
     lines: dict[str, tuple[list, list]] = {}
@@ -133,6 +137,34 @@ def _series(rows: list[dict[str, Any]], task: str, x: str,
     return lines
 
 
+def _ideal(lines: dict[str, tuple[list, list]]) -> tuple[list, list] | None:
+    """Perfect scaling from ours at the fewest GPUs: time x fewest / GPUs."""
+    if "numba" not in lines or len(lines["numba"][0]) < 2:
+        return None
+    xs, ys = lines["numba"]
+    return list(xs), [ys[0] * xs[0] / x for x in xs]
+
+
+def _views(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per task: time vs GPUs at the largest size, and time vs training rows at the most GPUs."""
+    views = []
+    for task in sorted({r["task"] for r in rows}):
+        mine = [r for r in rows if r["task"] == task]
+        biggest = max(r["n_train"] for r in mine)
+        widest = max(r["workers"] for r in mine)
+        for name, x, fixed, label, title in (
+                ("gpus", "workers", lambda r, b=biggest: r["n_train"] == b, "GPUs (workers)",
+                 f"{task}: warm time vs GPUs, {biggest:,} training rows"),
+                ("size", "n_train", lambda r, w=widest: r["workers"] == w, "training rows",
+                 f"{task}: warm time vs training rows, {widest} GPU{'s' if widest > 1 else ''}")):
+            lines = _series(mine, task, x, fixed)
+            ticks = sorted({v for xs, _ in lines.values() for v in xs})
+            views.append({"task": task, "name": name, "label": label, "title": title,
+                          "lines": lines, "ticks": ticks,
+                          "ideal": _ideal(lines) if name == "gpus" else None})
+    return views
+
+
 def _atomic_path(target: Path) -> tuple[Path, Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=target.suffix, dir=target.parent)
@@ -140,36 +172,45 @@ def _atomic_path(target: Path) -> tuple[Path, Path]:
     return target, Path(tmp)
 
 
+def _seconds(value: float) -> str:
+    """Plain tick text for a time axis: 0.05 s, 0.2 s, 1 s, 20 s."""
+    return f"{value:g} s"
+
+
 def plot_png(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """Per task: warm time vs workers (largest data size) and vs training rows (most workers)."""
+    """The views of :func:`_views` as PNG files, plain numbers on log axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     written = []
-    for task in sorted({r["task"] for r in rows}):
-        mine = [r for r in rows if r["task"] == task]
-        biggest = max(r["n_train"] for r in mine)
-        widest = max(r["workers"] for r in mine)
-        for name, x, fixed, label in (
-                ("gpus", "workers", lambda r: r["n_train"] == biggest, "workers (GPUs)"),
-                ("size", "n_train", lambda r: r["workers"] == widest, "training rows")):
-            fig, ax = plt.subplots(figsize=(6, 4))
-            for backend, (xs, ys) in _series(mine, task, x, fixed).items():
-                ax.plot(xs, ys, marker="o", label=backend, color=COLORS.get(backend))
-            ax.set_xscale("log", base=2 if name == "gpus" else 10)
-            ax.set_yscale("log")
-            ax.set_xlabel(label)
-            ax.set_ylabel("warm fit + predict (s)")
-            ax.set_title(f"{task}: time vs {label}")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend()
-            target, tmp = _atomic_path(out / f"{task}_time_vs_{name}.png")
-            fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-            plt.close(fig)
-            os.replace(tmp, target)
-            written.append(target)
+    for view in _views(rows):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for backend, (xs, ys) in view["lines"].items():
+            ax.plot(xs, ys, marker="o", label=LABELS.get(backend, backend),
+                    color=COLORS.get(backend))
+        if view["ideal"]:
+            ax.plot(*view["ideal"], linestyle="--", color="0.5", label="ideal scaling of ours")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(FixedLocator(view["ticks"]))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _seconds(v)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(view["label"])
+        ax.set_ylabel("warm fit + predict")
+        ax.set_title(view["title"])
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        target, tmp = _atomic_path(out / f"{view['task']}_time_vs_{view['name']}.png")
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        os.replace(tmp, target)
+        written.append(target)
     return written
 
 
@@ -177,25 +218,28 @@ def plot_html(rows: list[dict[str, Any]], path: Path) -> Path:
     """One bokeh page with the same views, interactive."""
     from bokeh.embed import file_html
     from bokeh.layouts import gridplot
+    from bokeh.models import FixedTicker, NumeralTickFormatter
     from bokeh.palettes import Category10
     from bokeh.plotting import figure
     from bokeh.resources import CDN
 
     figures = []
-    for task in sorted({r["task"] for r in rows}):
-        mine = [r for r in rows if r["task"] == task]
-        biggest = max(r["n_train"] for r in mine)
-        widest = max(r["workers"] for r in mine)
-        for x, fixed, label in (("workers", lambda r: r["n_train"] == biggest, "workers"),
-                                ("n_train", lambda r: r["workers"] == widest, "training rows")):
-            fig = figure(title=f"{task}: warm time vs {label}", x_axis_type="log",
-                         y_axis_type="log", x_axis_label=label, y_axis_label="seconds",
-                         width=480, height=320)
-            for i, (backend, (xs, ys)) in enumerate(_series(mine, task, x, fixed).items()):
-                color = COLORS.get(backend, Category10[10][i % 10])
-                fig.line(xs, ys, legend_label=backend, color=color)
-                fig.scatter(xs, ys, color=color)
-            figures.append(fig)
+    for view in _views(rows):
+        fig = figure(title=view["title"], x_axis_type="log", y_axis_type="log",
+                     x_axis_label=view["label"], y_axis_label="warm fit + predict (s)",
+                     width=520, height=340)
+        for i, (backend, (xs, ys)) in enumerate(view["lines"].items()):
+            color = COLORS.get(backend, Category10[10][i % 10])
+            fig.line(xs, ys, legend_label=LABELS.get(backend, backend), color=color)
+            fig.scatter(xs, ys, color=color)
+        if view["ideal"]:
+            fig.line(*view["ideal"], legend_label="ideal scaling of ours", color="gray",
+                     line_dash="dashed")
+        fig.xaxis.ticker = FixedTicker(ticks=view["ticks"])
+        fig.xaxis.formatter = NumeralTickFormatter(format="0,0")
+        fig.yaxis.formatter = NumeralTickFormatter(format="0.[000]")
+        fig.legend.label_text_font_size = "8pt"
+        figures.append(fig)
     html = file_html(gridplot(figures, ncols=2), CDN, "mgpu_dask bench")
     return write_text_atomic(path, html)
 

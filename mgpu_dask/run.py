@@ -240,6 +240,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import merge_rows, run_sweep, write_outputs
     from .jobs import _report, machine
 
+    if args.replot:
+        return _replot(Path(args.out))
     tasks = _list(args.tasks, str)
     for task in tasks:
         if task not in ("knn", "logreg"):
@@ -278,6 +280,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for r in rows:
         if r["status"] != "ok":
             print(f"{r['task']:<7} {r['backend']:<8} workers {r['workers']:<2} {r['status']}")
+    return 0
+
+
+def _replot(out: "Path") -> int:
+    """Write the CSV, the plots and the HTML page again from OUT/results.json."""
+    from .bench import write_outputs
+
+    source = out / "results.json"
+    try:
+        saved = json.loads(source.read_text())
+        rows = saved["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise MgpuDaskError(f"--replot needs a bench results.json in {out} ({exc}); "
+                            "point --out at a bench folder") from None
+    meta = {k: v for k, v in saved.items() if k != "rows"}
+    for path in write_outputs(rows, out, meta):
+        print(f"wrote {path}")
     return 0
 
 
@@ -370,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-iter", type=int, default=100)
     p.add_argument("--comm", default="auto", help="logreg: auto, single-host or actors")
     p.add_argument("--out", default="bench-results", help="folder for JSON, CSV and plots")
+    p.add_argument("--replot", action="store_true",
+                   help="run nothing: write the CSV, PNG plots and HTML page again from "
+                        "OUT/results.json")
     p.add_argument("--append", action="store_true",
                    help="keep the rows already in OUT/results.json that this sweep does not redo")
     p.add_argument("--cpu-max-train", type=int, default=60_000, metavar="ROWS",

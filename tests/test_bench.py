@@ -49,6 +49,41 @@ def test_flatten_and_outputs(tmp_path):
     assert not list(tmp_path.glob(".*"))  # no temporary files left
 
 
+def _rows():
+    rows = []
+    for workers in (1, 2, 4):
+        for fraction, n in ((1, 1000), (4, 4000)):
+            rows += flatten(_result("knn", fraction, n, {"numba": 0.01 * n / 1000 / workers,
+                                                         "cupy": 0.02 * n / 1000}), workers)
+    return rows
+
+
+def test_plot_views_name_their_setting_and_draw_ideal_scaling():
+    from mgpu_dask.bench import LABELS, _views
+
+    gpus, size = _views(_rows())
+    assert gpus["title"] == "knn: warm time vs GPUs, 4,000 training rows"
+    assert size["title"] == "knn: warm time vs training rows, 4 GPUs"
+    assert gpus["ticks"] == [1, 2, 4] and size["ticks"] == [1000, 4000]
+    xs, ys = gpus["ideal"]
+    assert xs == [1, 2, 4] and ys[0] == gpus["lines"]["numba"][1][0] and ys[2] == ys[0] / 4
+    assert size["ideal"] is None and LABELS["numba"] == "ours (Numba kernels)"
+
+
+def test_replot_rewrites_plots_from_results_json(tmp_path, capsys):
+    write_outputs(_rows(), tmp_path, {"command": "the sweep"})
+    for png in tmp_path.glob("*.png"):
+        png.unlink()
+    assert main(["bench", "--replot", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["knn_time_vs_gpus.png",
+                                                              "knn_time_vs_size.png"]
+    assert json.loads((tmp_path / "results.json").read_text())["command"] == "the sweep"
+    capsys.readouterr()
+    assert main(["bench", "--replot", "--out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --replot needs a bench results.json") and "\n" not in err
+
+
 def test_bench_cli_small_sweep(tmp_path, capsys):
     out = tmp_path / "bench"
     assert main(["bench", "--dataset", "digits", "--tasks", "knn", "--workers-list", "1,2",
