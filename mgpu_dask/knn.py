@@ -67,9 +67,9 @@ def _block_stats(block: Any) -> Any:
 
 def _eight_bit(X: Any) -> precisions.EightBit:
     """Whether the training rows are 8-bit integers (by dtype, else by their values)."""
-    if X.dtype in (np.uint8, np.int8) or not isinstance(X, da.Array):
-        if X.dtype in (np.uint8, np.int8):
-            return precisions.eight_bit_of(X.dtype)
+    if X.dtype in (np.uint8, np.int8):
+        return precisions.eight_bit_of(X.dtype)
+    if not isinstance(X, da.Array):
         return precisions.eight_bit_of(X.dtype, *precisions.eight_bit_stats(np.asarray(X)))
     stats = to_host(placement.map_blocks(inputs.active_client(), _block_stats, X,
                                          name=placement.fresh_name("knn-range"),
@@ -124,8 +124,8 @@ class KNeighborsClassifier:
         80% of the smallest worker's free GPU / host memory.  A training set
         above it is sharded; one that does not fit even sharded is an error.
     tile_bytes : int, str or None, default None
-        Largest product tile; ``None`` is half the GPU's L2 cache (8 MiB on a
-        CPU), so each tile is ranked while it is still in cache.
+        Largest product tile; ``None`` is twice the GPU's L2 cache (8 MiB on a
+        CPU), so each tile is ranked while it is still largely in cache.
 
     Attributes
     ----------

@@ -16,7 +16,6 @@ persisted, without one they run on the local scheduler.
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Any, NamedTuple
 
 import dask.array as da
@@ -146,11 +145,7 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         f"{name}-labels", [Pinned((f"{name}-labels", j), (_to_device, y, device, np.int32), w)
                            for j, w in enumerate(workers)],
         chunks=((n,) * len(workers),), meta=meta_for(device, 1, np.int32), loose=loose)
-    with warnings.catch_warnings():
-        # Rows given as NumPy travel inside the graph on purpose: there they are
-        # lineage, and a lost worker's copy is rebuilt from them (scattered data
-        # would be lost with it).  Dask's large-graph advice does not apply.
-        warnings.filterwarnings("ignore", message="Sending large graph")
+    with placement.carrying_data():  # NumPy rows travel in the graph: a lost copy is rebuilt
         copies, labels = client.persist([copies, labels], optimize_graph=False)
     wait(futures_of([copies, labels]), timeout=timeout)
     xs, ys = placement.row_futures(copies), placement.row_futures(labels)
@@ -356,13 +351,9 @@ def vote_predictions(client: Client | None, cand: da.Array, n_classes: int, weig
                      classes: np.ndarray | None, device: str) -> da.Array:
     """Predicted labels (``classes[argmax]``) per query row, voted where each block is."""
     dtype = classes.dtype if classes is not None else np.int32
-    return placement.map_blocks(client, _vote_pred_block, cand, n_classes, weights, classes,
+    return placement.map_blocks(client, _vote_pred, cand, n_classes, weights, classes,
                                 name=placement.fresh_name("knn-vote"), chunks=(cand.chunks[0],),
                                 meta=meta_for(device, 1, dtype))
-
-
-def _vote_pred_block(cand: Any, n_classes: int, weights: str, classes: np.ndarray | None) -> Any:
-    return _vote_pred(cand, n_classes, weights, classes)
 
 
 def vote_probabilities(client: Client | None, cand: da.Array, n_classes: int, weights: str,

@@ -23,13 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import config
+from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
-try:
-    from distributed.diagnostics.plugin import SchedulerPlugin as _SchedulerPlugin
-    from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
-except ImportError:  # pragma: no cover - distributed is a dependency
-    _SchedulerPlugin = _WorkerPlugin = object  # type: ignore[assignment, misc]
+from . import config
 
 
 def interval() -> float:
@@ -37,7 +33,7 @@ def interval() -> float:
     return config.seconds("cluster.batched-send-interval")
 
 
-class SchedulerIntervals(_SchedulerPlugin):  # type: ignore[misc, valid-type]
+class SchedulerIntervals(SchedulerPlugin):
     """Scheduler plugin: its batched connections to workers and clients use ``seconds``."""
 
     name = "mgpu-dask-batched-send-interval"
@@ -67,7 +63,7 @@ class SchedulerIntervals(_SchedulerPlugin):  # type: ignore[misc, valid-type]
             comm.interval = self.seconds
 
 
-class WorkerInterval(_WorkerPlugin):  # type: ignore[misc, valid-type]
+class WorkerInterval(WorkerPlugin):
     """Worker plugin: the worker's batched connection to the scheduler uses ``seconds``."""
 
     name = "mgpu-dask-batched-send-interval"

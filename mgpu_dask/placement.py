@@ -40,6 +40,7 @@ from typing import Any, Callable, Hashable, Iterable, NamedTuple, Sequence
 
 import dask.array as da
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 from . import config
 
@@ -185,6 +186,15 @@ def persist(client: Any, array: da.Array) -> da.Array:
     return client.persist(array, optimize_graph=False)
 
 
+def carrying_data() -> Any:
+    """A context for submitting graphs that carry their rows on purpose: the rows are
+    the lineage a lost worker's block is rebuilt from, so Dask's large-graph advice
+    (scatter the data instead) does not apply and its warning is not shown."""
+    import dask
+
+    return dask.config.set({"distributed.admin.large-graph-warning-threshold": "64GiB"})
+
+
 def map_blocks(client: Any, fn: Callable[..., Any], array: da.Array, *args: Any, name: str,
                chunks: tuple, meta: Any) -> da.Array:
     """``fn(block, *args)`` for every row block of a persisted ``array``, on the block's holder.
@@ -221,13 +231,8 @@ def fresh_name(prefix: str) -> str:
 
 # -- recovery -----------------------------------------------------------------------------------
 
-try:
-    from distributed.diagnostics.plugin import SchedulerPlugin as _SchedulerPlugin
-except ImportError:  # pragma: no cover - distributed is a dependency
-    _SchedulerPlugin = object  # type: ignore[assignment, misc]
 
-
-class PinRecovery(_SchedulerPlugin):  # type: ignore[misc, valid-type]
+class PinRecovery(SchedulerPlugin):
     """Scheduler plugin: a pinned task whose worker is gone may run anywhere.
 
     A strictly restricted task whose worker left the cluster waits in the

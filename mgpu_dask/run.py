@@ -11,6 +11,7 @@ import contextlib
 import json
 import signal
 import sys
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -18,6 +19,7 @@ import numpy as np
 from . import __version__
 from .exceptions import MgpuDaskError
 from .job_options import cluster_kwargs, run_comparison, run_task
+from .kernels.knn_precision import PRECISIONS
 
 
 def add_data_args(p: argparse.ArgumentParser) -> None:
@@ -234,7 +236,6 @@ def _list(text: str, kind: type) -> list:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     import time
-    from pathlib import Path
 
     from .backends import BACKENDS
     from .bench import merge_rows, run_sweep, write_outputs
@@ -283,7 +284,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replot(out: "Path") -> int:
+def _replot(out: Path) -> int:
     """Write the CSV, the plots and the HTML page again from OUT/results.json."""
     from .bench import write_outputs
 
@@ -341,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "tree-merge (auto: replicate when it fits the memory budget)")
     p.add_argument("--method", choices=("gemm", "direct"), default="gemm",
                    help="bulk distances by BLAS/cuBLAS product or our tiled kernel")
-    p.add_argument("--precision", choices=("auto", "int8", "bf16", "tf32", "fp32"), default="auto",
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="arithmetic of the distance product. 8-bit data (MNIST pixels) are exact "
                         "in every precision; auto takes bf16 tensor cores for them (int8 before "
                         "Ampere) and tf32 for "

@@ -13,7 +13,6 @@ import math
 import os
 from typing import Any, NamedTuple
 
-import dask
 import dask.array as da
 import numpy as np
 from distributed import Client, futures_of, wait
@@ -150,8 +149,7 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     chunks = (tuple(stop - start for start, stop in bounds),) + tuple((n,) for n in array.shape[1:])
     result = placement.pinned_array(name, tasks, chunks=chunks, loose=loose,
                                     meta=meta_for(device, array.ndim, out_dtype))
-    # Large by design (the data is in the graph), hence no large-graph warning.
-    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "64GiB"}):
+    with placement.carrying_data():
         result = placement.persist(client, result)
     if block:
         wait(futures_of(result), timeout=timeout or config.seconds("cluster.compute-timeout"))

@@ -21,8 +21,9 @@ def on_gpu(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
-def launch(dispatcher: Any, grid: Any, block: Any, *args: Any) -> None:
-    """Launch a Numba kernel on CuPy's current stream, without its low-occupancy warning.
+def launch(dispatcher: Any, grid: Any, block: Any, *args: Any, stream: Any = None) -> None:
+    """Launch a Numba kernel on ``stream`` (default: CuPy's current stream, for kernels
+    given CuPy arrays), without its low-occupancy warning.
 
     Numba launches on the legacy default stream unless told otherwise; work
     queued by CuPy (and cuBLAS) on another stream -- a tile loop's own
@@ -38,13 +39,14 @@ def launch(dispatcher: Any, grid: Any, block: Any, *args: Any) -> None:
     with warnings.catch_warnings():  # Numba warns when the launch is configured, not run
         warnings.filterwarnings("ignore", message=".*will likely result in GPU under-utilization")
         configured = dispatcher[grid, block]
-        if any(on_gpu(a) for a in args):
+        if stream is None and any(on_gpu(a) for a in args):
             import cupy
+
+            stream = cupy.cuda.get_current_stream()
+        if stream is not None and stream.ptr:
             from numba import cuda
 
-            ptr = cupy.cuda.get_current_stream().ptr
-            if ptr:
-                configured = dispatcher[grid, block, cuda.external_stream(ptr)]
+            configured = dispatcher[grid, block, cuda.external_stream(stream.ptr)]
         configured(*args)
 
 
@@ -175,19 +177,7 @@ class Launcher:
             self._driver.launchKernel(self._function, max(1, grid), 1, 1, self.block, 1, 1, 0,
                                       self._stream.ptr, ctypes.addressof(self._pointers), 0)
             return
-        import warnings
-
-        with warnings.catch_warnings():  # as in launch(): configuring is what warns
-            warnings.filterwarnings("ignore",
-                                    message=".*will likely result in GPU under-utilization")
-            if self._stream is not None:
-                from numba import cuda
-
-                configured = self._dispatcher[max(1, grid), self.block,
-                                              cuda.external_stream(self._stream.ptr)]
-            else:
-                configured = self._dispatcher[max(1, grid), self.block]
-            configured(*self.values)
+        launch(self._dispatcher, max(1, grid), self.block, *self.values, stream=self._stream)
 
 
 def _address(handle: Any) -> int:

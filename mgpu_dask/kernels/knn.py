@@ -159,14 +159,16 @@ class TileLoop:
             import cupy
 
             self.stream = cupy.cuda.Stream(non_blocking=True)
+        direct = train.method == "direct"
         with self.on_stream():
-            shape = padded_shape(m, train.d) if train.method != "direct" else (m, train.d)
-            self.q = xp.zeros(shape, dtype=operand_dtype(train.precision, self.gpu)
-                              if train.method != "direct" else np.float32)
+            if direct:
+                self.q = xp.zeros((m, train.d), dtype=np.float32)
+            else:
+                self.q = xp.zeros(padded_shape(m, train.d),
+                                  dtype=operand_dtype(train.precision, self.gpu))
             tq, tn = _tile_shape(self.q.shape[0], train.operand.shape[0], self.gpu, tile_bytes)
             self.tiles = (tq, tn)
             self.product = TileProduct(self.q, train, tq * tn)
-            direct = train.method == "direct"
             self.scan = Scan(m, K, xp, cuda, self.product.out, 1.0 if direct else -2.0,
                              train.norms, not direct, train.n)
         self.graph = None
