@@ -18,7 +18,7 @@ from typing import Iterator, NamedTuple
 
 from distributed import Client, LocalCluster
 
-from . import config, latency
+from . import config, latency, worker_start
 from ._compat import gpu_count, is_installed, visible_gpus
 from .exceptions import ClusterError
 
@@ -125,6 +125,12 @@ def plan_cluster(workers: int | None = None, *, scheduler_address: str | None = 
 
 
 def _start_local(plan: ClusterPlan, dashboard_address: str, memory_limit: str | None) -> LocalCluster:
+    with worker_start.starting_workers(plan.device):
+        return _start_local_cluster(plan, dashboard_address, memory_limit)
+
+
+def _start_local_cluster(plan: ClusterPlan, dashboard_address: str,
+                         memory_limit: str | None) -> LocalCluster:
     if plan.kind is ClusterKind.LOCAL_CUDA:
         from dask_cuda import LocalCUDACluster
 

@@ -81,7 +81,8 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
     stopping: dict[str, float] = {}
 
     def stopped() -> None:  # registered first, so it runs last: after the cluster has closed
-        phases.seconds["cluster stop"] = time.perf_counter() - stopping["from"]
+        if "from" in stopping:  # not when the cluster failed to start: its error goes on
+            phases.seconds["cluster stop"] = time.perf_counter() - stopping["from"]
 
     with contextlib.ExitStack() as stack:  # exits with the error, if any: no report then
         stack.callback(stopped)

@@ -431,7 +431,22 @@ def _timeouts(seconds: float | None) -> Iterator[None]:
 
 
 def _since_process_start() -> float | None:
-    """Seconds since this process started (imports included), where the OS says."""
+    """Seconds since this process started (imports included), where the OS says.
+
+    On Linux from ``/proc`` (10 ms ticks on both sides); psutil's
+    ``create_time`` elsewhere, which counts from a boot time rounded to the
+    second and so can be up to 1 s off.
+    """
+    try:
+        import os
+
+        with open("/proc/self/stat") as f:  # field 22 (after the parenthesised name): start
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
     try:
         import time
 
@@ -440,6 +455,12 @@ def _since_process_start() -> float | None:
         return time.time() - psutil.Process().create_time()
     except Exception:
         return None
+
+
+def _starts_local_cluster(args: argparse.Namespace) -> bool:
+    return (getattr(args, "cluster", None) == "local" and hasattr(args, "device")
+            and not getattr(args, "scheduler_address", None)
+            and not getattr(args, "scheduler_file", None))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
     args.command_line = "python -m mgpu_dask.run " + " ".join(
         sys.argv[1:] if argv is None else argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    if _starts_local_cluster(args):  # before the heavy imports, so the two overlap
+        from .worker_start import start_early
+
+        start_early(args.device)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         with _timeouts(getattr(args, "timeout", None)):
