@@ -15,6 +15,10 @@ class DataError(MgpuDaskError, ValueError):
     """A data set is missing, corrupt, truncated or not what it claims to be."""
 
 
+class DataTypeError(MgpuDaskError, TypeError):
+    """Input of a type the estimators cannot take (sparse matrices, non-numeric objects)."""
+
+
 class ClusterError(MgpuDaskError, RuntimeError):
     """A cluster could not be started, reached or sized as asked."""
 

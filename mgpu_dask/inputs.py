@@ -1,24 +1,152 @@
 """Input checks and array placement shared by the estimators.
 
-Both estimators import from here (neither imports the other): the active
-client, where an array lives, NaN checks where the data is, and bringing
-results home without a CUDA context in the client.
+Both estimators import from here (neither imports the other): scikit-learn's
+input validation for host inputs (its error types and messages), the same
+checks done where the data lives for dask and CuPy inputs, label encoding,
+results returned in the caller's array type, the active client, and
+bringing results home without a CUDA context in the client.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import dask.array as da
 import numpy as np
+from sklearn.exceptions import NotFittedError as _SklearnNotFitted
+from sklearn.utils.multiclass import check_classification_targets
 
 from . import config, placement
-from .exceptions import DataError, MgpuDaskError
+from .exceptions import DataError, DataTypeError, MgpuDaskError
 from .kernels._launch import array_module, on_gpu
 
 
-class NotFittedError(MgpuDaskError, AttributeError):
-    """``predict`` or ``kneighbors`` was called before ``fit``."""
+class NotFittedError(MgpuDaskError, _SklearnNotFitted):
+    """``predict`` or ``kneighbors`` was called before ``fit`` (scikit-learn's type too)."""
+
+
+def kind_of(X: Any) -> str:
+    """``"dask"``, ``"cupy"`` or ``"host"`` (NumPy and anything array-like)."""
+    if isinstance(X, da.Array):
+        return "dask"
+    return "cupy" if on_gpu(X) else "host"
+
+
+def _validate_data(estimator: Any, X: Any, y: Any = "no_validation", **kwargs: Any) -> Any:
+    """scikit-learn's checks; its errors keep their type and message and become ours too
+    (so the CLI reports them in one line)."""
+    try:
+        from sklearn.utils.validation import validate_data
+    except ImportError:  # scikit-learn < 1.6
+        def validate_data(est: Any, *args: Any, **kw: Any) -> Any:
+            return est._validate_data(*args, **kw)
+    try:
+        return validate_data(estimator, X, y, **kwargs)
+    except MgpuDaskError:
+        raise
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+    except TypeError as exc:
+        raise DataTypeError(str(exc)) from exc
+
+
+_HOST_CHECKS = dict(accept_sparse=False, dtype="numeric")
+
+
+def fit_inputs(estimator: Any, X: Any, y: Any) -> tuple[Any, np.ndarray]:
+    """``(X, labels)`` checked for ``fit``; sets ``n_features_in_`` (and ``feature_names_in_``).
+
+    Host inputs go through scikit-learn's ``validate_data`` (its errors and
+    warnings: NaN, empty, sparse, complex, 1-D X, a column-vector y); dask
+    and CuPy inputs get the same checks where they live.  The labels come
+    back as a NumPy array of any type scikit-learn accepts for classes.
+    """
+    if kind_of(X) == "host":
+        X, labels = _validate_data(estimator, X, y, **_HOST_CHECKS)
+    else:
+        if y is None:
+            raise DataError(f"{type(estimator).__name__} requires y to be passed, but the target "
+                            "y is None")
+        if getattr(X, "ndim", 0) != 2:
+            raise DataError(f"X must be 2-D (rows x features), got shape {getattr(X, 'shape', None)}")
+        labels = to_host(y)
+        if labels.ndim == 2 and labels.shape[1] == 1:
+            warnings.warn("a column-vector y was passed when a 1d array was expected; "
+                          "its single column is used", UserWarning, stacklevel=3)
+            labels = labels[:, 0]
+        if labels.ndim != 1 or labels.shape[0] != X.shape[0]:
+            raise DataError(f"y must be 1-D with one label per row of X ({X.shape[0]}), "
+                            f"got shape {labels.shape}")
+        if X.shape[0] == 0 or X.shape[1] == 0:
+            raise DataError(f"X of shape {tuple(X.shape)} is empty; at least one row and one "
+                            "feature are needed")
+        if not all_finite(X):
+            raise DataError("Input X contains NaN or infinity; clean or impute it first")
+        estimator.n_features_in_ = int(X.shape[1])
+        if hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+    try:
+        check_classification_targets(labels)
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+    return X, np.asarray(labels)
+
+
+def predict_inputs(estimator: Any, X: Any) -> Any:
+    """``X`` checked for ``predict``: its feature count (and names) against ``fit``'s."""
+    if kind_of(X) == "host":
+        return _validate_data(estimator, X, reset=False, **_HOST_CHECKS)
+    n = estimator.n_features_in_
+    if getattr(X, "ndim", 0) != 2 or X.shape[1] != n:
+        got = X.shape[1] if getattr(X, "ndim", 0) == 2 else f"shape {getattr(X, 'shape', None)} of"
+        raise DataError(f"X has {got} features, but {type(estimator).__name__} is expecting "
+                        f"{n} features as input.")
+    return X
+
+
+def encode_labels(labels: np.ndarray, classes: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, codes)``: the sorted classes and each label's index among them (int32)."""
+    seen = np.unique(labels)
+    classes = seen if classes is None else np.unique(np.asarray(classes))
+    outside = np.setdiff1d(seen, classes)
+    if outside.size:
+        raise DataError(f"label(s) {outside[:5].tolist()} are not among the declared classes "
+                        f"{classes.tolist()}; fix the labels or the classes parameter")
+    return classes, np.searchsorted(classes, labels).astype(np.int32)
+
+
+def numeric_classes(classes: np.ndarray) -> bool:
+    """Whether labels can be mapped on the workers (GPU arrays hold numbers only)."""
+    return classes.dtype.kind in "biuf"
+
+
+def _decode_block(block: Any, classes: np.ndarray) -> np.ndarray:
+    return classes[as_numpy(block)]
+
+
+def returned_like(result: da.Array, like: Any, classes: np.ndarray | None = None) -> Any:
+    """``result`` in the caller's array type: NumPy in, NumPy out; CuPy in, CuPy out; dask in,
+    a dask array out.
+
+    ``classes``: ``result`` holds class codes to be mapped to these labels on
+    the host (labels that GPU arrays cannot hold, such as strings); the
+    answer is then NumPy (or dask of NumPy chunks) whatever came in.
+    """
+    kind = kind_of(like)
+    if kind == "dask":
+        if classes is None:
+            return result
+        return result.map_blocks(_decode_block, classes, dtype=classes.dtype,
+                                 meta=np.empty((0,) * result.ndim, classes.dtype))
+    out = to_host(result)
+    if classes is not None:
+        return classes[out]
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asarray(out)
+    return out
 
 
 def active_client() -> Any:

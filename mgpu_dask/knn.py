@@ -13,11 +13,12 @@ from typing import Any
 import dask.array as da
 import numpy as np
 from dask.utils import parse_bytes
+from sklearn.base import BaseEstimator, ClassifierMixin
 
 from . import config, inputs, placement
 from . import knn_plans as plans
 from .data.shard import detect_device
-from .exceptions import DataError
+from .exceptions import DataError, MgpuDaskError
 from .inputs import NotFittedError, accuracy, to_host
 from .kernels import knn_precision as precisions
 from .kernels.knn import MAX_K
@@ -70,7 +71,7 @@ def _eight_bit(X: Any) -> precisions.EightBit:
     if X.dtype in (np.uint8, np.int8):
         return precisions.eight_bit_of(X.dtype)
     if not isinstance(X, da.Array):
-        return precisions.eight_bit_of(X.dtype, *precisions.eight_bit_stats(np.asarray(X)))
+        return precisions.eight_bit_of(X.dtype, *precisions.eight_bit_stats(inputs.as_numpy(X)))
     stats = to_host(placement.map_blocks(inputs.active_client(), _block_stats, X,
                                          name=placement.fresh_name("knn-range"),
                                          chunks=((1,) * X.numblocks[0], (3,)),
@@ -88,8 +89,17 @@ def _bytes_per_value(precision: str, eight_bit: bool, method: str) -> int:
     return operand + extra
 
 
-class KNeighborsClassifier:
+class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
     """k-nearest-neighbour classifier on dask arrays of CuPy or NumPy chunks.
+
+    A scikit-learn estimator (``clone``, ``Pipeline``, ``GridSearchCV``): the
+    answers come back in the type that came in (NumPy in, NumPy out; CuPy in,
+    CuPy out; a dask array in, a dask array out, computed where its blocks
+    live), for labels of any type scikit-learn accepts.  A fitted model
+    pickles with its training rows brought home (while its cluster runs) and
+    places them again on first use; :meth:`to_sklearn` and
+    :meth:`from_sklearn` convert to and from scikit-learn's brute-force
+    ``KNeighborsClassifier``.
 
     Parameters
     ----------
@@ -133,6 +143,8 @@ class KNeighborsClassifier:
         Class labels seen in ``fit``.
     n_features_in_ : int
         Features per row seen in ``fit``.
+    feature_names_in_ : numpy.ndarray
+        Column names, when ``fit`` was given a DataFrame with string column names.
     n_samples_fit_ : int
         Training rows.
     plan_ : str
@@ -152,6 +164,8 @@ class KNeighborsClassifier:
     >>> clf = KNeighborsClassifier(n_neighbors=1).fit(X, y)
     >>> clf.predict(da.from_array(np.array([[0.2, 0.1], [8.0, 9.0]]))).compute()
     array([0, 1])
+    >>> clf.predict(np.array([[9.5, 9.0]]))  # NumPy in, NumPy out
+    array([1])
     """
 
     def __init__(self, n_neighbors: int = 3, *, weights: str = "distance", plan: str = "auto",
@@ -173,8 +187,8 @@ class KNeighborsClassifier:
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise DataError(f"n_neighbors={k!r} must be a positive integer (e.g. 3)")
         if k > n_rows:
-            raise DataError(f"n_neighbors={k} is larger than the {n_rows} training rows; "
-                            f"use at most {n_rows}")
+            raise DataError(f"n_neighbors={k} is larger than n_samples = {n_rows} (the training "
+                            f"rows); use at most {n_rows}")
         if k > MAX_K:
             raise DataError(f"n_neighbors={k} exceeds the kernels' limit of {MAX_K}")
         for name, value, allowed in (("weights", self.weights, ("distance", "uniform")),
@@ -185,17 +199,25 @@ class KNeighborsClassifier:
                 raise DataError(f"{name}={value!r} must be one of {', '.join(allowed)}")
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "layout_"):
+        if not hasattr(self, "classes_"):
             raise NotFittedError("this KNeighborsClassifier is not fitted yet; call fit(X, y) "
                                  "before predict, predict_proba, kneighbors or score")
 
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "classes_")
+
     def _as_queries(self, X: Any) -> da.Array:
+        """Checked queries as a dask array (NumPy and CuPy inputs: one block)."""
         self._check_fitted()
-        X = X if isinstance(X, da.Array) else da.from_array(np.asarray(X), chunks=(-1, -1))
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise DataError(f"X has {X.shape[-1] if X.ndim else 0} features per row but the "
-                            f"model was fitted with {self.n_features_in_}")
+        X = inputs.predict_inputs(self, X)
+        if not isinstance(X, da.Array):
+            if inputs.kind_of(X) == "cupy" and inputs.active_client() is not None:
+                X = X.get()  # travels in the graph to the GPU workers, like NumPy queries
+            X = da.from_array(X, chunks=(-1, -1))
         return X.rechunk({1: -1}) if X.numblocks[1] > 1 else X
+
+    def _returned(self, result: da.Array, like: Any, codes: bool = False) -> Any:
+        return inputs.returned_like(result, like, self.classes_ if codes else None)
 
     # -- estimator API ------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> "KNeighborsClassifier":
@@ -203,33 +225,39 @@ class KNeighborsClassifier:
 
         Parameters
         ----------
-        X : dask.array.Array or numpy.ndarray of shape (n_samples, n_features)
-        y : dask.array.Array or numpy.ndarray of shape (n_samples,)
-            Integer class labels.
+        X : dask.array.Array, cupy.ndarray or array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Class labels of any type scikit-learn accepts (integers, strings, ...).
 
         Returns
         -------
         self
         """
-        if getattr(X, "ndim", 0) != 2:
-            raise DataError(f"X must be 2-D (rows x features), got shape {getattr(X, 'shape', None)}")
-        if getattr(y, "ndim", 0) != 1 or y.shape[0] != X.shape[0]:
-            raise DataError(f"y must be 1-D with one label per row of X ({X.shape[0]}), "
-                            f"got shape {getattr(y, 'shape', None)}")
+        X, labels = inputs.fit_inputs(self, X, y)
         self._check_params(int(X.shape[0]))
+        self.classes_, encoded = inputs.encode_labels(labels)
+        self._train_source = X
+        self._train_codes = encoded
+        self.n_samples_fit_ = int(X.shape[0])
+        self._place()
+        return self
+
+    def _place(self) -> None:
+        """Put the training rows on the workers (or prepare them here without a client)."""
+        X, encoded = self._train_source, self._train_codes
         client = inputs.active_client()
         timeout = config.seconds("cluster.compute-timeout")
-        labels = to_host(y)
-        if not inputs.all_finite(X):
-            raise DataError("the training rows contain NaN or infinity; clean or impute them first")
-        if not np.issubdtype(labels.dtype, np.integer):
-            raise DataError(f"y must hold integer class labels, got dtype {labels.dtype}")
-        self.classes_ = np.unique(labels)
-        encoded = np.searchsorted(self.classes_, labels).astype(np.int32)
-        contiguous = np.array_equal(self.classes_, np.arange(len(self.classes_)))
-        self._classes_out = None if contiguous else self.classes_
+        numeric = inputs.numeric_classes(self.classes_)
+        contiguous = np.array_equal(self.classes_, np.arange(len(self.classes_))) if numeric else False
+        # Labels mapped on the workers when GPU arrays can hold them; codes otherwise.
+        self._classes_out = None if contiguous or not numeric else self.classes_
+        self._host_classes = not numeric
         if isinstance(X, da.Array):
             device = inputs.device_of(X)
+        elif inputs.kind_of(X) == "cupy":
+            device = "gpu"
+            if client is not None:
+                X = X.get()  # shipped to the workers as NumPy rows, made CuPy there
         else:
             device = detect_device(client) if client is not None else "cpu"
         eight = _eight_bit(X)
@@ -264,61 +292,147 @@ class KNeighborsClassifier:
         self.precision_ = precision
         self.precision_note_ = note
         self.exact_keys_ = precisions.is_exact(precision, eight.exact, self.method)
-        self.n_features_in_ = int(X.shape[1])
-        self.n_samples_fit_ = int(X.shape[0])
-        return self
+
+    def _layout(self) -> plans.TrainLayout:
+        """The placed training rows; placed now if this model was unpickled or converted."""
+        if getattr(self, "layout_", None) is None:
+            self._place()
+        return self.layout_
 
     def _candidates(self, X: Any, n_neighbors: int | None = None,
                     vote: tuple | None = None) -> da.Array:
         Q = self._as_queries(X)
         k = n_neighbors or self.n_neighbors
         if not 1 <= k <= self.n_samples_fit_:
-            raise DataError(f"n_neighbors={k} must be between 1 and {self.n_samples_fit_}")
+            raise DataError(f"n_neighbors={k} must be between 1 and n_samples = "
+                            f"{self.n_samples_fit_}")
         tile = parse_bytes(self.tile_bytes) if self.tile_bytes is not None else None
-        return plans.candidates(Q, self.layout_, k, margin=self.margin, tile_bytes=tile,
+        return plans.candidates(Q, self._layout(), k, margin=self.margin, tile_bytes=tile,
                                 client=inputs.active_client(),
                                 timeout=config.seconds("cluster.compute-timeout"), vote=vote)
 
     def kneighbors(self, X: Any, n_neighbors: int | None = None,
                    return_distance: bool = True) -> Any:
-        """Distances (euclidean) and training-row indices of each row's neighbours, nearest first."""
+        """Distances (euclidean) and training-row indices of each row's neighbours, nearest first.
+
+        Returned in the type of ``X`` (see the class notes).
+        """
         cand = self._candidates(X, n_neighbors)
-        indices = cand[..., 1].astype(np.int64)
+        indices = self._returned(cand[..., 1].astype(np.int64), X)
         if not return_distance:
             return indices
-        return da.sqrt(cand[..., 0]), indices
+        return self._returned(da.sqrt(cand[..., 0]), X), indices
 
     def predict_from_candidates(self, cand: da.Array) -> da.Array:
-        """Vote on candidates from :meth:`kneighbors_candidates` (the CLI times the two apart)."""
+        """Vote on candidates from :meth:`kneighbors_candidates` (the CLI times the two apart).
+
+        Returns class codes (indices into ``classes_``) where the labels are not numbers.
+        """
         return plans.vote_predictions(inputs.active_client(), cand, len(self.classes_), self.weights,
-                                      self._classes_out, self.layout_.device)
+                                      self._classes_out, self._layout().device)
 
     def kneighbors_candidates(self, X: Any) -> da.Array:
         """Packed ``(m, k, 3)`` candidates: squared distance, training index, encoded label."""
         return self._candidates(X)
 
-    def predict(self, X: Any, *, on_host: bool = False) -> da.Array:
-        """Predicted class label per row.
+    def predict(self, X: Any, *, on_host: bool = False) -> Any:
+        """Predicted class label per row, in the type of ``X``.
 
-        With a distributed client the work starts at once, one task per query
-        block on the worker holding it, and the result is a persisted dask
-        array; without one it is lazy.
+        For a dask array with a distributed client the work starts at once,
+        one task per query block on the worker holding it, and the result is
+        a persisted dask array; without a client it is lazy.  NumPy (or any
+        array-like) queries give a NumPy array, CuPy queries a CuPy array
+        (NumPy where the labels are strings).
 
         Parameters
         ----------
-        X : dask.array.Array or numpy.ndarray of shape (n_queries, n_features)
+        X : dask.array.Array, cupy.ndarray or array-like of shape (n_queries, n_features)
         on_host : bool, default False
-            Return NumPy chunks even from GPU workers (copied there, in the same task).
+            For dask queries: NumPy chunks even from GPU workers (copied there, in the same task).
         """
         self._check_fitted()
+        self._layout()  # decides how labels are mapped (_classes_out)
         vote = (len(self.classes_), self.weights, self._classes_out, on_host)
-        return self._candidates(X, vote=vote)
+        return self._returned(self._candidates(X, vote=vote), X, codes=self._host_classes)
 
-    def predict_proba(self, X: Any) -> da.Array:
-        """Class probabilities per row, columns ordered as ``classes_``."""
-        return plans.vote_probabilities(inputs.active_client(), self._candidates(X), len(self.classes_),
-                                        self.weights, self.layout_.device)
+    def predict_proba(self, X: Any) -> Any:
+        """Class probabilities per row, columns ordered as ``classes_``, in the type of ``X``."""
+        cand = self._candidates(X)
+        proba = plans.vote_probabilities(inputs.active_client(), cand, len(self.classes_),
+                                         self.weights, self._layout().device)
+        return self._returned(proba, X)
 
-    def score(self, X: Any, y: Any) -> float:
-        """Mean accuracy on ``(X, y)``."""
-        return accuracy(self.predict(X), y)
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Mean accuracy on ``(X, y)`` (weighted by ``sample_weight`` when given)."""
+        pred = self.predict(X)
+        if sample_weight is None:
+            return accuracy(pred, y)
+        from sklearn.metrics import accuracy_score
+
+        return float(accuracy_score(to_host(y), to_host(pred), sample_weight=sample_weight))
+
+    # -- models that travel -------------------------------------------------------------------
+    def _rows_home(self) -> np.ndarray:
+        """The training rows as a NumPy array (gathered from the workers for a dask input)."""
+        X = self._train_source
+        if isinstance(X, da.Array):
+            from distributed import futures_of
+
+            held = futures_of(X)
+            if held and any(f.client.status != "running" for f in held):
+                raise MgpuDaskError(
+                    "this KNeighborsClassifier's training rows live on a cluster that has "
+                    "closed; pickle or convert the model while its cluster runs (the rows "
+                    "then come home), or fit it again")
+            return to_host(X)
+        return inputs.as_numpy(X)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        if "_train_source" in state:  # fitted: rows home, placed again on first use
+            state["_train_source"] = self._rows_home()
+            state["layout_"] = None
+        return state
+
+    def to_sklearn(self) -> Any:
+        """The equivalent fitted ``sklearn.neighbors.KNeighborsClassifier`` (brute force).
+
+        Its training rows come home from the workers (see :meth:`__getstate__`).
+        """
+        self._check_fitted()
+        from sklearn.neighbors import KNeighborsClassifier as SklearnKNN
+
+        model = SklearnKNN(n_neighbors=self.n_neighbors, weights=self.weights, algorithm="brute")
+        return model.fit(self._rows_home(), self.classes_[self._train_codes])
+
+    @classmethod
+    def from_sklearn(cls, model: Any, **params: Any) -> "KNeighborsClassifier":
+        """Ours from a fitted scikit-learn ``KNeighborsClassifier`` with the euclidean metric.
+
+        The rows are placed on the active client's workers (or prepared here)
+        on first use.  ``params`` set our other parameters (``precision``, ``plan``, ...).
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(model)
+        metric = (model.effective_metric_, dict(model.effective_metric_params_ or {}))
+        if metric[0] not in ("euclidean",) and not (metric[0] == "minkowski"
+                                                    and metric[1].get("p", 2) == 2):
+            raise DataError(f"the model's metric is {metric[0]} {metric[1] or ''}; only euclidean "
+                            "distances run here")
+        if model.weights not in ("uniform", "distance") or np.ndim(model._y) != 1:
+            raise DataError("only single-output models with uniform or distance weights convert")
+        rows = model._fit_X
+        if hasattr(rows, "toarray"):
+            rows = rows.toarray()
+        ours = cls(n_neighbors=model.n_neighbors, weights=model.weights, **params)
+        ours._check_params(int(rows.shape[0]))
+        ours.classes_ = np.asarray(model.classes_)
+        ours._train_source = np.asarray(rows)
+        ours._train_codes = np.asarray(model._y, dtype=np.int32)
+        ours.n_features_in_ = int(rows.shape[1])
+        if hasattr(model, "feature_names_in_"):
+            ours.feature_names_in_ = model.feature_names_in_
+        ours.n_samples_fit_ = int(rows.shape[0])
+        ours.layout_ = None
+        return ours

@@ -91,16 +91,17 @@ def _finished(out: Any) -> Any:
 def _local_layout(X: Any, y: Any, device: str, plan: str, prep: Prep) -> TrainLayout:
     """Without a distributed client: the training data in this process."""
     if isinstance(X, da.Array):
-        blocks = [np.asarray(b) for b in da.compute(*X.to_delayed()[:, 0])]
+        blocks = list(da.compute(*X.to_delayed()[:, 0]))
     else:
-        blocks = [np.asarray(X)]
-    if plan == "replicate":
-        blocks = [np.concatenate(blocks)] if len(blocks) > 1 else blocks
+        blocks = [X]  # NumPy, or CuPy on this process's GPU
+    if plan == "replicate" and len(blocks) > 1:
+        blocks = [array_module(blocks[0]).concatenate(blocks)]
+    device = "gpu" if type(blocks[0]).__module__.startswith("cupy") else "cpu"
     labels = np.asarray(y.compute() if isinstance(y, da.Array) else y, dtype=np.int32)
     edges = np.cumsum([0] + [len(b) for b in blocks])
     return TrainLayout(plan, [_prepare(b, prep) for b in blocks],
-                       [labels[a:b] for a, b in zip(edges[:-1], edges[1:])], [None] * len(blocks),
-                       edges[:-1].tolist(), int(edges[-1]), device)
+                       [_to_device(labels[a:b], device) for a, b in zip(edges[:-1], edges[1:])],
+                       [None] * len(blocks), edges[:-1].tolist(), int(edges[-1]), device)
 
 
 def _placed(client: Client, X: da.Array, timeout: float) -> tuple[da.Array, list, list]:

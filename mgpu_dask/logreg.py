@@ -24,15 +24,15 @@ from typing import Any, NamedTuple
 import dask
 import dask.array as da
 import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
 
 from . import config, inputs, peer_views, placement
 from .data.shard import meta_for, shard
 from .exceptions import DataError, MgpuDaskError
-from .lbfgs import minimize_lbfgs
+from .inputs import NotFittedError, accuracy, all_finite, device_of
 from .kernels import logreg as kernels
 from .kernels._launch import array_module, on_gpu
-from .inputs import NotFittedError, accuracy, all_finite, device_of, to_host
-
+from .lbfgs import minimize_lbfgs
 
 COMMS = ("auto", "single-host", "actors")
 
@@ -171,11 +171,18 @@ def _proba_block(X: Any, coef: np.ndarray, intercept: np.ndarray) -> Any:
     return p / p.sum(axis=1, keepdims=True)
 
 
-class LogisticRegression:
+class LogisticRegression(ClassifierMixin, BaseEstimator):
     """Multinomial logistic regression with an L2 penalty, fitted on every worker at once.
 
     Minimises ``mean(cross-entropy) + ||coef||^2 / (2 C n)`` (the intercept is not
     penalised), the objective of scikit-learn's ``LogisticRegression(C=C)``.
+
+    A scikit-learn estimator (``clone``, ``Pipeline``, ``GridSearchCV``,
+    ``cross_val_score``): answers come back in the type that came in (NumPy
+    in, NumPy out; CuPy in, CuPy out; a dask array in, a dask array out),
+    for labels of any type scikit-learn accepts.  The fitted model is host
+    arrays only, so it pickles anywhere; :meth:`to_sklearn` and
+    :meth:`from_sklearn` convert to and from scikit-learn's estimator.
 
     Parameters
     ----------
@@ -235,7 +242,7 @@ class LogisticRegression:
     >>> import numpy as np
     >>> X = np.array([[0.0, 0], [0, 1], [5, 5], [5, 6]])
     >>> clf = LogisticRegression(C=10.0).fit(X, np.array([0, 0, 1, 1]))
-    >>> clf.predict(np.array([[0.0, 0.5], [5.0, 5.5]])).compute()
+    >>> clf.predict(np.array([[0.0, 0.5], [5.0, 5.5]]))
     array([0, 1])
     """
 
@@ -260,46 +267,37 @@ class LogisticRegression:
         if self.comm not in COMMS:
             raise DataError(f"comm={self.comm!r} is not one of {', '.join(COMMS)}")
 
-    def _classes_from(self, labels: np.ndarray) -> np.ndarray:
-        if not np.issubdtype(labels.dtype, np.integer):
-            raise DataError(f"y must hold integer class labels, got dtype {labels.dtype}")
-        seen = np.unique(labels)
-        classes = seen if self.classes is None else np.unique(np.asarray(self.classes))
-        outside = np.setdiff1d(seen, classes)
-        if outside.size:
-            raise DataError(f"label(s) {outside[:5].tolist()} are not among the declared classes "
-                            f"{classes.tolist()}; fix the labels or the classes parameter")
+    def _classes_from(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        classes, encoded = inputs.encode_labels(labels, self.classes)
         if len(classes) < 2:
-            raise DataError(f"y holds a single class ({classes.tolist()}); logistic regression "
+            raise DataError(f"y holds 1 class ({classes.tolist()}); logistic regression "
                             "needs at least two")
-        return classes
+        return classes, encoded
 
     def fit(self, X: Any, y: Any) -> "LogisticRegression":
-        """Fit on ``X`` (rows x features) and integer labels ``y``, data-parallel.
+        """Fit on ``X`` (rows x features) and labels ``y``, data-parallel.
 
         Parameters
         ----------
-        X : dask.array.Array or numpy.ndarray of shape (n_samples, n_features)
-        y : dask.array.Array or numpy.ndarray of shape (n_samples,)
+        X : dask.array.Array, cupy.ndarray or array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Class labels of any type scikit-learn accepts.
 
         Returns
         -------
         self
         """
         self._check_params()
-        if getattr(X, "ndim", 0) != 2:
-            raise DataError(f"X must be 2-D (rows x features), got shape {getattr(X, 'shape', None)}")
-        if getattr(y, "ndim", 0) != 1 or y.shape[0] != X.shape[0]:
-            raise DataError(f"y must be 1-D with one label per row of X ({X.shape[0]})")
+        X, labels = inputs.fit_inputs(self, X, y)
         client = inputs.active_client()
         timeout = config.seconds("cluster.compute-timeout")
-        labels = to_host(y)
-        self.classes_ = self._classes_from(labels)
+        self.classes_, encoded = self._classes_from(labels)
         if not isinstance(X, da.Array):
+            if inputs.kind_of(X) == "cupy" and client is not None:
+                X = X.get()  # shipped to the workers as NumPy rows
             X = (shard(np.asarray(X), client, dtype=np.float32) if client is not None
-                 else da.from_array(np.asarray(X, dtype=np.float32), chunks=(-1, -1)))
+                 else da.from_array(X.astype(np.float32, copy=False), chunks=(-1, -1)))
         X = X.astype(np.float32).rechunk({1: -1})
-        encoded = np.searchsorted(self.classes_, labels).astype(np.int32)
         device = device_of(X)
         n, d = int(X.shape[0]), int(X.shape[1])
         problem = _Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
@@ -407,39 +405,106 @@ class LogisticRegression:
             alive = holders & set(client.run_on_scheduler(_alive_workers))
             client.run(peer_views.release, token, workers=sorted(alive), on_error="ignore")
 
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "coef_")
+
     def _check_X(self, X: Any) -> da.Array:
         if not hasattr(self, "coef_"):
             raise NotFittedError("this LogisticRegression is not fitted yet; call fit(X, y) first")
-        X = X if isinstance(X, da.Array) else da.from_array(np.asarray(X), chunks=(-1, -1))
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise DataError(f"X has {X.shape[-1]} features per row but the model was fitted "
-                            f"with {self.n_features_in_}")
+        X = inputs.predict_inputs(self, X)
+        if not isinstance(X, da.Array):
+            if inputs.kind_of(X) == "cupy" and inputs.active_client() is not None:
+                X = X.get()  # travels in the graph to the workers
+            X = da.from_array(X, chunks=(-1, -1))
         return X.astype(np.float32).rechunk({1: -1})
 
-    def predict(self, X: Any) -> da.Array:
-        """Most probable class per row, computed where each row block lives.
+    def predict(self, X: Any) -> Any:
+        """Most probable class per row, in the type of ``X``.
 
-        With a distributed client the work starts at once and the result is
-        persisted; without one it is lazy.
+        For a dask array with a distributed client the work starts at once
+        where each row block lives and the result is persisted; without a
+        client it is lazy.  NumPy (or any array-like) rows give a NumPy array,
+        CuPy rows a CuPy array (NumPy where the labels are strings).
         """
+        like = X
         X = self._check_X(X)
-        return placement.map_blocks(inputs.active_client(), _predict_block, X, self.coef_.T,
-                                    self.intercept_, self.classes_,
+        numeric = inputs.numeric_classes(self.classes_)
+        labels = self.classes_ if numeric else np.arange(len(self.classes_))
+        pred = placement.map_blocks(inputs.active_client(), _predict_block, X, self.coef_.T,
+                                    self.intercept_, labels,
                                     name=placement.fresh_name("logreg-predict"),
                                     chunks=(X.chunks[0],),
-                                    meta=meta_for(device_of(X), 1, self.classes_.dtype))
+                                    meta=meta_for(device_of(X), 1, labels.dtype))
+        return inputs.returned_like(pred, like, None if numeric else self.classes_)
 
-    def predict_proba(self, X: Any) -> da.Array:
-        """Class probabilities per row, columns ordered as ``classes_``."""
+    def predict_proba(self, X: Any) -> Any:
+        """Class probabilities per row, columns ordered as ``classes_``, in the type of ``X``."""
+        like = X
         X = self._check_X(X)
-        return placement.map_blocks(inputs.active_client(), _proba_block, X, self.coef_.T,
-                                    self.intercept_, name=placement.fresh_name("logreg-proba"),
-                                    chunks=(X.chunks[0], (len(self.classes_),)),
-                                    meta=meta_for(device_of(X), 2, np.float64))
+        proba = placement.map_blocks(inputs.active_client(), _proba_block, X, self.coef_.T,
+                                     self.intercept_, name=placement.fresh_name("logreg-proba"),
+                                     chunks=(X.chunks[0], (len(self.classes_),)),
+                                     meta=meta_for(device_of(X), 2, np.float64))
+        return inputs.returned_like(proba, like)
 
-    def score(self, X: Any, y: Any) -> float:
-        """Mean accuracy on ``(X, y)``."""
-        return accuracy(self.predict(X), y)
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Mean accuracy on ``(X, y)`` (weighted by ``sample_weight`` when given)."""
+        pred = self.predict(X)
+        if sample_weight is None:
+            return accuracy(pred, y)
+        from sklearn.metrics import accuracy_score
+
+        return float(accuracy_score(inputs.to_host(y), inputs.to_host(pred),
+                                    sample_weight=sample_weight))
+
+    # -- models that travel -------------------------------------------------------------------
+    def to_sklearn(self) -> Any:
+        """The equivalent fitted ``sklearn.linear_model.LogisticRegression``.
+
+        Same ``coef_`` and ``intercept_`` for three or more classes; with two,
+        scikit-learn keeps one row, ``coef_[1] - coef_[0]`` (the same
+        probabilities and predictions).
+        """
+        if not hasattr(self, "coef_"):
+            raise NotFittedError("this LogisticRegression is not fitted yet; call fit(X, y) first")
+        from sklearn.linear_model import LogisticRegression as SklearnLR
+
+        model = SklearnLR(C=self.C, max_iter=self.max_iter, tol=self.tol, solver="lbfgs")
+        model.classes_ = self.classes_.copy()
+        if len(self.classes_) == 2:
+            model.coef_ = (self.coef_[1] - self.coef_[0])[None, :].astype(np.float64)
+            model.intercept_ = np.array([self.intercept_[1] - self.intercept_[0]], np.float64)
+        else:
+            model.coef_ = self.coef_.astype(np.float64)
+            model.intercept_ = self.intercept_.astype(np.float64)
+        model.n_features_in_ = self.n_features_in_
+        if hasattr(self, "feature_names_in_"):
+            model.feature_names_in_ = self.feature_names_in_
+        model.n_iter_ = np.array([self.n_iter_])
+        return model
+
+    @classmethod
+    def from_sklearn(cls, model: Any, **params: Any) -> "LogisticRegression":
+        """Ours from a fitted scikit-learn ``LogisticRegression`` (the same predictions).
+
+        ``params`` set our other parameters (``comm``, ...).
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(model)
+        coef = np.asarray(model.coef_, dtype=np.float64)
+        intercept = np.asarray(model.intercept_, dtype=np.float64)
+        if len(model.classes_) == 2 and coef.shape[0] == 1:  # binary: one row, split in two
+            coef = np.vstack([-coef[0] / 2, coef[0] / 2])
+            intercept = np.array([-intercept[0] / 2, intercept[0] / 2])
+        ours = cls(C=model.C, max_iter=model.max_iter, tol=model.tol, **params)
+        ours.classes_ = np.asarray(model.classes_)
+        ours.coef_, ours.intercept_ = coef, intercept
+        ours.n_features_in_ = int(model.n_features_in_)
+        if hasattr(model, "feature_names_in_"):
+            ours.feature_names_in_ = model.feature_names_in_
+        ours.n_iter_ = int(np.max(getattr(model, "n_iter_", [0])))
+        return ours
 
 
 def _alive_workers(dask_scheduler: Any) -> list[str]:

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from sklearn.neighbors import KNeighborsClassifier as SkKNN
 
-from mgpu_dask.backends import BACKENDS, unavailable
-from mgpu_dask.backends import cupy_backend
+from mgpu_dask.backends import BACKENDS, cupy_backend, unavailable
 from mgpu_dask.data import load_dataset, shard, split
 from mgpu_dask.kernels import logreg as L
 from mgpu_dask.knn import KNeighborsClassifier, to_host

@@ -6,13 +6,12 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import make_idx_dir
 
 from mgpu_dask.data import load_dataset
 from mgpu_dask.data.datasets import DatasetUnavailable
 from mgpu_dask.data.registry import MNIST
 from mgpu_dask.exceptions import DataError
-
-from conftest import make_idx_dir
 
 
 def _independent_read(path, offset):

@@ -25,7 +25,11 @@ def _exact(Q, T):
 @pytest.mark.parametrize("precision", ["int8", "bf16", "tf32", "fp32"])
 def test_tensor_core_products_of_pixels_are_exact(precision):
     """The real tensor cores: every tile product of shifted pixels equals the int64 one."""
-    from mgpu_dask.kernels.knn_products import TileProduct, prepare_queries, prepare_train
+    from mgpu_dask.kernels.knn_products import (
+        TileProduct,
+        prepare_queries,
+        prepare_train,
+    )
 
     rng = np.random.default_rng()
     Q = rng.integers(0, 256, (300, 784)).astype(np.uint8)
@@ -270,3 +274,47 @@ def test_small_launches_raise_no_performance_warning(method):
         cand = K.local_candidates(Q, train, y, cupy.arange(40, dtype=cupy.int64), 3)
         K.vote(K.merge(cand, cand), 3, "distance")
         K.refine(Q, T, cupy.zeros((9, 4), dtype=cupy.int32), 2)
+
+
+@pytest.mark.parametrize("Est", ["knn", "logreg"])
+def test_sklearn_api_with_cupy_inputs(Est):
+    """CuPy in, CuPy out, with and without a LocalCUDACluster; scikit-learn's errors."""
+    from mgpu_dask.cluster import connect
+    from mgpu_dask.inputs import NotFittedError
+    from mgpu_dask.knn import KNeighborsClassifier
+    from mgpu_dask.logreg import LogisticRegression
+
+    make = {"knn": lambda: KNeighborsClassifier(3), "logreg": lambda: LogisticRegression()}[Est]
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0, 4, (4, 16))
+    y = rng.integers(0, 4, 800)
+    X = (centers[y] + rng.normal(0, 1.5, (800, 16))).astype(np.float32)
+    expected = make().fit(X[:600], y[:600]).predict(X[600:])
+    Xg, yg = cupy.asarray(X), cupy.asarray(y)
+    with pytest.raises(NotFittedError):
+        make().predict(Xg)
+    local = make().fit(Xg[:600], yg[:600])
+    out = local.predict(Xg[600:])
+    assert isinstance(out, cupy.ndarray)
+    np.testing.assert_array_equal(out.get(), expected)
+    assert isinstance(local.predict_proba(Xg[600:]), cupy.ndarray)
+    with pytest.raises(ValueError, match="X has 15 features, but"):
+        local.predict(Xg[600:, :15])
+    bad = Xg[:600].copy()
+    bad[3, 2] = cupy.nan
+    with pytest.raises(ValueError, match="NaN"):
+        make().fit(bad, yg[:600])
+    names = np.array(["ant", "bee", "cat", "dog"])
+    with connect(device="gpu", dashboard_address=":0") as rc:
+        import dask.array as da
+
+        from mgpu_dask.data import shard
+
+        on_workers = make().fit(Xg[:600], yg[:600])
+        np.testing.assert_array_equal(on_workers.predict(Xg[600:]).get(), expected)
+        Q = shard(X[600:], rc.client)
+        lazy = on_workers.predict(Q)
+        assert isinstance(lazy, da.Array) and type(lazy._meta).__module__.startswith("cupy")
+        np.testing.assert_array_equal(cupy.asnumpy(lazy.compute()), expected)
+        labelled = make().fit(Xg[:600], names[y[:600]])
+        np.testing.assert_array_equal(labelled.predict(Xg[600:]), names[expected])

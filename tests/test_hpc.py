@@ -8,8 +8,8 @@ import time
 import dask
 import numpy as np
 import pytest
-
 import slurm_local
+
 from mgpu_dask.cluster import ClusterKind, connect, plan_cluster
 from mgpu_dask.exceptions import ClusterError
 from mgpu_dask.hpc import job_script

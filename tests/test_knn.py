@@ -139,13 +139,13 @@ def test_shard_plan_chosen_when_over_budget(client, digits, precision, per_value
 @pytest.mark.parametrize("kwargs, fit_args, match", [
     ({"n_neighbors": 0}, None, "positive integer"),
     ({"n_neighbors": 2.5}, None, "positive integer"),
-    ({"n_neighbors": 11}, None, "larger than the 10 training rows"),
+    ({"n_neighbors": 11}, None, "larger than n_samples = 10"),
     ({"weights": "cosine"}, None, "weights='cosine'"),
     ({"plan": "broadcast"}, None, "plan='broadcast'"),
-    ({}, "nan", "NaN or infinity"),
-    ({}, "1d", "must be 2-D"),
-    ({}, "labels", "one label per row"),
-    ({}, "float-labels", "integer class labels"),
+    ({}, "nan", "Input X contains NaN"),
+    ({}, "1d", "Expected 2D array"),
+    ({}, "labels", "inconsistent numbers of samples"),
+    ({}, "float-labels", "Unknown label type"),
 ])
 def test_bad_fit_input(client, kwargs, fit_args, match):
     X = np.random.default_rng().random((10, 3)).astype(np.float32)
@@ -168,13 +168,18 @@ def test_bad_predict_input(client):
     with pytest.raises(NotFittedError, match="call fit"):
         clf.predict(X)
     clf.fit(X, np.arange(10) % 2)
-    with pytest.raises(DataError, match="4 features per row but the model was fitted with 3"):
+    with pytest.raises(DataError, match="X has 4 features, but KNeighborsClassifier is "
+                                        "expecting 3 features as input"):
         clf.predict(np.zeros((2, 4), np.float32))
+    with pytest.raises(DataError, match="X has 4 features, but"):  # dask queries: same words
+        clf.predict(da.from_array(np.zeros((2, 4), np.float32)))
     bad = X.copy()
     bad[0, 0] = np.inf
-    with pytest.raises(DataError, match="query rows contain NaN or infinity"):
-        to_host(clf.predict(bad))
-    with pytest.raises(DataError, match="between 1 and 10"):
+    with pytest.raises(DataError, match="Input X contains infinity"):
+        clf.predict(bad)
+    with pytest.raises(DataError, match="query rows contain NaN or infinity"):  # where it lives
+        to_host(clf.predict(da.from_array(bad)))
+    with pytest.raises(DataError, match="between 1 and n_samples = 10"):
         clf.kneighbors(X, n_neighbors=11)
 
 
@@ -207,7 +212,7 @@ def test_cli_knn_says_repeated_rows_lower_accuracy(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, match", [
     (["--k", "0"], "positive integer"),
-    (["--k", "5000"], "larger than the 1348 training rows"),
+    (["--k", "5000"], "larger than n_samples = 1348"),
 ])
 def test_cli_knn_bad_k(capsys, argv, match):
     code = main(["knn", "--dataset", "digits", "--workers", "1", "--device", "cpu", "--quiet",

@@ -14,9 +14,9 @@ import numpy as np
 
 from .. import config
 from .. import knn_plans as plans
+from ..inputs import active_client as plans_client
 from ..kernels._launch import array_module
 from ..knn import KNeighborsClassifier
-from ..inputs import active_client as plans_client
 from . import BackendRun, numba_backend
 
 

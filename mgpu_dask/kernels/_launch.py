@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+
 def array_module(x: Any) -> ModuleType:
     """``cupy`` for CuPy arrays, ``numpy`` otherwise (never imports CuPy needlessly)."""
     if type(x).__module__.startswith("cupy"):

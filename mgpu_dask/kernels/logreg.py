@@ -86,8 +86,9 @@ class ShardObjective:
         k = self.k
         self.device = cupy.cuda.Device(self.X.device.id)
         with self.device:
-            self.X = cupy.ascontiguousarray(self.X, dtype=np.float32)
-            self.labels = cupy.ascontiguousarray(self.labels, dtype=np.int32)
+            self.X = cupy.ascontiguousarray(cupy.asarray(self.X, dtype=np.float32))
+            # Labels may come from the host (a local fit of CuPy rows: NumPy codes).
+            self.labels = cupy.ascontiguousarray(cupy.asarray(self.labels, dtype=np.int32))
             self.stream = cupy.cuda.Stream(non_blocking=True)
             # Upload: W (d x k, row-major) then b.  Download, one copy: the
             # coefficient gradient (float32, from cuBLAS), then the float64
