@@ -26,7 +26,8 @@ def run_task(args: argparse.Namespace) -> dict:
     common = dict(dataset=args.dataset, data_dir=args.data_dir, download=not args.no_download,
                   fraction=args.fraction, test_size=args.test_size, seed=args.seed,
                   cluster_options=cluster_kwargs(args), repeats=args.repeats,
-                  report=args.report, echo=None if args.quiet else stderr_echo)
+                  report=args.report, echo=None if args.quiet else stderr_echo,
+                  copies=args.copies, deformation=args.deform)
     if args.command == "knn":
         return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
                        method=args.method, precision=args.precision,

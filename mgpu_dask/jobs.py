@@ -20,11 +20,12 @@ from typing import Any, Callable, Iterator, NamedTuple
 import numpy as np
 from distributed import futures_of, performance_report, wait
 
-from . import __version__, config
+from . import __version__, config, inputs, placement
 from ._compat import visible_gpus
 from .cluster import RunningCluster, connect
 from .data import Split, load_dataset, shard, shard_locations, split
-from .data.shard import placement_problems
+from .data.deformed import DeformedSpec, deformed_sources, deformed_spec, deformed_train
+from .data.shard import meta_for, placement_problems
 from .knn import KNeighborsClassifier, accuracy, to_host
 from .timing import Phases
 
@@ -61,15 +62,23 @@ class Session(NamedTuple):
     dataset: Any
     cluster: RunningCluster
     wait_timeout: float
+    deformed: DeformedSpec | None = None
 
 
 @contextlib.contextmanager
 def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | None,
             download: bool, fraction: float, test_size: float, seed: int,
             cluster_options: dict[str, Any] | None, report: str | None,
-            say: Echo) -> Iterator[Session]:
-    """Load and split the data, start the cluster (timed), make its client current."""
+            say: Echo, copies: int | None = None,
+            deformation: str | None = None) -> Iterator[Session]:
+    """Load and split the data, start the cluster (timed), make its client current.
+
+    A ``NAME-deformed`` data set's training part is then replaced by
+    ``copies`` deformed copies of it, generated on the workers (timed as
+    ``generate``).
+    """
     options = dict(cluster_options or {})
+    spec = deformed_spec(dataset, copies, deformation, seed)
     wait_timeout = options.get("timeout") or config.seconds("cluster.compute-timeout")
     say(f"[1/4] data ({task})")
     with phases("load"):
@@ -92,12 +101,22 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
         stack.enter_context(_report(report))
         stack.callback(lambda: stopping.setdefault("from", time.perf_counter()))
         say(f"  dashboard: {rc.dashboard_link}")
-        yield Session(parts, ds, rc, wait_timeout)
+        if spec is not None:
+            say(f"  generating {spec.copies} copies of {len(parts.X_train)} training images "
+                "on the workers")
+            with phases("generate"):
+                X_gen, y_gen = deformed_train(parts.X_train, parts.y_train, rc.client, spec,
+                                              timeout=wait_timeout)
+            parts = parts._replace(X_train=X_gen, y_train=y_gen,
+                                   train_index=deformed_sources(parts.train_index, spec.copies))
+        yield Session(parts, ds, rc, wait_timeout, spec)
 
 
 def _summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any]:
     client = s.cluster.client
-    return {"task": task, "command": " ".join(sys.argv), "machine": machine(),
+    deformed = ({"copies": s.deformed.copies, "deformation": s.deformed.deformation._asdict()}
+                if s.deformed is not None else {})
+    return {**deformed,"task": task, "command": " ".join(sys.argv), "machine": machine(),
             "dataset": s.dataset.name, "data_source": s.dataset.source, "note": s.dataset.note,
             "n_train": int(len(s.data.X_train)), "n_test": int(len(s.data.X_test)),
             "n_features": int(s.data.X_train.shape[1]), "fraction": fraction, "seed": seed,
@@ -140,14 +159,16 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             weights: str = "distance", plan: str = "auto", method: str = "gemm",
             precision: str = "auto", memory_budget: str | None = None,
             cluster_options: dict[str, Any] | None = None,
-            repeats: int = 5, report: str | None = None, echo: Echo | None = None) -> dict[str, Any]:
+            repeats: int = 5, report: str | None = None, echo: Echo | None = None,
+            copies: int | None = None, deformation: str | None = None) -> dict[str, Any]:
     """Run KNN end to end and return every number the CLI prints."""
     say = echo or (lambda message: None)
     cold = Phases(say)
     t0 = time.perf_counter()
     with session("knn", cold, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
-                 cluster_options=cluster_options, report=report, say=say) as s:
+                 cluster_options=cluster_options, report=report, say=say,
+                 copies=copies, deformation=deformation) as s:
         client, parts = s.cluster.client, s.data
         say("[3/4] transfer (queries sharded, training set placed by plan)")
         clf = KNeighborsClassifier(n_neighbors, weights=weights, plan=plan, method=method,
@@ -195,11 +216,18 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
     return result
 
 
+def _scaled(block: Any, scale: float) -> Any:
+    out = block.astype(np.float32)
+    out *= np.float32(scale)
+    return out
+
+
 def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
                fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, C: float = 1.0,
                max_iter: int = 100, tol: float = 1e-4, comm: str = "auto",
                cluster_options: dict[str, Any] | None = None, repeats: int = 3,
-               report: str | None = None, echo: Echo | None = None) -> dict[str, Any]:
+               report: str | None = None, echo: Echo | None = None,
+               copies: int | None = None, deformation: str | None = None) -> dict[str, Any]:
     """Logistic regression end to end (pixels scaled to [0, 1]); every number the CLI prints."""
     from .logreg import LogisticRegression
 
@@ -208,13 +236,21 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
     t0 = time.perf_counter()
     with session("logreg", cold, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
-                 cluster_options=cluster_options, report=report, say=say) as s:
+                 cluster_options=cluster_options, report=report, say=say,
+                 copies=copies, deformation=deformation) as s:
         client, parts = s.cluster.client, s.data
         scale = 1.0 / max(1.0, float(s.dataset.X.max()))  # pixels to [0, 1]
         say("[3/4] transfer (train and test sharded, one shard per worker)")
         with cold("transfer"):
-            X_train = shard(parts.X_train, client, dtype=np.float32, scale=scale,
-                            timeout=s.wait_timeout)
+            if isinstance(parts.X_train, np.ndarray):
+                X_train = shard(parts.X_train, client, dtype=np.float32, scale=scale,
+                                timeout=s.wait_timeout)
+            else:  # generated on the workers: scaled where each block lives
+                X_train = placement.map_blocks(
+                    client, _scaled, parts.X_train, scale, name=placement.fresh_name("scaled"),
+                    chunks=parts.X_train.chunks,
+                    meta=meta_for(inputs.device_of(parts.X_train), 2, np.float32))
+                wait(futures_of(X_train), timeout=s.wait_timeout)
             X_test = shard(parts.X_test, client, dtype=np.float32, scale=scale,
                            timeout=s.wait_timeout)
         say("[4/4] fit and predict: cold, then warm")

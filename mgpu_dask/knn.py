@@ -112,7 +112,9 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         ``"replicate"`` copies the training set to every worker and shards the
         queries; ``"shard"`` splits the training set and tree-merges each
         worker's top-k.  ``"auto"`` replicates when the training set fits the
-        per-worker memory budget.
+        per-worker memory budget, except rows already persisted on the
+        workers above ``mgpu-dask.knn.replicate-max-move`` (2 GiB): those stay
+        where they are, sharded.
     precision : {"auto", "int8", "bf16", "tf32", "fp32"}, default "auto"
         Arithmetic of the distance product (``mgpu_dask.kernels.knn_precision``).
         8-bit integer data (uint8 pixels) are exact in every precision, so
@@ -277,7 +279,12 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         if plan == "auto":
             budget = budget or _worker_budget(client, device)
             self.memory_budget_ = budget
-            plan = "replicate" if train_bytes <= budget else "shard"
+            # Rows already spread over the workers (generated there) stay put
+            # when copying them to every worker would move gigabytes.
+            moving = (isinstance(X, da.Array) and client is not None
+                      and X.nbytes > parse_bytes(config.get("knn.replicate-max-move"))
+                      and placement.locate(client, X) is not None)
+            plan = "replicate" if train_bytes <= budget and not moving else "shard"
         if plan == "shard" and self.memory_budget:
             n_workers = len(client.scheduler_info(n_workers=-1)["workers"]) if client else 1
             if train_bytes / n_workers > budget:

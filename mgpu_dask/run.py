@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import __version__
-from .exceptions import MgpuDaskError
+from .exceptions import DataError, MgpuDaskError
 from .job_options import cluster_kwargs, run_comparison, run_task
 from .kernels.knn_precision import PRECISIONS
 
@@ -37,6 +37,14 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
                         "and KNN accuracy drops (0.9713 at 4 on MNIST, against 0.9742): "
                         "a size for timing, not a harder data set")
     g.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    g.add_argument("--copies", type=int, default=None,
+                   help="with --dataset NAME-deformed (mnist-deformed, ...): copies of every "
+                        "training image, the image itself included, generated on the workers "
+                        "(default 155: 8.1 million rows for MNIST)")
+    g.add_argument("--deform", default=None, metavar="KEY=VALUE,...",
+                   help="bounds of the random deformations of NAME-deformed data: shift "
+                        "(pixels, default 2), rotate (degrees, 12), scale (0.10), shear (0.15), "
+                        "elastic (pixels, 1.25), e.g. shift=2,rotate=12")
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
@@ -118,7 +126,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_data(args: argparse.Namespace) -> int:
     from .data import load_dataset, split
+    from .data.deformed import deformed_spec
 
+    spec = deformed_spec(args.dataset, args.copies, args.deform, args.seed)  # bad input first
     ds = load_dataset(args.dataset, data_dir=args.data_dir, download=not args.no_download,
                       verify=args.verify, seed=args.seed)
     if ds.note:
@@ -131,6 +141,19 @@ def cmd_data(args: argparse.Namespace) -> int:
     print("class counts: " + " ".join(str(int(c)) for c in counts))
     print(f"split (test size {args.test_size}, seed {args.seed}, fraction {args.fraction}): "
           f"train {len(parts.X_train)}, test {len(parts.X_test)}")
+    if spec is not None:
+        print(f"deformed: {spec.copies} copies of each of the {len(parts.X_train)} training "
+              f"images = {spec.copies * len(parts.X_train):,} training rows, made on the workers")
+    if args.preview:
+        from .data.preview import preview_png
+
+        if int(round(np.sqrt(parts.X_train.shape[1]))) ** 2 != parts.X_train.shape[1]:
+            raise DataError(f"--preview draws square images; {ds.name} rows have "
+                            f"{parts.X_train.shape[1]} features")
+        shown = preview_png(args.preview, parts.X_train[:8],
+                            copies=min(6, spec.copies) if spec else 1, seed=args.seed,
+                            deformation=spec.deformation if spec else None)
+        print(f"wrote {shown}")
     if args.shard:
         from .cluster import connect
         from .data import shard, shard_locations
@@ -330,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="check SHA-256 of local files too")
     p.add_argument("--shard", action="store_true",
                    help="start the cluster, shard the training set, show where shards live")
+    p.add_argument("--preview", default=None, metavar="FILE.png",
+                   help="write a PNG of eight training images (and, for NAME-deformed data, "
+                        "their deformed copies)")
     p.set_defaults(handler=cmd_data)
 
     p = sub.add_parser("knn", help="k-nearest neighbours with our Numba kernels, cold and warm")

@@ -8,7 +8,7 @@ returned combined (the project's protocol splits them again, seeded).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,7 @@ from .. import config
 from ..exceptions import DataError
 from .download import DownloadError, download, sha256_of
 from .idx import read_idx
-from .registry import DATASETS, IDX_SPECS, IdxFile, IdxSpec
+from .registry import DATASETS, IDX_SPECS, IMAGE_SETS, IdxFile, IdxSpec, deformed_base
 
 
 @dataclass(frozen=True)
@@ -166,10 +166,13 @@ def load_dataset(name: str | None = None, *, data_dir: str | Path | None = None,
 
     Parameters
     ----------
-    name : {"mnist", "fashion-mnist", "digits", "synthetic", "idx"} or None, default None
+    name : {"mnist", "fashion-mnist", "digits", "synthetic", "idx", "NAME-deformed"} or None
         ``None`` means MNIST, falling back to ``digits`` (with a ``note``) when
         MNIST cannot be found or downloaded.  Naming ``"mnist"`` explicitly
-        makes its absence an error instead.
+        makes its absence an error instead.  ``"mnist-deformed"`` (any
+        ``NAME-deformed`` of square images) loads ``NAME``; its training part
+        is replaced by deformed copies once a cluster runs
+        (:func:`mgpu_dask.data.deformed.deformed_train`).
     data_dir : str or path-like, optional
         Folder holding the IDX files; defaults to ``MGPU_DASK_DATA_DIR`` or the
         ``mgpu-dask.data.data-dir`` config key.
@@ -201,10 +204,18 @@ def load_dataset(name: str | None = None, *, data_dir: str | Path | None = None,
             note = (f"MNIST is not available ({str(exc).split(';')[0]}); using scikit-learn's "
                     "digits instead (--dataset mnist --data-dir DIR to insist on MNIST)")
             return Dataset(ds.name, ds.X, ds.y, ds.n_classes, ds.source, note, ds.verified)
+    base = deformed_base(name)
+    if base is not None:
+        if base not in DATASETS or base == "synthetic":
+            raise DataError(f"unknown dataset {name!r}; deformed sets are made of image data "
+                            f"sets: {', '.join(d + '-deformed' for d in IMAGE_SETS)}")
+        ds = load_dataset(base, data_dir=data_dir, download=download, verify=verify, seed=seed)
+        return replace(ds, name=name)
     if name == "digits":
         return load_digits_dataset()
     if name == "synthetic":
         return make_synthetic(seed=seed)
     if name in IDX_SPECS:
         return _load_idx(IDX_SPECS[name], folder, download, verify)
-    raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)} "
+                    f"(or NAME-deformed of {', '.join(IMAGE_SETS)})")

@@ -74,3 +74,13 @@ GENERIC_IDX = IdxSpec(
 
 IDX_SPECS: dict[str, IdxSpec] = {s.name: s for s in (MNIST, FASHION_MNIST, GENERIC_IDX)}
 DATASETS: tuple[str, ...] = ("mnist", "fashion-mnist", "digits", "synthetic", "idx")
+IMAGE_SETS: tuple[str, ...] = ("mnist", "fashion-mnist", "digits", "idx")
+"""Data sets of square images: each has a ``NAME-deformed`` variant (``data/deformed.py``)."""
+
+
+def deformed_base(name: str | None) -> str | None:
+    """``"mnist"`` for ``"mnist-deformed"``; None for a name without the suffix."""
+    suffix = "-deformed"
+    if name and name.endswith(suffix) and len(name) > len(suffix):
+        return name[: -len(suffix)]
+    return None

@@ -22,6 +22,8 @@ class Split(NamedTuple):
     y_train: np.ndarray
     X_test: np.ndarray
     y_test: np.ndarray
+    train_index: np.ndarray | None = None   # the data set's row behind each training row
+    test_index: np.ndarray | None = None    # ... and behind each test row
 
 
 def resize(array: np.ndarray, fraction: float) -> np.ndarray:
@@ -65,4 +67,5 @@ def split(X: np.ndarray, y: np.ndarray, *, test_size: float = 0.25, seed: int = 
     order = np.random.default_rng(seed).permutation(len(X))
     test, train = order[:n_test], order[n_test:]
     return Split(resize(X[train], fraction), resize(y[train], fraction),
-                 resize(X[test], fraction), resize(y[test], fraction))
+                 resize(X[test], fraction), resize(y[test], fraction),
+                 resize(train, fraction), resize(test, fraction))

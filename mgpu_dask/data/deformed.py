@@ -1,0 +1,169 @@
+"""Deformed training sets, generated on the workers that keep them (infinite-MNIST style).
+
+``--dataset mnist-deformed --copies N`` trains on ``N`` copies of every
+training image of the split: copy 0 is the image, the others are random
+affine and elastic deformations of it (``mgpu_dask.kernels.deform``).  The
+test part of the split stays untouched, so no test image, nor any
+deformation of one, is trained on.  Each worker receives the source images
+once (41 MB for MNIST) and makes its own block of rows on its GPU; no
+generated row crosses the host.  Any ``NAME-deformed`` works for a data set
+of square images (``fashion-mnist-deformed``, ``digits-deformed``, ``idx-deformed``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import dask.array as da
+import numpy as np
+
+from .. import placement
+from ..exceptions import DataError
+from ..kernels.deform import Deformation, deform_rows, parse_deformation
+from .registry import deformed_base
+from .shard import detect_device, meta_for, row_bounds, worker_addresses
+
+DEFAULT_COPIES = 155
+"""52,500 MNIST training images x 155 = 8,137,500 rows, the size of MNIST8M."""
+
+__all__ = ["DEFAULT_COPIES", "Deformation", "DeformedSpec", "deformed_base", "deformed_sources",
+           "deformed_train", "parse_deformation"]
+
+
+class DeformedSpec(NamedTuple):
+    """What to generate: copies per source image, the seed and the deformation bounds."""
+
+    copies: int = DEFAULT_COPIES
+    seed: int = 0
+    deformation: Deformation = Deformation()
+
+
+def check_copies(copies: Any) -> int:
+    if isinstance(copies, bool) or not isinstance(copies, (int, np.integer)) or copies < 1:
+        raise DataError(f"--copies {copies} must be a positive integer (1 = the images "
+                        f"themselves, {DEFAULT_COPIES} = MNIST8M's size)")
+    return int(copies)
+
+
+def deformed_sources(source_index: np.ndarray, copies: int) -> np.ndarray:
+    """The data-set row each generated row was made from (row ``r``: source ``r % n_src``)."""
+    return np.tile(np.asarray(source_index), copies)
+
+
+def _generate(src: Any, row0: int, n_rows: int, seed: int, deformation: Deformation,
+              device: str) -> Any:
+    if device == "gpu":
+        import cupy
+
+        src = cupy.asarray(src)
+    return _synced(deform_rows(src, row0, n_rows, seed, deformation))
+
+
+def _synced(out: Any) -> Any:
+    if type(out).__module__.startswith("cupy"):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+    return out
+
+
+def _free_bytes(client: Any, device: str) -> int:
+    """Memory the workers can give the rows: free GPU memory, or the workers' memory limits."""
+    if device == "gpu":
+        def free() -> int:
+            import cupy
+
+            return int(cupy.cuda.runtime.memGetInfo()[0])
+
+        return sum(client.run(free).values())
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    import psutil
+
+    return sum(w.get("memory_limit") or psutil.virtual_memory().total // max(1, len(workers))
+               for w in workers)
+
+
+def deformed_train(X_src: np.ndarray, y_src: np.ndarray, client: Any, spec: DeformedSpec, *,
+                   device: str = "auto", timeout: float | None = None,
+                   headroom: float = 0.5) -> tuple[da.Array, np.ndarray]:
+    """``spec.copies`` copies of every source row, made on the workers (one block each).
+
+    Parameters
+    ----------
+    X_src : numpy.ndarray of shape (n_src, side * side), uint8
+        The source images (the training part of the split).
+    y_src : numpy.ndarray of shape (n_src,)
+    client : distributed.Client or None
+        Each worker makes one contiguous block of rows; None builds a lazy
+        array for the local scheduler.
+    spec : DeformedSpec
+    device : {"auto", "gpu", "cpu"}
+        Where the rows live (``"auto"``: the GPUs when every worker has one).
+    headroom : float, default 0.5
+        Share of the workers' free memory the rows may take (the rest is for
+        what trains on them); more is an error, before anything is generated.
+
+    Returns
+    -------
+    (dask.array.Array, numpy.ndarray)
+        The rows (uint8, persisted on the workers when there is a client) and their labels.
+    """
+    copies = check_copies(spec.copies)
+    X_src = np.ascontiguousarray(X_src)
+    if X_src.dtype != np.uint8:
+        raise DataError(f"deformed data sets need uint8 images, got {X_src.dtype}")
+    n_src, d = X_src.shape
+    n_rows = n_src * copies
+    name = placement.fresh_name("deformed")
+    if client is None:
+        labels = np.tile(np.asarray(y_src, dtype=np.int32), copies)
+        bounds = row_bounds(n_rows, max(1, n_rows // 1_000_000), None)
+        gen = functools.partial(_generate, X_src, seed=spec.seed, deformation=spec.deformation,
+                                device="cpu")
+        tasks = [placement.Pinned((name, j, 0), (gen, a, b - a), None)
+                 for j, (a, b) in enumerate(bounds)]
+        X = placement.pinned_array(name, tasks, chunks=(tuple(b - a for a, b in bounds), (d,)),
+                                   meta=np.empty((0, 0), np.uint8))
+        return X, labels
+    if device == "auto":
+        device = detect_device(client)
+    workers = worker_addresses(client)
+    need, free = n_rows * d, _free_bytes(client, device)
+    if need > headroom * free:
+        raise DataError(
+            f"{copies} copies of {n_src} images are {n_rows:,} rows x {d} = {need / 1e9:.1f} GB "
+            f"(uint8); the {len(workers)} workers can give them {headroom * free / 1e9:.1f} GB "
+            f"({headroom:.0%} of {free / 1e9:.1f} GB free {'GPU' if device == 'gpu' else 'host'} "
+            f"memory) even sharded; use fewer --copies or more workers")
+    labels = np.tile(np.asarray(y_src, dtype=np.int32), copies)
+    source = client.scatter(X_src, broadcast=True, hash=False)
+    bounds = row_bounds(n_rows, len(workers), None)
+    tasks = [placement.Pinned((name, j, 0), (_generate, source.key, a, b - a, spec.seed,
+                                             spec.deformation, device), w)
+             for j, ((a, b), w) in enumerate(zip(bounds, workers))]
+    loose = not placement.ensure_recovery(client)
+    X = placement.pinned_array(name, tasks, chunks=(tuple(b - a for a, b in bounds), (d,)),
+                               meta=meta_for(device, 2, np.uint8), inputs=[source],
+                               loose=loose)
+    from distributed import futures_of, wait
+
+    X = client.persist(X, optimize_graph=False)
+    wait(futures_of(X), timeout=timeout)
+    del source  # the workers' copies of the source images go with the last reference
+    return X, labels
+
+
+def deformed_spec(dataset: str | None, copies: int | None,
+                  deformation: str | None, seed: int) -> DeformedSpec | None:
+    """What to generate for a ``NAME-deformed`` data set; errors for options without one."""
+    if deformed_base(dataset) is None:
+        if copies is not None or deformation:
+            raise DataError("--copies and --deform apply to deformed data sets "
+                            "(--dataset mnist-deformed)")
+        return None
+    try:
+        bounds = parse_deformation(deformation)
+    except ValueError as exc:
+        raise DataError(f"--deform: {exc}") from None
+    return DeformedSpec(check_copies(DEFAULT_COPIES if copies is None else copies), seed, bounds)

@@ -1,0 +1,117 @@
+"""Deformed copies of images, made where they will live: a CUDA kernel and its CPU twin.
+
+Row ``r`` of a deformed set is copy ``r // n_src`` of source image
+``r % n_src`` (copy 0 is the image itself), so contiguous row blocks hold
+every source image and any block can be made on any worker from the source
+images alone.  Both kernels evaluate ``deform_math`` in integers: the same
+seed gives the same bytes on a CPU and on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from . import deform_math as dm
+from ._launch import array_module, launch, on_gpu
+
+
+class Deformation(NamedTuple):
+    """How far a copy may move from its source image (all drawn uniformly)."""
+
+    shift: float = 2.0      # pixels, each axis
+    rotate: float = 12.0    # degrees
+    scale: float = 0.10     # relative, isotropic
+    shear: float = 0.15     # x shear per unit y
+    elastic: float = 1.25   # pixels, at each elastic control point
+
+    def integer_args(self) -> tuple[int, int, int, int, int]:
+        """The kernels' fixed-point bounds: shift and elastic in Q8, the rest in Q14."""
+        tan_half = math.tan(math.radians(self.rotate) / 2)
+        return (int(round(self.shift * 256)), int(round(tan_half * dm.Q14)),
+                int(round(self.scale * dm.Q14)), int(round(self.shear * dm.Q14)),
+                int(round(self.elastic * 256)))
+
+
+LIMITS = {"shift": (0.0, 6.0), "rotate": (0.0, 45.0), "scale": (0.0, 0.5), "shear": (0.0, 0.6),
+          "elastic": (0.0, 4.0)}
+"""Allowed range of each setting (a copy must stay a recognisable digit)."""
+
+
+def parse_deformation(text: str | None) -> Deformation:
+    """``"shift=2,rotate=12"`` -> Deformation; ValueError naming what is wrong."""
+    values: dict[str, float] = {}
+    for item in filter(None, (text or "").split(",")):
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if key not in LIMITS:
+            raise ValueError(f"unknown deformation setting {key!r}; use "
+                             f"{', '.join(f'{k}=' for k in LIMITS)} (e.g. shift=2,rotate=12)")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"deformation setting {key}={value!r} is not a number") from None
+        low, high = LIMITS[key]
+        if not low <= number <= high:
+            raise ValueError(f"deformation setting {key}={number:g} is outside [{low:g}, {high:g}]")
+        values[key] = number
+    return Deformation(**values)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def deform_cpu(src, out, seed, row0, side, shift_q8, tan_q14, scale_q14, shear_q14, elastic_q8):
+    n_src = src.shape[0]
+    for i in prange(out.shape[0]):
+        r = row0 + i
+        image, copy = r % n_src, r // n_src
+        draws = np.empty(dm.N_DRAWS, np.int64)
+        dm.fill_draws(draws, seed, image, copy, shift_q8, tan_q14, scale_q14, shear_q14,
+                      elastic_q8, 0, 1)
+        for p in range(side * side):
+            out[i, p] = dm.pixel(src, image, side, draws, p // side, p % side)
+
+
+def deform_rows(src: Any, row0: int, n_rows: int, seed: int,
+                deformation: Deformation = Deformation(), *, target: str | None = None) -> Any:
+    """Rows ``row0 .. row0 + n_rows`` of the deformed set of ``src`` (uint8, same array module).
+
+    Parameters
+    ----------
+    src : numpy.ndarray or cupy.ndarray of shape (n_src, side * side), uint8
+        The source images, square.
+    row0, n_rows : int
+        The rows wanted (row ``r``: copy ``r // n_src`` of image ``r % n_src``).
+    seed : int
+        The deformation seed.
+    deformation : Deformation
+        Bounds of the random transforms.
+    target : {None, "cuda", "cpu"}
+        Kernel family; None follows the array type.
+    """
+    xp = array_module(src)
+    side = int(round(math.sqrt(src.shape[1])))
+    if side * side != src.shape[1] or side < 2:
+        raise ValueError(f"deformation needs square images; rows of {src.shape[1]} pixels are not")
+    if src.dtype != np.uint8:
+        raise ValueError(f"deformation reads uint8 pixels, got {src.dtype}")
+    out = xp.empty((n_rows, side * side), dtype=np.uint8)
+    if n_rows == 0:
+        return out
+    args = (int(seed) & dm.M31, int(row0), side, *deformation.integer_args())
+    cuda = target == "cuda" or (target is None and on_gpu(src))
+    if cuda:
+        from . import deform_cuda
+
+        blocks = min(n_rows, 65535 * 8)
+        launch(deform_cuda.deform_rows, blocks, 128, xp.ascontiguousarray(src), out, *args)
+    else:
+        deform_cpu(np.ascontiguousarray(src), out, *args)
+    return out
+
+
+def source_index(rows: Any, n_src: int) -> Any:
+    """The source image of each deformed row."""
+    return rows % n_src

@@ -1,0 +1,120 @@
+"""Deformed training sets: the kernels (CPU twin vs CUDA in the simulator), the split's
+separation, generation on the workers, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from conftest import digits_xy
+
+from mgpu_dask.data import split
+from mgpu_dask.data.deformed import DeformedSpec, deformed_sources, deformed_train
+from mgpu_dask.exceptions import DataError
+from mgpu_dask.kernels.deform import Deformation, deform_rows, parse_deformation
+from mgpu_dask.run import main
+
+
+def _images(n=5, side=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (n, side * side), dtype=np.uint8)
+
+
+def test_copy_zero_is_the_image_and_copies_differ():
+    src = _images()
+    out = deform_rows(src, 0, 3 * len(src), seed=3)
+    np.testing.assert_array_equal(out[:5], src)
+    assert (out[5:10] != src).any(axis=1).all() and (out[5:10] != out[10:15]).any()
+
+
+def test_rows_are_a_function_of_seed_image_and_copy():
+    src = _images()
+    whole = deform_rows(src, 0, 20, seed=11)
+    np.testing.assert_array_equal(deform_rows(src, 7, 9, seed=11), whole[7:16])  # any block
+    assert (deform_rows(src, 0, 20, seed=12)[5:] != whole[5:]).any()
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and
+                    not os.environ.get("MGPU_DASK_TEST_REAL_CUDA"),
+                    reason="runs the CUDA kernel in the simulator (or on a GPU)")
+def test_cuda_kernel_is_bit_identical_to_the_cpu_twin():
+    src = _images(n=3, side=6, seed=5)
+    settings = Deformation(shift=2.5, rotate=20, scale=0.2, shear=0.3, elastic=2.0)
+    cpu = deform_rows(src, 2, 7, seed=9, deformation=settings, target="cpu")
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        gpu = deform_rows(src, 2, 7, seed=9, deformation=settings, target="cuda")
+    else:
+        import cupy
+
+        gpu = deform_rows(cupy.asarray(src), 2, 7, seed=9, deformation=settings).get()
+    np.testing.assert_array_equal(gpu, cpu)
+
+
+def test_no_test_image_or_its_deformation_is_trained_on():
+    X, y = digits_xy()
+    parts = split(X, y, test_size=0.25, seed=4)
+    sources = deformed_sources(parts.train_index, 5)
+    assert len(sources) == 5 * len(parts.X_train)
+    assert not set(sources.tolist()) & set(parts.test_index.tolist())
+    rows, labels = deformed_train(parts.X_train[:40], parts.y_train[:40], None,
+                                  DeformedSpec(3, 4, Deformation()))
+    rows = rows.compute()
+    np.testing.assert_array_equal(rows[:40], parts.X_train[:40])  # copy 0
+    np.testing.assert_array_equal(labels, np.tile(parts.y_train[:40], 3))
+    np.testing.assert_array_equal(X[sources[:120].reshape(3, 40)[0]], parts.X_train[:40])
+
+
+@pytest.mark.parametrize("text, match", [
+    ("foo=1", "unknown deformation setting 'foo'"), ("shift=x", "not a number"),
+    ("rotate=90", r"outside \[0, 45\]")])
+def test_bad_deformation_settings(text, match):
+    with pytest.raises(ValueError, match=match):
+        parse_deformation(text)
+
+
+def test_generated_on_each_worker_and_knn_on_them(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["knn", "--dataset", "digits-deformed", "--copies", "3", "--workers", "2",
+                 "--device", "cpu", "--plan", "shard", "--repeats", "1", "--quiet",
+                 "--dashboard-address", ":0", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["copies"] == 3 and r["n_train"] == 3 * 1348 and r["n_test"] == 449
+    assert r["cold"]["generate"] > 0 and r["plan"] == "shard"
+    shards = r["placement"]["train shard"]
+    assert len({s["worker"] for s in shards}) == 2 and r["placement_problems"] == []
+    assert r["accuracy"] > 0.97
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--copies", "0"], "--copies 0 must be a positive integer"),
+    (["--deform", "twist=3"], "unknown deformation setting 'twist'"),
+    (["--copies", "2000000000"], "even sharded; use fewer --copies"),
+])
+def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, match):
+    out = tmp_path / "r.json"
+    rc = main(["knn", "--dataset", "digits-deformed", "--workers", "1", "--device", "cpu",
+               "--quiet", "--dashboard-address", ":0", "--json", str(out), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and match in err[0] and err[0].startswith("error:")
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_copies_without_a_deformed_data_set_is_an_error(capsys):
+    assert main(["data", "--dataset", "digits", "--copies", "3"]) == 2
+    assert "apply to deformed data sets" in capsys.readouterr().err
+
+
+def test_data_preview_writes_a_png(tmp_path):
+    png = tmp_path / "p.png"
+    assert main(["data", "--dataset", "digits-deformed", "--copies", "4",
+                 "--preview", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_deformed_base_is_one_clear_error():
+    from mgpu_dask.data import load_dataset
+
+    with pytest.raises(DataError, match="deformed sets are made of image data sets"):
+        load_dataset("synthetic-deformed")
