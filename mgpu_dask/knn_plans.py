@@ -148,7 +148,7 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         chunks=((n,) * len(workers),), meta=meta_for(device, 1, np.int32), loose=loose)
     with placement.carrying_data():  # NumPy rows travel in the graph: a lost copy is rebuilt
         copies, labels = client.persist([copies, labels], optimize_graph=False)
-    wait(futures_of([copies, labels]), timeout=timeout)
+    _placed_or_raise(futures_of([copies, labels]), n, timeout)
     xs, ys = placement.row_futures(copies), placement.row_futures(labels)
     return TrainLayout("replicate", xs, ys, placement.holders(client, xs), [0] * len(xs), n,
                        device, (copies, labels))
@@ -166,11 +166,24 @@ def shard_train(X: Any, y: np.ndarray, client: Client | None, device: str,
     blocks = placement.map_blocks(client, _prepare, Xd, prep, name=placement.fresh_name("knn-train"),
                                   chunks=Xd.chunks, meta=meta_for(device, 2, np.float32))
     yd = shard(y, client, device=device, dtype=np.int32, timeout=timeout, like=blocks)
-    wait(futures_of([blocks, yd]), timeout=timeout)
+    _placed_or_raise(futures_of([blocks, yd]), int(Xd.shape[0]), timeout)
     xs, ys = placement.row_futures(blocks), placement.row_futures(yd)
     offsets = np.cumsum((0,) + Xd.chunks[0][:-1]).tolist()
     return TrainLayout("shard", xs, ys, placement.holders(client, xs), offsets,
                        int(Xd.shape[0]), device, (blocks, yd))
+
+
+def _placed_or_raise(futures: list, n_rows: int, timeout: float) -> None:
+    """Wait for the training blocks; a block that failed raises here (out of memory: clearly)."""
+    wait(futures, timeout=timeout)
+    for f in futures:
+        if f.status == "error":
+            exc = f.exception()
+            if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+                raise DataError(f"a worker ran out of memory preparing its part of the {n_rows} "
+                                "training rows; add workers (GPUs) or lower --memory-budget so "
+                                f"each holds less ({exc})") from None
+            raise exc
 
 
 def _check_queries(Qb: Any, xp: Any) -> Any:

@@ -23,7 +23,7 @@ from typing import Any, Callable, NamedTuple
 
 import yaml
 
-from .exceptions import MgpuDaskError
+from .exceptions import ClusterError, MgpuDaskError
 
 TASKS = ("knn", "logreg")
 
@@ -109,9 +109,17 @@ def run_workflow(flow: Workflow, parser: argparse.ArgumentParser, *,
                      f"{row['warm_total'] * 1000:.1f} ms" if row["status"] == "ok"
                      else row["status"]))
         else:
-            result = run_task(args)
+            try:
+                result = run_task(args)
+            except ClusterError as exc:  # e.g. more GPUs asked for than this machine has
+                echo(f"  error: {exc}")
+                results.append({"options": options, "error": str(exc)})
+                continue
             headline = result.get("warm_predict_median", result.get("warm_fit_predict_median"))
             echo(f"  accuracy {result['accuracy']:.4f}, warm {headline * 1000:.1f} ms, "
                  f"cold {result['cold']['total']:.2f} s, {result['workers']} workers")
         results.append({"options": options, **result})
+    if results and all("error" in r for r in results):
+        raise MgpuDaskError(f"workflow {flow.name}: every run failed; the first: "
+                            f"{results[0]['error']}")
     return results

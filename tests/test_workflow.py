@@ -99,3 +99,18 @@ def test_no_module_imports_the_cli():
             elif isinstance(node, ast.Import) and any(a.name == "mgpu_dask.run" for a in node.names):
                 offenders.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_a_run_the_machine_cannot_do_fails_alone(tmp_path, capsys):
+    from mgpu_dask._compat import gpu_count
+
+    if gpu_count():
+        pytest.skip("needs a machine without GPUs (the gpu run must fail)")
+    f = tmp_path / "w.yaml"
+    f.write_text("task: knn\noptions: {dataset: digits, repeats: 1}\n"
+                 "sweep: {device: [gpu, cpu], workers: [1]}\n")
+    out = tmp_path / "r.json"
+    assert main(["workflow", str(f), "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert "no NVIDIA GPU" in runs[0]["error"] and runs[1]["accuracy"] > 0.95
+    assert "  error: --device gpu but no NVIDIA GPU" in capsys.readouterr().out

@@ -10,10 +10,12 @@ from numba import cuda, int64
 
 from . import deform_math as dm
 
+N_DRAWS = dm.N_DRAWS  # a module global: a compile-time constant for the shared array
+
 
 @cuda.jit(cache=True)
 def deform_rows(src, out, seed, row0, side, shift_q8, tan_q14, scale_q14, shear_q14, elastic_q8):
-    draws = cuda.shared.array(dm.N_DRAWS, int64)
+    draws = cuda.shared.array(N_DRAWS, int64)
     n_src = src.shape[0]
     for i in range(cuda.blockIdx.x, out.shape[0], cuda.gridDim.x):
         r = row0 + i

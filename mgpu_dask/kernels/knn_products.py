@@ -95,26 +95,47 @@ def operand_dtype(precision: str, gpu: bool) -> Any:
     return np.dtype({"int8": np.int8, "bf16": np.uint16}.get(precision, np.float32))
 
 
+CHUNK_BYTES = 1 << 28
+"""Rows are converted this many float32 bytes at a time: the temporaries of a
+multi-gigabyte training block stay small (8.1M MNIST rows in one float32 copy
+would be 25 GB)."""
+
+
+def _row_chunks(X: Any, bytes_per_row: int) -> Any:
+    step = max(1, CHUNK_BYTES // max(1, bytes_per_row))
+    for start in range(0, int(X.shape[0]), step):
+        yield start, X[start:start + step]
+
+
 def operand(xp: Any, X: Any, precision: str, eight_bit: bool, shift: int, out: Any = None) -> Any:
     """Rows as the product's padded operand for ``precision`` (CPU: float32, rounded as a GPU).
 
-    Written into ``out`` (zero-padded, shaped by :func:`padded_shape`) when given.
+    Written into ``out`` (zero-padded, shaped by :func:`padded_shape`) when
+    given; converted in chunks of :data:`CHUNK_BYTES`.
     """
-    values = _shifted(xp, X, shift) if eight_bit else xp.asarray(X, dtype=np.float32)
-    dtype = operand_dtype(precision, on_gpu(values))
-    if not on_gpu(values):
-        values = precisions.round_operand(np.asarray(values, dtype=np.float32), precision)
-    elif precision == "bf16":
-        values = _to_bf16_bits(xp, values.astype(np.float32))
-    elif precision != "int8":
-        values = values.astype(np.float32)
-    return _padded(xp, values, dtype, out)
+    gpu = on_gpu(X)
+    if out is None:
+        out = xp.zeros(padded_shape(*X.shape), dtype=operand_dtype(precision, gpu))
+    for start, part in _row_chunks(X, 4 * int(X.shape[1])):
+        values = _shifted(xp, part, shift) if eight_bit else xp.asarray(part, dtype=np.float32)
+        if not gpu:
+            values = precisions.round_operand(np.asarray(values, dtype=np.float32), precision)
+        elif precision == "bf16":
+            values = _to_bf16_bits(xp, values.astype(np.float32))
+        elif precision != "int8":
+            values = values.astype(np.float32)
+        out[start:start + values.shape[0], :values.shape[1]] = values
+    return out
 
 
 def squared_norms(xp: Any, X: Any, eight_bit: bool, shift: int) -> Any:
-    """Row norms in float64: exact for 8-bit data (of the shifted rows)."""
-    values = _shifted(xp, X, shift).astype(np.float64) if eight_bit else X.astype(np.float64)
-    return (values * values).sum(axis=1)
+    """Row norms in float64: exact for 8-bit data (of the shifted rows); computed in chunks."""
+    norms = xp.empty(int(X.shape[0]), dtype=np.float64)
+    for start, part in _row_chunks(X, 8 * int(X.shape[1])):
+        values = (_shifted(xp, part, shift).astype(np.float64) if eight_bit
+                  else part.astype(np.float64))
+        norms[start:start + values.shape[0]] = (values * values).sum(axis=1)
+    return norms
 
 
 def prepare_train(X: Any, precision: str, eight_bit: bool, shift: int,
