@@ -51,4 +51,5 @@ def run_comparison(args: argparse.Namespace) -> dict:
                        download=not args.no_download, fraction=args.fraction,
                        test_size=args.test_size, seed=args.seed, options=options,
                        cluster_options=cluster_kwargs(args), report=args.report,
-                       echo=None if args.quiet else stderr_echo)
+                       echo=None if args.quiet else stderr_echo, copies=args.copies,
+                       deformation=args.deform)

@@ -20,12 +20,12 @@ from typing import Any, Callable, Iterator, NamedTuple
 import numpy as np
 from distributed import futures_of, performance_report, wait
 
-from . import __version__, config, inputs, placement
+from . import __version__, config
 from ._compat import visible_gpus
 from .cluster import RunningCluster, connect
 from .data import Split, load_dataset, shard, shard_locations, split
 from .data.deformed import DeformedSpec, deformed_sources, deformed_spec, deformed_train
-from .data.shard import meta_for, placement_problems
+from .data.shard import as_worker_rows, placement_problems
 from .knn import KNeighborsClassifier, accuracy, to_host
 from .timing import Phases
 
@@ -216,12 +216,6 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
     return result
 
 
-def _scaled(block: Any, scale: float) -> Any:
-    out = block.astype(np.float32)
-    out *= np.float32(scale)
-    return out
-
-
 def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
                fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, C: float = 1.0,
                max_iter: int = 100, tol: float = 1e-4, comm: str = "auto",
@@ -241,16 +235,9 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
         client, parts = s.cluster.client, s.data
         scale = 1.0 / max(1.0, float(s.dataset.X.max()))  # pixels to [0, 1]
         say("[3/4] transfer (train and test sharded, one shard per worker)")
-        with cold("transfer"):
-            if isinstance(parts.X_train, np.ndarray):
-                X_train = shard(parts.X_train, client, dtype=np.float32, scale=scale,
-                                timeout=s.wait_timeout)
-            else:  # generated on the workers: scaled where each block lives
-                X_train = placement.map_blocks(
-                    client, _scaled, parts.X_train, scale, name=placement.fresh_name("scaled"),
-                    chunks=parts.X_train.chunks,
-                    meta=meta_for(inputs.device_of(parts.X_train), 2, np.float32))
-                wait(futures_of(X_train), timeout=s.wait_timeout)
+        with cold("transfer"):  # host rows sharded; generated rows cast where they are
+            X_train = as_worker_rows(parts.X_train, client, dtype=np.float32, scale=scale,
+                                     timeout=s.wait_timeout)
             X_test = shard(parts.X_test, client, dtype=np.float32, scale=scale,
                            timeout=s.wait_timeout)
         say("[4/4] fit and predict: cold, then warm")
@@ -289,7 +276,8 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
                 data_dir: str | None = None, download: bool = True, fraction: float = 1.0,
                 test_size: float = 0.25, seed: int = 0, options: dict[str, Any] | None = None,
                 cluster_options: dict[str, Any] | None = None, report: str | None = None,
-                echo: Echo | None = None) -> dict[str, Any]:
+                echo: Echo | None = None, copies: int | None = None,
+                deformation: str | None = None) -> dict[str, Any]:
     """Every requested backend on the same split and cluster: one row each.
 
     A backend that cannot run here, or fails, is one row with its reason.
@@ -300,7 +288,8 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
     phases = Phases(say)
     with session(task, phases, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
-                 cluster_options=cluster_options, report=report, say=say) as s:
+                 cluster_options=cluster_options, report=report, say=say,
+                 copies=copies, deformation=deformation) as s:
         device = "gpu" if s.cluster.plan.device == "gpu" else "cpu"
         run = BackendRun(s.data, s.cluster.client, device, dict(options or {}), s.wait_timeout)
         rows = []

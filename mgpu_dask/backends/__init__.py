@@ -22,7 +22,7 @@ class BackendSkipped(Exception):
 class BackendRun(NamedTuple):
     """What every backend gets: the same split, cluster and options."""
 
-    parts: Any              # data.Split (host arrays)
+    parts: Any              # data.Split (host arrays; X_train a dask array when generated)
     client: Any             # distributed.Client or None
     device: str             # "gpu" or "cpu"
     options: dict[str, Any]
@@ -47,3 +47,30 @@ def module(name: str) -> Any:
     import importlib
 
     return importlib.import_module(f".{name}_backend", __name__)
+
+
+def _block_max(block: Any) -> Any:
+    import numpy as np
+
+    return np.array([float(block.max())]) if block.size else np.zeros(1)
+
+
+def pixel_scale(X: Any) -> float:
+    """``1 / max(X)`` (at least 1): pixels to [0, 1], for host or worker-resident rows."""
+    import numpy as np
+
+    from .. import placement
+    from ..inputs import active_client, to_host
+
+    if isinstance(X, np.ndarray):
+        return 1.0 / max(1.0, float(X.max()))
+    tops = placement.map_blocks(active_client(), _block_max, X, name=placement.fresh_name("max"),
+                                chunks=((1,) * X.numblocks[0],), meta=np.empty(0))
+    return 1.0 / max(1.0, float(to_host(tops).max()))
+
+
+def train_labels(run: BackendRun, X: Any, dtype: Any) -> Any:
+    """The training labels on the workers, each block with its rows of ``X``."""
+    from ..data import shard
+
+    return shard(run.parts.y_train, run.client, dtype=dtype, timeout=run.timeout, like=X)

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from ..data import shard
+from ..data.shard import as_worker_rows
 from ..knn import to_host
-from . import BackendRun
+from . import BackendRun, pixel_scale, train_labels
 from .numba_backend import repeat
 
 
@@ -21,8 +22,8 @@ def knn(run: BackendRun) -> dict[str, Any]:
     from cuml.dask.neighbors import KNeighborsClassifier
 
     o, p, c = run.options, run.parts, run.client
-    X = shard(p.X_train, c, dtype=np.float32, timeout=run.timeout)
-    y = shard(p.y_train, c, dtype=np.int32, timeout=run.timeout)
+    X = as_worker_rows(p.X_train, c, dtype=np.float32, timeout=run.timeout)
+    y = train_labels(run, X, np.int32)
     Q = shard(p.X_test, c, dtype=np.float32, timeout=run.timeout)
     result = repeat(run, lambda: KNeighborsClassifier(n_neighbors=o["k"], client=c).fit(X, y),
                     lambda model: to_host(model.predict(Q), run.timeout))
@@ -33,9 +34,9 @@ def logreg(run: BackendRun) -> dict[str, Any]:
     from cuml.dask.linear_model import LogisticRegression
 
     o, p, c = run.options, run.parts, run.client
-    scale = 1.0 / max(1.0, float(p.X_train.max()))
-    X = shard(p.X_train, c, dtype=np.float32, scale=scale, timeout=run.timeout)
-    y = shard(p.y_train, c, dtype=np.float32, timeout=run.timeout)
+    scale = pixel_scale(p.X_train)
+    X = as_worker_rows(p.X_train, c, dtype=np.float32, scale=scale, timeout=run.timeout)
+    y = train_labels(run, X, np.float32)
     Xt = shard(p.X_test, c, dtype=np.float32, scale=scale, timeout=run.timeout)
     return repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
                                                   client=c).fit(X, y),

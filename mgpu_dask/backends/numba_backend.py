@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from ..data import shard
+from ..data.shard import as_worker_rows
 from ..knn import KNeighborsClassifier, to_host
-from . import BackendRun
+from . import BackendRun, pixel_scale
 
 
 def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:
@@ -37,8 +38,9 @@ def logreg(run: BackendRun, loss_grad: Any = None) -> dict[str, Any]:
     from ..logreg import LogisticRegression
 
     o, p = run.options, run.parts
-    scale = 1.0 / max(1.0, float(p.X_train.max()))
-    X = shard(p.X_train, run.client, dtype=np.float32, scale=scale, timeout=run.timeout)
+    scale = pixel_scale(p.X_train)
+    X = as_worker_rows(p.X_train, run.client, dtype=np.float32, scale=scale,
+                       timeout=run.timeout)
     Xt = shard(p.X_test, run.client, dtype=np.float32, scale=scale, timeout=run.timeout)
     return repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
                                                   comm=o.get("comm", "auto"),

@@ -21,6 +21,12 @@ def _timed(fn: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - started
 
 
+def _host_only(run: BackendRun) -> None:
+    if not isinstance(run.parts.X_train, np.ndarray):
+        raise BackendSkipped("the training rows were generated on the workers; the CPU "
+                             "reference takes host data")
+
+
 def _run(make: Any, run: BackendRun, X_train: np.ndarray, X_test: np.ndarray) -> dict[str, Any]:
     p = run.parts
     limit = run.options.get("cpu_max_train")
@@ -39,6 +45,7 @@ def _run(make: Any, run: BackendRun, X_train: np.ndarray, X_test: np.ndarray) ->
 def knn(run: BackendRun) -> dict[str, Any]:
     from sklearn.neighbors import KNeighborsClassifier
 
+    _host_only(run)
     o = run.options
     return _run(lambda: KNeighborsClassifier(o["k"], weights=o["weights"], algorithm="brute",
                                              n_jobs=-1),
@@ -48,6 +55,7 @@ def knn(run: BackendRun) -> dict[str, Any]:
 def logreg(run: BackendRun) -> dict[str, Any]:
     from sklearn.linear_model import LogisticRegression
 
+    _host_only(run)
     o = run.options
     scale = 1.0 / max(1.0, float(run.parts.X_train.max()))
     return _run(lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"]),

@@ -216,3 +216,24 @@ def placement_problems(infos: list[ShardInfo], n_workers: int, what: str = "shar
         problems += [f"worker {w} holds {len(i)} {what}s ({', '.join(map(str, sorted(i)))})"
                      for w, i in sorted(by_worker.items()) if len(i) > 1]
     return problems
+
+
+def _cast_block(block: Any, dtype: Any, scale: float | None) -> Any:
+    out = block.astype(dtype)
+    if scale is not None:
+        out *= out.dtype.type(scale)
+    return out
+
+
+def as_worker_rows(X: Any, client: Client, *, dtype: Any = np.float32, scale: float | None = None,
+                   timeout: float | None = None) -> da.Array:
+    """Rows on the workers as ``dtype`` (times ``scale``): host rows are sharded; rows that
+    already live on the workers (generated there) are cast where each block is."""
+    if isinstance(X, np.ndarray):
+        return shard(X, client, dtype=dtype, scale=scale, timeout=timeout)
+    device = "gpu" if type(X._meta).__module__.startswith("cupy") else "cpu"
+    out = placement.map_blocks(client, _cast_block, X, np.dtype(dtype), scale,
+                               name=placement.fresh_name("rows-as"), chunks=X.chunks,
+                               meta=meta_for(device, 2, np.dtype(dtype)))
+    wait(futures_of(out), timeout=timeout or config.seconds("cluster.compute-timeout"))
+    return out
