@@ -107,16 +107,48 @@ def _row_chunks(X: Any, bytes_per_row: int) -> Any:
         yield start, X[start:start + step]
 
 
+_PIXEL_KERNELS: dict[str, Any] = {}
+
+
+def _pixel_kernel(name: str) -> Any:
+    """CuPy kernels for uint8 pixels shifted by 128, in one pass: the bf16 bit pattern of
+    ``x - 128`` (exact: integers below 2**8 need no rounding) and the row sum of squares."""
+    if name not in _PIXEL_KERNELS:
+        import cupy
+
+        _PIXEL_KERNELS["bf16"] = cupy.ElementwiseKernel(
+            "uint8 x", "uint16 y",
+            "y = (unsigned short)(__float_as_uint((float)((int)x - 128)) >> 16)",
+            "mgpu_pixels_to_bf16")
+        _PIXEL_KERNELS["norms"] = cupy.ReductionKernel(
+            "uint8 x", "float64 y", "((long long)x - 128) * ((long long)x - 128)", "a + b",
+            "y = (double)a", "0", "mgpu_pixel_sq_norms", reduce_type="long long")
+    return _PIXEL_KERNELS[name]
+
+
+def _fast_pixels(X: Any, precision: str, eight_bit: bool, shift: int) -> bool:
+    return (on_gpu(X) and eight_bit and X.dtype == np.uint8 and shift == 128
+            and precision in ("bf16", "int8"))
+
+
 def operand(xp: Any, X: Any, precision: str, eight_bit: bool, shift: int, out: Any = None) -> Any:
     """Rows as the product's padded operand for ``precision`` (CPU: float32, rounded as a GPU).
 
     Written into ``out`` (zero-padded, shaped by :func:`padded_shape`) when
-    given; converted in chunks of :data:`CHUNK_BYTES`.
+    given; uint8 pixels on a GPU in one pass, anything else in chunks of
+    :data:`CHUNK_BYTES`.
     """
     gpu = on_gpu(X)
     if out is None:
         out = xp.zeros(padded_shape(*X.shape), dtype=operand_dtype(precision, gpu))
-    for start, part in _row_chunks(X, 4 * int(X.shape[1])):
+    n, d = int(X.shape[0]), int(X.shape[1])
+    if _fast_pixels(X, precision, eight_bit, shift):
+        if precision == "bf16":
+            _pixel_kernel("bf16")(X, out[:n, :d])
+        else:
+            out[:n, :d] = _shifted(xp, X, shift)
+        return out
+    for start, part in _row_chunks(X, 4 * d):
         values = _shifted(xp, part, shift) if eight_bit else xp.asarray(part, dtype=np.float32)
         if not gpu:
             values = precisions.round_operand(np.asarray(values, dtype=np.float32), precision)
@@ -130,6 +162,8 @@ def operand(xp: Any, X: Any, precision: str, eight_bit: bool, shift: int, out: A
 
 def squared_norms(xp: Any, X: Any, eight_bit: bool, shift: int) -> Any:
     """Row norms in float64: exact for 8-bit data (of the shifted rows); computed in chunks."""
+    if on_gpu(X) and eight_bit and X.dtype == np.uint8 and shift == 128:
+        return _pixel_kernel("norms")(X, axis=1)
     norms = xp.empty(int(X.shape[0]), dtype=np.float64)
     for start, part in _row_chunks(X, 8 * int(X.shape[1])):
         values = (_shifted(xp, part, shift).astype(np.float64) if eight_bit
