@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import time
 from enum import Enum
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, WorkerPlugin
 
 from . import config, latency, worker_start
 from ._compat import gpu_count, is_installed, visible_gpus
@@ -124,13 +125,45 @@ def plan_cluster(workers: int | None = None, *, scheduler_address: str | None = 
     return ClusterPlan(ClusterKind.LOCAL_CPU, n, "cpu", (), max(1, cpus // n), None, note)
 
 
-def _start_local(plan: ClusterPlan, dashboard_address: str, memory_limit: str | None) -> LocalCluster:
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class IgnoreInterrupt(WorkerPlugin):
+    """Worker plugin for long-lived clusters: Ctrl-C in a terminal reaches every process of
+    its group; the workers leave the shutdown to the cluster (no tracebacks from them)."""
+
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def exposure_warning(host: str | None, dashboard_address: str) -> str | None:
+    """One line when the scheduler or dashboard would listen beyond this machine."""
+    dash_host = dashboard_address.rsplit(":", 1)[0].strip("[]") if ":" in dashboard_address else ""
+    wide = [what for what, h in (("scheduler", host or "127.0.0.1"),
+                                 ("dashboard", dash_host or host or "127.0.0.1"))
+            if h not in LOOPBACK]
+    if not wide:
+        return None
+    where = "all interfaces" if (host or dash_host) in ("0.0.0.0", "::", "") else (host or dash_host)
+    return (f"warning: the {' and '.join(wide)} listen on {where}: anyone who can reach this "
+            "machine can see the dashboard and run code on the workers; use --host 127.0.0.1 "
+            "unless you need that")
+
+
+def _start_local(plan: ClusterPlan, dashboard_address: str, memory_limit: str | None,
+                 host: str | None = None) -> LocalCluster:
     with worker_start.starting_workers(plan.device):
-        return _start_local_cluster(plan, dashboard_address, memory_limit)
+        return _start_local_cluster(plan, dashboard_address, memory_limit, host or "127.0.0.1")
 
 
 def _start_local_cluster(plan: ClusterPlan, dashboard_address: str,
-                         memory_limit: str | None) -> LocalCluster:
+                         memory_limit: str | None, host: str) -> LocalCluster:
     if plan.kind is ClusterKind.LOCAL_CUDA:
         from dask_cuda import LocalCUDACluster
 
@@ -138,10 +171,10 @@ def _start_local_cluster(plan: ClusterPlan, dashboard_address: str,
             CUDA_VISIBLE_DEVICES=list(plan.gpu_indices), n_workers=plan.n_workers,
             threads_per_worker=1, dashboard_address=dashboard_address, protocol="tcp",
             memory_limit=memory_limit or "auto", device_memory_limit=0, silence_logs=logging.ERROR,
-            pre_import=["cupy", "numba.cuda"])
+            pre_import=["cupy", "numba.cuda"], host=host)
     return LocalCluster(n_workers=plan.n_workers, threads_per_worker=plan.threads_per_worker,
                         processes=True, dashboard_address=dashboard_address,
-                        memory_limit=memory_limit or "auto", silence_logs=logging.ERROR)
+                        memory_limit=memory_limit or "auto", silence_logs=logging.ERROR, host=host)
 
 
 def _wait_for_file(path: str, timeout: float) -> None:
@@ -159,7 +192,7 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
             device: str = "auto", dashboard_address: str | None = None,
             timeout: float | None = None, memory_limit: str | None = None,
             cluster: str = "local", jobs: int = 1, gpus_per_job: int | None = None,
-            scheduler_file: str | None = None) -> Iterator[RunningCluster]:
+            scheduler_file: str | None = None, host: str | None = None) -> Iterator[RunningCluster]:
     """Start (or join) a cluster, yield it with its client, and shut it down.
 
     Parameters
@@ -174,6 +207,9 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
         defaults to ``mgpu-dask.cluster.start-timeout``.
     memory_limit : str or None, default None
         Host memory budget per worker (``"8GB"``), ``"auto"`` when omitted.
+    host : str or None, default None
+        Interface the local scheduler and dashboard listen on (``127.0.0.1``
+        when omitted; ``0.0.0.0`` for all, with a one-line warning on stderr).
 
     Yields
     ------
@@ -207,7 +243,12 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
                                          dashboard_address=dashboard_address)
             client = Client(local, timeout=timeout)
         else:
-            local = _start_local(plan, dashboard_address, memory_limit)
+            warning = exposure_warning(host, dashboard_address)
+            if warning:
+                print(warning, file=sys.stderr)
+            if dashboard_address.startswith(":"):  # a bare port binds every interface
+                dashboard_address = f"{host or '127.0.0.1'}{dashboard_address}"
+            local = _start_local(plan, dashboard_address, memory_limit, host)
             # Results come straight from the workers, not relayed by the scheduler.
             client = Client(local, timeout=timeout, direct_to_workers=True)
         wanted = plan.n_workers or 1

@@ -15,7 +15,8 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
     return dict(workers=args.workers, scheduler_address=args.scheduler_address,
                 device=args.device, dashboard_address=args.dashboard_address,
                 timeout=args.timeout, cluster=args.cluster, jobs=args.jobs,
-                gpus_per_job=args.gpus_per_job, scheduler_file=args.scheduler_file)
+                gpus_per_job=args.gpus_per_job, scheduler_file=args.scheduler_file,
+                host=getattr(args, "host", None))
 
 
 def run_task(args: argparse.Namespace) -> dict:

@@ -41,7 +41,8 @@ def machine() -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _report(path: str | None) -> Iterator[None]:
-    """A Dask performance report written atomically (temporary name, then rename)."""
+    """A Dask performance report written atomically (temporary name, then rename), with
+    Bokeh's JavaScript inline so that it opens without internet (cluster nodes)."""
     if not path:
         yield
         return
@@ -50,7 +51,7 @@ def _report(path: str | None) -> Iterator[None]:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part.html", dir=target.parent)
     os.close(fd)
     try:
-        with performance_report(filename=tmp):
+        with performance_report(filename=tmp, mode="inline"):  # readable offline
             yield
         os.replace(tmp, target)
     finally:

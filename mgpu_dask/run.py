@@ -55,7 +55,11 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scheduler-address", default=None, help="join a running scheduler")
     g.add_argument("--scheduler-file", default=None,
                    help="join the scheduler of this file (dask scheduler --scheduler-file)")
-    g.add_argument("--dashboard-address", default=None, help="dashboard port, e.g. :8787")
+    g.add_argument("--dashboard-address", default=None,
+                   help="dashboard port, e.g. :8787 (taken: another is chosen and printed)")
+    g.add_argument("--host", default=None,
+                   help="interface a local scheduler and dashboard listen on (default "
+                        "127.0.0.1, this machine only; 0.0.0.0 for all, with a warning)")
     g.add_argument("--timeout", type=float, default=None,
                    help="seconds allowed for cluster start and each wait")
     g.add_argument("--cluster", choices=("local", "slurm", "pbs"), default="local",
@@ -337,6 +341,42 @@ def cmd_workflow(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    """Start a cluster and keep it up until Ctrl-C or SIGTERM; runs join it by address."""
+    import time
+
+    from .cluster import IgnoreInterrupt, connect
+
+    if args.scheduler_address or args.scheduler_file:
+        raise MgpuDaskError("`cluster` starts a cluster; to use a running one, pass "
+                            "--scheduler-address to knn, logreg, data or workflow instead")
+    with connect(**cluster_kwargs(args)) as rc:
+        address = rc.client.scheduler.address
+        wanted = args.dashboard_address
+        link = rc.dashboard_link or "(none: bokeh is not installed)"
+        if wanted and not wanted.endswith(":0") and rc.dashboard_link \
+                and not rc.dashboard_link.split("/status")[0].endswith(":" + wanted.rsplit(":", 1)[-1]):
+            raise MgpuDaskError(f"--dashboard-address {wanted}: that port is taken; choose "
+                                "another, or :0 for any free one")
+        rc.client.register_plugin(IgnoreInterrupt(), name="mgpu-dask-ignore-sigint")
+        n = len(rc.client.scheduler_info(n_workers=-1)["workers"])
+        print(f"cluster: {rc.plan.kind.value}, {n} workers ({rc.plan.device}), started in "
+              f"{rc.start_seconds:.1f} s")
+        print(f"scheduler: {address}")
+        print(f"dashboard: {link}")
+        print(f"join it:   python -m mgpu_dask.run knn --scheduler-address {address}")
+        print("Ctrl-C (or SIGTERM) stops it.", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (raised as Terminated, a subclass)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: shut down anyway
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            print("stopping the cluster ...", flush=True)
+    print("cluster stopped", flush=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mgpu_dask.run", description=__doc__)
     parser.add_argument("--version", action="version", version=f"mgpu_dask {__version__}")
@@ -346,6 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_args(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_info)
+
+    p = sub.add_parser("cluster", help="start a cluster and keep it up (Ctrl-C stops it); "
+                                       "runs join it with --scheduler-address")
+    add_cluster_args(p)
+    p.set_defaults(handler=cmd_cluster)
 
     p = sub.add_parser("data", help="fetch/verify a data set and print a summary")
     add_data_args(p)

@@ -6,7 +6,11 @@ import functools
 import http.server
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 # Without a GPU, run our Numba CUDA kernels in the CUDA simulator.  This must
@@ -16,6 +20,7 @@ if not os.environ.get("MGPU_DASK_TEST_REAL_CUDA") and shutil.which("nvidia-smi")
 
 import dask
 import numpy as np
+import psutil
 import pytest
 
 from mgpu_dask.data.idx import write_idx
@@ -168,3 +173,32 @@ def softmax_reference(logits, labels):
     p /= p.sum(1, keepdims=True)
     rows = np.arange(len(labels))
     return p - np.eye(z.shape[1])[labels], -np.log(p[rows, labels])
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class RunningCommand:
+    """``python -m mgpu_dask.run cluster ...`` in a process group of its own (like a terminal)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mgpu_dask.run", "cluster", "--device", "cpu",
+             "--dashboard-address", ":0", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.lines: dict[str, str] = {}
+        deadline = time.time() + 90
+        while "join it" not in self.lines:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"cluster did not start: {self.proc.stderr.read()[-2000:]}")
+            key, _, value = line.partition(":")
+            self.lines[key.strip()] = value.strip()
+            assert time.time() < deadline
+        self.children = psutil.Process(self.proc.pid).children(recursive=True)
+
+    def interrupt(self) -> tuple[int, str, str]:
+        """Ctrl-C in a terminal: SIGINT to the whole process group."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        out, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out, err

@@ -1,0 +1,56 @@
+"""The dashboard and the performance report in a real browser (headless Chromium).
+
+While a CPU run joined to a `cluster` is in progress, Chromium loads the
+status page (its JavaScript must come from the dashboard itself, so that it
+works without internet) and the dashboard's /metrics route, where our task
+names must appear; afterwards it opens the run's --report file, which must be
+self-contained, and finds them there too.  Skipped where no chromium is
+installed (.ci/run installs it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO_ROOT, RunningCommand
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (.ci/run installs it)")
+OUR_TASKS = ("knn-train", "mgpu-shard", "knn-predict")
+
+
+def _chromium(*args: str) -> str:
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--hide-scrollbars", *args], capture_output=True, text=True,
+                          timeout=120)
+    return done.stdout
+
+
+def test_status_page_metrics_and_report_show_our_tasks(tmp_path):
+    cluster = RunningCommand("--workers", "2")
+    dashboard = cluster.lines["dashboard"]
+    report = tmp_path / "report.html"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "mgpu_dask.run", "knn", "--dataset", "digits",
+         "--scheduler-address", cluster.lines["scheduler"], "--repeats", "40", "--quiet",
+         "--report", str(report)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(4)  # the run is placing shards and predicting
+        status = _chromium("--dump-dom", dashboard)
+        metrics = _chromium("--dump-dom", dashboard.replace("/status", "/metrics"))
+        assert run.wait(timeout=240) == 0
+    finally:
+        run.kill()
+        rc, _, err = cluster.interrupt()
+    assert rc == 0
+    for name in OUR_TASKS:
+        assert f'task_prefix_name="{name}"' in metrics
+    assert 'src="static/js/bokeh.min.js' in status and "cdn.bokeh.org" not in status
+    page = _chromium("--dump-dom", report.as_uri())
+    assert "cdn.bokeh.org" not in report.read_text()  # self-contained: opens offline
+    for name in OUR_TASKS:
+        assert name in page
