@@ -19,6 +19,19 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
                 host=getattr(args, "host", None))
 
 
+def label_list(text: str | None) -> list[int] | None:
+    """``"3,8"`` -> ``[3, 8]`` (``--classes``); DataError for anything else."""
+    if not text:
+        return None
+    from .exceptions import DataError
+
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise DataError(f"--classes {text}: give integer labels separated by commas, e.g. 3,8") \
+            from None
+
+
 def run_task(args: argparse.Namespace) -> dict:
     """Run the ``knn`` or ``logreg`` job the parsed options describe; return its results."""
     from .jobs import knn_job, logreg_job
@@ -33,7 +46,8 @@ def run_task(args: argparse.Namespace) -> dict:
         return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
                        method=args.method, precision=args.precision,
                        memory_budget=args.memory_budget, **common)
-    return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm, **common)
+    return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm,
+                      classes=label_list(args.classes), **common)
 
 
 def run_comparison(args: argparse.Namespace) -> dict:
@@ -53,4 +67,4 @@ def run_comparison(args: argparse.Namespace) -> dict:
                        test_size=args.test_size, seed=args.seed, options=options,
                        cluster_options=cluster_kwargs(args), report=args.report,
                        echo=None if args.quiet else stderr_echo, copies=args.copies,
-                       deformation=args.deform)
+                       deformation=args.deform, classes=label_list(getattr(args, "classes", None)))

@@ -26,6 +26,7 @@ from .cluster import RunningCluster, connect
 from .data import Split, load_dataset, shard, shard_locations, split
 from .data.deformed import DeformedSpec, deformed_sources, deformed_spec, deformed_train
 from .data.shard import as_worker_rows, placement_problems
+from .data.split import keep_labels
 from .knn import KNeighborsClassifier, accuracy, to_host
 from .timing import Phases
 
@@ -71,7 +72,8 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
             download: bool, fraction: float, test_size: float, seed: int,
             cluster_options: dict[str, Any] | None, report: str | None,
             say: Echo, copies: int | None = None,
-            deformation: str | None = None) -> Iterator[Session]:
+            deformation: str | None = None,
+            classes: list[int] | None = None) -> Iterator[Session]:
     """Load and split the data, start the cluster (timed), make its client current.
 
     A ``NAME-deformed`` data set's training part is then replaced by
@@ -85,6 +87,8 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
     with phases("load"):
         ds = load_dataset(dataset, data_dir=data_dir, download=download, seed=seed)
         parts = split(ds.X, ds.y, test_size=test_size, seed=seed, fraction=fraction)
+        if classes:
+            parts = keep_labels(parts, classes)
     if ds.note:
         say(f"note: {ds.note}")
     say("[2/4] cluster")
@@ -222,8 +226,12 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
                max_iter: int = 100, tol: float = 1e-4, comm: str = "auto",
                cluster_options: dict[str, Any] | None = None, repeats: int = 3,
                report: str | None = None, echo: Echo | None = None,
-               copies: int | None = None, deformation: str | None = None) -> dict[str, Any]:
-    """Logistic regression end to end (pixels scaled to [0, 1]); every number the CLI prints."""
+               copies: int | None = None, deformation: str | None = None,
+               classes: list[int] | None = None) -> dict[str, Any]:
+    """Logistic regression end to end (pixels scaled to [0, 1]); every number the CLI prints.
+
+    ``classes`` keeps only the rows of those labels (``[3, 8]``: the binary problem).
+    """
     from .logreg import LogisticRegression
 
     say = echo or (lambda message: None)
@@ -232,7 +240,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
     with session("logreg", cold, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
                  cluster_options=cluster_options, report=report, say=say,
-                 copies=copies, deformation=deformation) as s:
+                 copies=copies, deformation=deformation, classes=classes) as s:
         client, parts = s.cluster.client, s.data
         scale = 1.0 / max(1.0, float(s.dataset.X.max()))  # pixels to [0, 1]
         say("[3/4] transfer (train and test sharded, one shard per worker)")
@@ -257,7 +265,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
         warm_totals = [r["fit"] + r["predict"] for r in runs]
         return {
             **_summary(s, "logreg", fraction, seed),
-            "C": C, "max_iter": max_iter, "tol": tol,
+            "C": C, "max_iter": max_iter, "tol": tol, "classes": classes,
             "device": "gpu" if type(X_train._meta).__module__.startswith("cupy") else "cpu",
             **_placement(client, {"train shard": X_train, "test shard": X_test}),
             "accuracy": accuracy(pred, parts.y_test), "n_iter": clf.n_iter_,
@@ -278,7 +286,8 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
                 test_size: float = 0.25, seed: int = 0, options: dict[str, Any] | None = None,
                 cluster_options: dict[str, Any] | None = None, report: str | None = None,
                 echo: Echo | None = None, copies: int | None = None,
-                deformation: str | None = None) -> dict[str, Any]:
+                deformation: str | None = None,
+                classes: list[int] | None = None) -> dict[str, Any]:
     """Every requested backend on the same split and cluster: one row each.
 
     A backend that cannot run here, or fails, is one row with its reason.
@@ -290,7 +299,7 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
     with session(task, phases, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
                  cluster_options=cluster_options, report=report, say=say,
-                 copies=copies, deformation=deformation) as s:
+                 copies=copies, deformation=deformation, classes=classes) as s:
         device = "gpu" if s.cluster.plan.device == "gpu" else "cpu"
         run = BackendRun(s.data, s.cluster.client, device, dict(options or {}), s.wait_timeout)
         rows = []
@@ -316,4 +325,5 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
             if r["status"] == "ok" and reference:
                 r["speedup_vs_cuml"] = reference["warm_total"] / r["warm_total"]
         return {**_summary(s, task, fraction, seed), "options": options, "device": device,
+                "classes": classes,
                 "setup": phases.seconds, "backends": rows}

@@ -435,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inverse L2 strength, as scikit-learn (1.0)")
     p.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations at most (100)")
     p.add_argument("--tol", type=float, default=1e-4, help="gradient tolerance (1e-4)")
+    p.add_argument("--classes", default=None, metavar="A,B,...",
+                   help="keep only the rows of these labels, in train and test (3,8: the "
+                        "binary 3-versus-8 problem); every backend gets the same rows")
     p.add_argument("--comm", default="auto",
                    help="single-host: one worker maps every shard of the node and runs the "
                         "whole fit; actors: one message round per evaluation (any cluster); "

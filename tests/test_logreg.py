@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import numpy as np
 import pytest
@@ -257,3 +258,28 @@ def test_lbfgs_solves_a_quadratic_and_counts():
     assert 0 < out["nit"] < out["nfev"] <= 3 * out["nit"] + 5
     capped = minimize_lbfgs(fun, np.zeros(30), maxiter=3, gtol=1e-12)
     assert capped["nit"] == 3 and not capped["success"]
+
+
+def test_cli_binary_subset_on_every_backend(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["logreg", "--dataset", "digits", "--classes", "3,8", "--workers", "2",
+                 "--device", "cpu", "--backend", "all", "--repeats", "1", "--quiet",
+                 "--dashboard-address", ":0", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    ds = load_dataset("digits")
+    parts = split(ds.X, ds.y)
+    assert r["classes"] == [3, 8]
+    assert r["n_train"] == int(np.isin(parts.y_train, [3, 8]).sum())
+    assert r["n_test"] == int(np.isin(parts.y_test, [3, 8]).sum())
+    rows = {b["backend"]: b for b in r["backends"]}
+    assert rows["numba"]["accuracy"] > 0.95 and rows["sklearn"]["accuracy"] > 0.95
+
+
+@pytest.mark.parametrize("value, match", [("3", "at least two labels"),
+                                          ("3,x", "integer labels separated by commas"),
+                                          ("3,42", r"label\(s\) \[42\] do not occur")])
+def test_cli_bad_classes(value, match, capsys):
+    assert main(["logreg", "--dataset", "digits", "--classes", value, "--device", "cpu",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(match, err[0])

@@ -69,3 +69,23 @@ def split(X: np.ndarray, y: np.ndarray, *, test_size: float = 0.25, seed: int = 
     return Split(resize(X[train], fraction), resize(y[train], fraction),
                  resize(X[test], fraction), resize(y[test], fraction),
                  resize(train, fraction), resize(test, fraction))
+
+
+def keep_labels(parts: Split, labels: list[int]) -> Split:
+    """Only the rows whose label is one of ``labels``, in train and test (indices kept)."""
+    wanted = sorted(set(int(v) for v in labels))
+    present = set(np.unique(parts.y_train).tolist())
+    missing = [v for v in wanted if v not in present]
+    if len(wanted) < 2:
+        raise DataError(f"--classes {','.join(map(str, labels))}: give at least two labels "
+                        "(e.g. 3,8)")
+    if missing:
+        raise DataError(f"--classes: label(s) {missing} do not occur in the training part; "
+                        f"its labels are {sorted(present)}")
+    train, test = np.isin(parts.y_train, wanted), np.isin(parts.y_test, wanted)
+
+    def pick(array: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
+        return None if array is None else array[mask]
+
+    return Split(parts.X_train[train], parts.y_train[train], parts.X_test[test],
+                 parts.y_test[test], pick(parts.train_index, train), pick(parts.test_index, test))
