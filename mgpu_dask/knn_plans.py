@@ -104,9 +104,10 @@ def _local_layout(X: Any, y: Any, device: str, plan: str, prep: Prep) -> TrainLa
                        [None] * len(blocks), edges[:-1].tolist(), int(edges[-1]), device)
 
 
-def _placed(client: Client, X: da.Array, timeout: float) -> tuple[da.Array, list, list]:
+def _placed(client: Client, X: da.Array, timeout: float,
+            remembered: bool = False) -> tuple[da.Array, list, list]:
     """``X`` persisted (as it is, if it already is), its row futures and their holders."""
-    found = placement.locate(client, X)
+    found = placement.locate(client, X, remembered)
     if found is None:
         X = client.persist(X)
         wait(futures_of(X), timeout=timeout)
@@ -247,7 +248,7 @@ def _query_blocks(client: Client | None, Q: da.Array,
         while keys and isinstance(keys[0], list):
             keys = [k[0] for k in keys]
         return Q, keys, [None] * len(keys)
-    Q, futures, where = _placed(client, Q, timeout)
+    Q, futures, where = _placed(client, Q, timeout, remembered=True)  # the same queries, warm
     return Q, futures, where
 
 

@@ -100,6 +100,10 @@ def row_futures(array: da.Array) -> list[Any]:
     return found
 
 
+_KNOWN_HOLDERS: dict[tuple[str, Key], str] = {}
+"""(scheduler, key) -> holder, for :func:`locate` with ``remembered=True``."""
+
+
 def holders(client: Any, futures: Sequence[Any]) -> list[str | None]:
     """The worker holding each future (the first, should there be several); one round trip."""
     present = [f for f in futures if f is not None]
@@ -108,16 +112,38 @@ def holders(client: Any, futures: Sequence[Any]) -> list[str | None]:
             for f in futures]
 
 
-def locate(client: Any, array: da.Array) -> tuple[list[Any], list[str]] | None:
+def _remembered_holders(client: Any, futures: Sequence[Any]) -> list[str | None]:
+    """:func:`holders`, asking the scheduler only about futures not seen finished before.
+
+    A pinned block stays on its holder while its future stays finished; a
+    lost holder makes the future lose that state, and it is asked about again.
+    """
+    scheduler = client.scheduler.address
+    ask = [f for f in futures if f.status != "finished" or (scheduler, f.key) not in _KNOWN_HOLDERS]
+    if ask:
+        if len(_KNOWN_HOLDERS) > 100_000:
+            _KNOWN_HOLDERS.clear()
+        for f, w in zip(ask, holders(client, ask)):
+            if w is not None and f.status == "finished":
+                _KNOWN_HOLDERS[(scheduler, f.key)] = w
+            else:
+                _KNOWN_HOLDERS.pop((scheduler, f.key), None)
+    return [_KNOWN_HOLDERS.get((scheduler, f.key)) for f in futures]
+
+
+def locate(client: Any, array: da.Array,
+           remembered: bool = False) -> tuple[list[Any], list[str]] | None:
     """Futures and holders of the row blocks of a persisted array; None if it is not persisted.
 
     A block that has no holder just now (a lost worker's, being rebuilt) is
     given a worker round-robin; the scheduler's recovery moves it if needed.
+    ``remembered=True`` skips the scheduler round trip for blocks located
+    before (every warm predict asks where the same query blocks are).
     """
     futures = row_futures(array)
     if any(f is None for f in futures):
         return None
-    where = holders(client, futures)
+    where = _remembered_holders(client, futures) if remembered else holders(client, futures)
     if any(w is None for w in where):
         from distributed import wait
 

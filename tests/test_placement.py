@@ -171,3 +171,26 @@ def test_placement_problems_name_every_extra_holder():
     more_blocks_than_workers = [ShardInfo(i, 10, f"w{i % 2}", "numpy.ndarray", "host")
                                 for i in range(4)]
     assert placement_problems(more_blocks_than_workers, 2) == []
+
+
+def test_warm_predict_asks_no_scheduler_where_its_queries_are(client, monkeypatch):
+    """The query blocks' holders are remembered while their futures stay finished."""
+    import dask.array as da
+    from conftest import digits_xy
+    from distributed import futures_of, wait
+
+    from mgpu_dask.knn import KNeighborsClassifier
+
+    X, y = digits_xy()
+    Q = client.persist(da.from_array(X[1200:], chunks=(300, -1)))
+    clf = KNeighborsClassifier(3).fit(X[:1200], y[:1200])
+    first = clf.predict(Q).compute()
+    asked = []
+    real = client.who_has
+    monkeypatch.setattr(client, "who_has", lambda *a, **k: asked.append(a) or real(*a, **k))
+    again = clf.predict(Q).compute()
+    assert asked == [] and (again == first).all()
+    fresh = client.persist(da.from_array(X[1200:1500], chunks=(100, -1)))  # unknown: asked once
+    wait(futures_of(fresh))
+    clf.predict(fresh).compute()
+    assert len(asked) == 1
