@@ -45,7 +45,7 @@ def run_task(args: argparse.Namespace) -> dict:
     if args.command == "knn":
         return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
                        method=args.method, precision=args.precision,
-                       memory_budget=args.memory_budget, **common)
+                       memory_budget=args.memory_budget, dtype=args.dtype, **common)
     return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm,
                       classes=label_list(args.classes), **common)
 
@@ -58,7 +58,8 @@ def run_comparison(args: argparse.Namespace) -> dict:
 
     names = list(BACKENDS) if args.backend == "all" else [args.backend]
     if args.command == "knn":
-        options = {"k": args.k, "weights": args.weights, "repeats": args.repeats}
+        options = {"k": args.k, "weights": args.weights, "repeats": args.repeats,
+                   "dtype": args.dtype}
     else:
         options = {"C": args.C, "max_iter": args.max_iter, "tol": args.tol,
                    "comm": args.comm, "repeats": args.repeats}

@@ -165,8 +165,12 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             precision: str = "auto", memory_budget: str | None = None,
             cluster_options: dict[str, Any] | None = None,
             repeats: int = 5, report: str | None = None, echo: Echo | None = None,
-            copies: int | None = None, deformation: str | None = None) -> dict[str, Any]:
-    """Run KNN end to end and return every number the CLI prints."""
+            copies: int | None = None, deformation: str | None = None,
+            dtype: str = "uint8") -> dict[str, Any]:
+    """Run KNN end to end and return every number the CLI prints.
+
+    ``dtype`` is how the rows live on the workers: ``"uint8"`` as loaded, or ``"float32"``.
+    """
     say = echo or (lambda message: None)
     cold = Phases(say)
     t0 = time.perf_counter()
@@ -180,9 +184,14 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
                                    precision=precision, memory_budget=memory_budget)
         with cold("transfer"):  # the queries keep their own dtype (uint8 pixels: 1 byte each)
             started = time.perf_counter()
-            queries = shard(parts.X_test, client, timeout=s.wait_timeout)
+            queries = shard(parts.X_test, client, timeout=s.wait_timeout,
+                            dtype=None if dtype == "uint8" else dtype)
             sharded = time.perf_counter()
-            clf.fit(parts.X_train, parts.y_train)
+            train = parts.X_train
+            if dtype != "uint8":
+                train = (train.astype(dtype) if isinstance(train, np.ndarray) else
+                         as_worker_rows(train, client, dtype=dtype, timeout=s.wait_timeout))
+            clf.fit(train, parts.y_train)
             steps = {"queries sharded": sharded - started, "fit": time.perf_counter() - sharded}
         say("[4/4] predict: cold, then warm")
         pred = _predict_phases(clf, queries, s.wait_timeout, cold)
@@ -203,6 +212,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
         result = {
             **_summary(s, "knn", fraction, seed),
             "n_neighbors": n_neighbors, "weights": weights, "method": method,
+            "dtype": str(queries.dtype),
             "plan": clf.plan_, "device": clf.layout_.device, "precision": clf.precision_,
             "precision_note": clf.precision_note_, "exact_keys": clf.exact_keys_,
             "neighbours": "exact: 8-bit data are exact in every precision"

@@ -423,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
                    help="numba: our kernels; cupy, cuml, sklearn: the comparison backends; "
                         "all: every usable backend on the same split, one table")
+    p.add_argument("--dtype", choices=("uint8", "float32"), default="uint8",
+                   help="the pixels on the GPUs: uint8 as loaded (1 byte each), or float32 "
+                        "(the study's Float32 axis; same predictions, 4x the bytes); "
+                        "backends that need float32 convert and say so")
     p.add_argument("--memory-budget", default=None,
                    help="per-worker bytes for the training set, e.g. 2GB (default: 80%% of free)")
     add_output_args(p, repeats=5)

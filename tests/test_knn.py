@@ -235,3 +235,22 @@ def test_fit_from_numpy_prints_no_large_graph_warning(client, digits, plan):
         assert s.X_train.nbytes > 80_000  # twice the threshold: Dask would warn
         clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
     assert (to_host(clf.predict(s.X_test)) == s.y_test).mean() > 0.97
+
+
+def test_cli_dtype_float32_same_predictions_and_notes(tmp_path):
+    got = {}
+    for dtype in ("uint8", "float32"):
+        out = tmp_path / f"{dtype}.json"
+        assert main(["knn", "--dataset", "digits", "--workers", "2", "--device", "cpu",
+                     "--dtype", dtype, "--repeats", "1", "--quiet", "--dashboard-address", ":0",
+                     "--json", str(out)]) == 0
+        got[dtype] = json.loads(out.read_text())
+    assert got["uint8"]["dtype"] == "uint8" and got["float32"]["dtype"] == "float32"
+    assert got["uint8"]["accuracy"] == got["float32"]["accuracy"] > 0.95
+    out = tmp_path / "all.json"
+    assert main(["knn", "--dataset", "digits", "--workers", "2", "--device", "cpu",
+                 "--backend", "all", "--repeats", "1", "--quiet", "--dashboard-address", ":0",
+                 "--json", str(out)]) == 0
+    rows = {r["backend"]: r for r in json.loads(out.read_text())["backends"]}
+    assert rows["numba"]["note"] is None
+    assert rows["sklearn"]["note"] == "rows converted to float32 (--dtype uint8)"

@@ -74,3 +74,13 @@ def train_labels(run: BackendRun, X: Any, dtype: Any) -> Any:
     from ..data import shard
 
     return shard(run.parts.y_train, run.client, dtype=dtype, timeout=run.timeout, like=X)
+
+
+def converted_note(run: BackendRun, dtype: str = "float32") -> str | None:
+    """What a backend that computes in ``dtype`` says when ``--dtype`` asked for another."""
+    asked = run.options.get("dtype")
+    return f"rows converted to {dtype} (--dtype {asked})" if asked and asked != dtype else None
+
+
+def join_notes(*notes: str | None) -> str | None:
+    return "; ".join(n for n in notes if n) or None

@@ -14,7 +14,7 @@ import numpy as np
 from ..data import shard
 from ..data.shard import as_worker_rows
 from ..knn import to_host
-from . import BackendRun, pixel_scale, train_labels
+from . import BackendRun, converted_note, join_notes, pixel_scale, train_labels
 from .numba_backend import repeat
 
 
@@ -27,7 +27,7 @@ def knn(run: BackendRun) -> dict[str, Any]:
     Q = shard(p.X_test, c, dtype=np.float32, timeout=run.timeout)
     result = repeat(run, lambda: KNeighborsClassifier(n_neighbors=o["k"], client=c).fit(X, y),
                     lambda model: to_host(model.predict(Q), run.timeout))
-    return {**result, "note": "cuml.dask votes uniformly"}
+    return {**result, "note": join_notes("cuml.dask votes uniformly", converted_note(run))}
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from .. import knn_plans as plans
 from ..inputs import active_client as plans_client
 from ..kernels._launch import array_module
 from ..knn import KNeighborsClassifier
-from . import BackendRun, BackendSkipped, numba_backend
+from . import BackendRun, BackendSkipped, converted_note, numba_backend
 
 
 def knn_block(Q: Any, T: Any, labels: Any, norms: Any, k: int, weights: str,
@@ -98,9 +98,10 @@ def knn(run: BackendRun) -> dict[str, Any]:
     if not isinstance(run.parts.X_train, np.ndarray):
         raise BackendSkipped("the plain CuPy KNN replicates the training set on every worker; "
                              "rows generated on the workers stay where they are")
-    return numba_backend.knn(
+    out = numba_backend.knn(
         run, cls=lambda k, weights: ArrayKNN(k, weights=weights, plan="replicate",
                                              precision="fp32"))
+    return {**out, "note": converted_note(run)}
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:

@@ -29,8 +29,11 @@ def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:
 
 def knn(run: BackendRun, cls: Any = KNeighborsClassifier) -> dict[str, Any]:
     o, p = run.options, run.parts
-    queries = shard(p.X_test, run.client, timeout=run.timeout)  # in their own dtype (uint8)
-    return repeat(run, lambda: cls(o["k"], weights=o["weights"]).fit(p.X_train, p.y_train),
+    cast = None if o.get("dtype", "uint8") == "uint8" else o["dtype"]  # else as loaded (uint8)
+    queries = shard(p.X_test, run.client, timeout=run.timeout, dtype=cast)
+    train = p.X_train if cast is None else as_worker_rows(p.X_train, run.client, dtype=cast,
+                                                          timeout=run.timeout)
+    return repeat(run, lambda: cls(o["k"], weights=o["weights"]).fit(train, p.y_train),
                   lambda model: to_host(model.predict(queries, on_host=True), run.timeout))
 
 
