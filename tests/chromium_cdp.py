@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import os
 import re
+import shutil
+import signal
 import subprocess
 import tempfile
 import urllib.request
@@ -19,45 +23,49 @@ async def _session(binary: str, url: str, wait: float, expression: str,
                    screenshot: Path | None) -> Any:
     from tornado.websocket import websocket_connect
 
-    with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.Popen([binary, "--headless", "--no-sandbox", "--disable-gpu",
-                                 "--hide-scrollbars", "--remote-debugging-port=0",
-                                 f"--user-data-dir={profile}", "--window-size=1600,1000",
-                                 "about:blank"], stderr=subprocess.PIPE, text=True)
-        try:
-            for line in proc.stderr:
-                found = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
-                if found:
-                    break
-            else:
-                raise RuntimeError("chromium did not open its DevTools port")
-            new = urllib.request.Request(f"http://127.0.0.1:{found.group(1)}/json/new?{url}",
-                                         method="PUT")
-            target = json.loads(urllib.request.urlopen(new, timeout=30).read())
-            conn = await websocket_connect(target["webSocketDebuggerUrl"],
-                                           max_message_size=64 << 20)
-            counter = iter(range(1, 1 << 30))
+    profile = tempfile.mkdtemp(prefix="mgpu-chromium-")
+    # Its own process group: the browser's helper processes go with it.
+    proc = subprocess.Popen([binary, "--headless", "--no-sandbox", "--disable-gpu",
+                             "--hide-scrollbars", "--remote-debugging-port=0",
+                             f"--user-data-dir={profile}", "--window-size=1600,1000",
+                             "about:blank"], stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        for line in proc.stderr:
+            found = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
+            if found:
+                break
+        else:
+            raise RuntimeError("chromium did not open its DevTools port")
+        new = urllib.request.Request(f"http://127.0.0.1:{found.group(1)}/json/new?{url}",
+                                     method="PUT")
+        target = json.loads(urllib.request.urlopen(new, timeout=30).read())
+        conn = await websocket_connect(target["webSocketDebuggerUrl"],
+                                       max_message_size=64 << 20)
+        counter = iter(range(1, 1 << 30))
 
-            async def call(method: str, **params: Any) -> dict:
-                mid = next(counter)
-                await conn.write_message(json.dumps({"id": mid, "method": method,
-                                                     "params": params}))
-                while True:
-                    msg = json.loads(await conn.read_message())
-                    if msg.get("id") == mid:
-                        return msg.get("result", msg)
+        async def call(method: str, **params: Any) -> dict:
+            mid = next(counter)
+            await conn.write_message(json.dumps({"id": mid, "method": method,
+                                                 "params": params}))
+            while True:
+                msg = json.loads(await conn.read_message())
+                if msg.get("id") == mid:
+                    return msg.get("result", msg)
 
-            await asyncio.sleep(wait)
-            value = (await call("Runtime.evaluate", expression=expression,
-                                returnByValue=True))["result"].get("value")
-            if screenshot is not None:
-                shot = await call("Page.captureScreenshot", format="png")
-                screenshot.write_bytes(base64.b64decode(shot["data"]))
-            conn.close()
-            return value
-        finally:
-            proc.kill()
-            proc.wait()
+        await asyncio.sleep(wait)
+        value = (await call("Runtime.evaluate", expression=expression,
+                            returnByValue=True))["result"].get("value")
+        if screenshot is not None:
+            shot = await call("Page.captureScreenshot", format="png")
+            screenshot.write_bytes(base64.b64decode(shot["data"]))
+        conn.close()
+        return value
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def evaluate(binary: str, url: str, expression: str, *, wait: float = 6.0,
