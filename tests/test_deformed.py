@@ -129,3 +129,33 @@ def test_comparison_on_generated_rows(tmp_path):
     rows = {r["backend"]: r for r in json.loads(out.read_text())["backends"]}
     assert rows["numba"]["status"] == "ok" and rows["numba"]["accuracy"] > 0.9
     assert "generated on the workers" in rows["sklearn"]["status"]
+
+
+def test_logistic_regression_objective_on_generated_rows(process_client):
+    """Rows generated on the workers, scaled where they live: the same optimum as
+    scikit-learn's (float64) on those rows brought home."""
+    from sklearn.linear_model import LogisticRegression as SkLR
+
+    from mgpu_dask.data.shard import as_worker_rows
+    from mgpu_dask.inputs import to_host
+    from mgpu_dask.logreg import LogisticRegression
+
+    X, y = digits_xy()
+    parts = split(X, y, seed=3, fraction=0.3)
+    rows, labels = deformed_train(parts.X_train, parts.y_train, process_client,
+                                  DeformedSpec(3, 1, Deformation()))
+    assert rows.numblocks[0] == 3  # one block per worker, made there
+    scaled = as_worker_rows(rows, process_client, dtype=np.float32, scale=1 / 16)
+    ours = LogisticRegression(C=1.0, max_iter=1000, tol=1e-7).fit(scaled, labels)
+    home = to_host(rows).astype(np.float64) / 16
+    sk = SkLR(C=1.0, max_iter=10000, tol=1e-10).fit(home, labels)
+
+    def objective(coef, intercept):
+        z = home @ coef.T + intercept
+        z -= z.max(1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+        return (-logp[np.arange(len(labels)), np.searchsorted(ours.classes_, labels)].mean()
+                + (coef ** 2).sum() / (2 * 1.0 * len(labels)))
+
+    a, b = objective(ours.coef_, ours.intercept_), objective(sk.coef_, sk.intercept_)
+    assert abs(a - b) / b < 1e-4
