@@ -14,12 +14,10 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from .files import write_json, write_text_atomic
+from .files import atomic_file, write_json, write_text_atomic
 
 COLUMNS = ("task", "backend", "workers", "fraction", "n_train", "n_test", "status", "accuracy",
            "warm_fit", "warm_predict", "warm_total", "cold_fit", "cold_predict",
@@ -165,13 +163,6 @@ def _views(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return views
 
 
-def _atomic_path(target: Path) -> tuple[Path, Path]:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=target.suffix, dir=target.parent)
-    os.close(fd)
-    return target, Path(tmp)
-
-
 def _seconds(value: float) -> str:
     """Plain tick text for a time axis: 0.05 s, 0.2 s, 1 s, 20 s."""
     return f"{value:g} s"
@@ -206,10 +197,10 @@ def plot_png(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         ax.set_title(view["title"])
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-        target, tmp = _atomic_path(out / f"{view['task']}_time_vs_{view['name']}.png")
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        target = out / f"{view['task']}_time_vs_{view['name']}.png"
+        with atomic_file(target) as tmp:
+            fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
         plt.close(fig)
-        os.replace(tmp, target)
         written.append(target)
     return written
 

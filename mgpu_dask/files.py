@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -29,3 +30,19 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 def write_json(path: str | Path, payload: Any) -> Path:
     """Atomically write ``payload`` as indented JSON."""
     return write_text_atomic(path, json.dumps(payload, indent=2, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix) for a writer that wants a file name;
+    renamed onto ``path`` when the block ends without error, removed otherwise."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part" + target.suffix,
+                               dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

@@ -7,14 +7,11 @@ sweeps, workflows and the CLI share one code path.
 from __future__ import annotations
 
 import contextlib
-import os
 import platform
 import socket
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
@@ -27,6 +24,7 @@ from .data import Split, load_dataset, shard, shard_locations, split
 from .data.deformed import DeformedSpec, deformed_sources, deformed_spec, deformed_train
 from .data.shard import as_worker_rows, placement_problems
 from .data.split import keep_labels
+from .files import atomic_file
 from .knn import KNeighborsClassifier, accuracy, to_host
 from .timing import Phases
 
@@ -47,16 +45,8 @@ def _report(path: str | None) -> Iterator[None]:
     if not path:
         yield
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part.html", dir=target.parent)
-    os.close(fd)
-    try:
-        with performance_report(filename=tmp, mode="inline"):  # readable offline
-            yield
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with atomic_file(path) as tmp, performance_report(filename=str(tmp), mode="inline"):
+        yield  # Bokeh inline: the report opens offline
 
 
 class Session(NamedTuple):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ..files import atomic_file
 from ..kernels.deform import Deformation, deform_rows
 
 
@@ -38,14 +37,9 @@ def preview_png(path: str | Path, images: np.ndarray, *, copies: int = 6, seed: 
             axes[i, c].set_yticks([])
         axes[0, c].set_title("image" if c == 0 else f"copy {c}", fontsize=8)
     fig.tight_layout()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part.png", dir=target.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=80)
-        os.replace(tmp, target)
+        with atomic_file(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=80)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return target
+    return Path(path)
