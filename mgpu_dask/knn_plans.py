@@ -27,7 +27,7 @@ from .data.shard import meta_for, shard, worker_addresses
 from .exceptions import DataError
 from .kernels import knn as kernels
 from .kernels import knn_products as products
-from .kernels._launch import array_module
+from .kernels._launch import array_module, finished
 from .placement import Pinned
 
 
@@ -77,15 +77,6 @@ def _prepare_host(rows: np.ndarray, device: str, prep: Prep) -> Any:
 def _prepare_stacked(blocks: list[Any], prep: Prep) -> Any:
     xp = array_module(blocks[0])
     return _prepare(blocks[0] if len(blocks) == 1 else xp.concatenate(blocks), prep)
-
-
-def _finished(out: Any) -> Any:
-    """Wait for the GPU before the task reports done, so Dask's timings are honest."""
-    if type(out).__module__.startswith("cupy"):
-        import cupy
-
-        cupy.cuda.get_current_stream().synchronize()
-    return out
 
 
 def _local_layout(X: Any, y: Any, device: str, plan: str, prep: Prep) -> TrainLayout:
@@ -223,7 +214,7 @@ def _replicated_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_by
                     tile_bytes=tile_bytes)
     if vote is not None:  # predict in the same task: one task per query block
         return _vote_pred(cand, *vote)
-    return _finished(cand)
+    return finished(cand)
 
 
 def _sharded_block(train: Any, yb: Any, Qb: Any, offset: int, k: int, margin: int,
@@ -231,13 +222,13 @@ def _sharded_block(train: Any, yb: Any, Qb: Any, offset: int, k: int, margin: in
     xp = array_module(train.norms)
     Qb = _check_queries(Qb, xp)
     index = xp.arange(train.n, dtype=np.int64) + offset
-    return _finished(_guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
+    return finished(_guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
                               tile_bytes=tile_bytes))
 
 
 def _merge_blocks(a: Any, b: Any, vote: tuple | None = None) -> Any:
     merged = kernels.merge(a, b)
-    return _vote_pred(merged, *vote) if vote is not None else _finished(merged)
+    return _vote_pred(merged, *vote) if vote is not None else finished(merged)
 
 
 def _query_blocks(client: Client | None, Q: da.Array,
@@ -351,7 +342,7 @@ def _vote_pred(cand: Any, n_classes: int, weights: str, classes: np.ndarray | No
         pred = array_module(pred).asarray(classes)[pred]
     if host and hasattr(pred, "get"):
         return pred.get()
-    return _finished(pred)
+    return finished(pred)
 
 
 def _vote_block(cand: Any, vote: tuple) -> Any:

@@ -22,6 +22,16 @@ def on_gpu(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
+def finished(out: Any) -> Any:
+    """``out`` once the GPU work queued for it is done (a task that returns it then reports
+    an honest time); NumPy arrays as they are."""
+    if on_gpu(out):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+    return out
+
+
 def launch(dispatcher: Any, grid: Any, block: Any, *args: Any, stream: Any = None) -> None:
     """Launch a Numba kernel on ``stream`` (default: CuPy's current stream, for kernels
     given CuPy arrays), without its low-occupancy warning.
