@@ -16,6 +16,7 @@ import sys
 import time
 from enum import Enum
 from typing import Any, Iterator, NamedTuple
+from urllib.parse import urlsplit
 
 from distributed import Client, LocalCluster, WorkerPlugin
 
@@ -156,6 +157,12 @@ def exposure_warning(host: str | None, dashboard_address: str) -> str | None:
             "unless you need that")
 
 
+def _fixed_port(dashboard_address: str | None) -> int | None:
+    """The port of a dashboard address the caller gave, unless it is 0 (any port)."""
+    port = (dashboard_address or "").rsplit(":", 1)[-1]
+    return int(port) if port.isdigit() and int(port) else None
+
+
 def _start_local(plan: ClusterPlan, dashboard_address: str, memory_limit: str | None,
                  host: str | None = None) -> LocalCluster:
     with worker_start.starting_workers(plan.device):
@@ -220,6 +227,7 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
                         cluster=cluster, jobs=jobs, gpus_per_job=gpus_per_job,
                         scheduler_file=scheduler_file)
     timeout = timeout or config.seconds("cluster.start-timeout")
+    asked, fixed_port = dashboard_address, _fixed_port(dashboard_address)  # taken: an error
     dashboard_address = dashboard_address or config.get("cluster.dashboard-address")
     started = time.perf_counter()
     local = None
@@ -267,6 +275,9 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
                                f"{detail}") from None
         latency.tighten(client)
         link = client.dashboard_link if is_installed("bokeh") else None
+        if local is not None and link and fixed_port and urlsplit(link).port != fixed_port:
+            raise ClusterError(f"--dashboard-address {asked}: that port is taken; "
+                               "choose another, or :0 for any free one")
         yield RunningCluster(client, plan, time.perf_counter() - started, link)
     finally:
         with contextlib.suppress(Exception):

@@ -352,12 +352,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                             "--scheduler-address to knn, logreg, data or workflow instead")
     with connect(**cluster_kwargs(args)) as rc:
         address = rc.client.scheduler.address
-        wanted = args.dashboard_address
         link = rc.dashboard_link or "(none: bokeh is not installed)"
-        if wanted and not wanted.endswith(":0") and rc.dashboard_link \
-                and not rc.dashboard_link.split("/status")[0].endswith(":" + wanted.rsplit(":", 1)[-1]):
-            raise MgpuDaskError(f"--dashboard-address {wanted}: that port is taken; choose "
-                                "another, or :0 for any free one")
         rc.client.register_plugin(IgnoreInterrupt(), name="mgpu-dask-ignore-sigint")
         n = len(rc.client.scheduler_info(n_workers=-1)["workers"])
         print(f"cluster: {rc.plan.kind.value}, {n} workers ({rc.plan.device}), started in "
