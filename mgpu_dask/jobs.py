@@ -22,7 +22,7 @@ from ._compat import visible_gpus
 from .cluster import RunningCluster, connect
 from .data import Split, load_dataset, shard, shard_locations, split
 from .data.deformed import DeformedSpec, deformed_sources, deformed_spec, deformed_train
-from .data.shard import as_worker_rows, placement_problems
+from .data.shard import as_worker_rows, cast_to, placement_problems, rows_as_dtype
 from .data.split import keep_labels
 from .files import atomic_file
 from .knn import KNeighborsClassifier, accuracy, to_host
@@ -175,13 +175,9 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
         with cold("transfer"):  # the queries keep their own dtype (uint8 pixels: 1 byte each)
             started = time.perf_counter()
             queries = shard(parts.X_test, client, timeout=s.wait_timeout,
-                            dtype=None if dtype == "uint8" else dtype)
+                            dtype=cast_to(dtype))
             sharded = time.perf_counter()
-            train = parts.X_train
-            if dtype != "uint8":
-                train = (train.astype(dtype) if isinstance(train, np.ndarray) else
-                         as_worker_rows(train, client, dtype=dtype, timeout=s.wait_timeout))
-            clf.fit(train, parts.y_train)
+            clf.fit(rows_as_dtype(parts.X_train, client, dtype, s.wait_timeout), parts.y_train)
             steps = {"queries sharded": sharded - started, "fit": time.perf_counter() - sharded}
         say("[4/4] predict: cold, then warm")
         pred = _predict_phases(clf, queries, s.wait_timeout, cold)

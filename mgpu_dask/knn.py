@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from . import config, inputs, placement
 from . import knn_plans as plans
-from .data.shard import detect_device
+from .data.shard import detect_device, free_gpu_memory
 from .exceptions import DataError, MgpuDaskError
 from .inputs import NotFittedError, accuracy, to_host
 from .kernels import knn_precision as precisions
@@ -33,12 +33,7 @@ def _worker_budget(client: Any, device: str) -> int:
 
         return int(0.8 * psutil.virtual_memory().available)
     if device == "gpu":
-        def free_device_memory() -> int:
-            import cupy
-
-            return int(cupy.cuda.runtime.memGetInfo()[0])
-
-        return int(0.8 * min(client.run(free_device_memory).values()))
+        return int(0.8 * min(free_gpu_memory(client)))
     limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
     import psutil
 
@@ -201,7 +196,7 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
                 raise DataError(f"{name}={value!r} must be one of {', '.join(allowed)}")
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "classes_"):
+        if not self.__sklearn_is_fitted__():
             raise NotFittedError("this KNeighborsClassifier is not fitted yet; call fit(X, y) "
                                  "before predict, predict_proba, kneighbors or score")
 
@@ -217,6 +212,18 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
                 X = X.get()  # travels in the graph to the GPU workers, like NumPy queries
             X = da.from_array(X, chunks=(-1, -1))
         return X.rechunk({1: -1}) if X.numblocks[1] > 1 else X
+
+    @property
+    def _host_classes(self) -> bool:
+        """Labels GPU arrays cannot hold (strings): predictions are codes, mapped on the host."""
+        return not inputs.numeric_classes(self.classes_)
+
+    @property
+    def _classes_out(self) -> np.ndarray | None:
+        """Labels the workers map codes to; None where the codes are the labels themselves."""
+        if self._host_classes or np.array_equal(self.classes_, np.arange(len(self.classes_))):
+            return None
+        return self.classes_
 
     def _returned(self, result: da.Array, like: Any, codes: bool = False) -> Any:
         return inputs.returned_like(result, like, self.classes_ if codes else None)
@@ -249,11 +256,6 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         X, encoded = self._train_source, self._train_codes
         client = inputs.active_client()
         timeout = config.seconds("cluster.compute-timeout")
-        numeric = inputs.numeric_classes(self.classes_)
-        contiguous = np.array_equal(self.classes_, np.arange(len(self.classes_))) if numeric else False
-        # Labels mapped on the workers when GPU arrays can hold them; codes otherwise.
-        self._classes_out = None if contiguous or not numeric else self.classes_
-        self._host_classes = not numeric
         if isinstance(X, da.Array):
             device = inputs.device_of(X)
         elif inputs.kind_of(X) == "cupy":
@@ -358,7 +360,6 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
             For dask queries: NumPy chunks even from GPU workers (copied there, in the same task).
         """
         self._check_fitted()
-        self._layout()  # decides how labels are mapped (_classes_out)
         vote = (len(self.classes_), self.weights, self._classes_out, on_host)
         return self._returned(self._candidates(X, vote=vote), X, codes=self._host_classes)
 

@@ -408,9 +408,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "coef_")
 
-    def _check_X(self, X: Any) -> da.Array:
-        if not hasattr(self, "coef_"):
+    def _check_fitted(self) -> None:
+        if not self.__sklearn_is_fitted__():
             raise NotFittedError("this LogisticRegression is not fitted yet; call fit(X, y) first")
+
+    def _check_X(self, X: Any) -> da.Array:
+        self._check_fitted()
         X = inputs.predict_inputs(self, X)
         if not isinstance(X, da.Array):
             if inputs.kind_of(X) == "cupy" and inputs.active_client() is not None:
@@ -465,8 +468,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         scikit-learn keeps one row, ``coef_[1] - coef_[0]`` (the same
         probabilities and predictions).
         """
-        if not hasattr(self, "coef_"):
-            raise NotFittedError("this LogisticRegression is not fitted yet; call fit(X, y) first")
+        self._check_fitted()
         from sklearn.linear_model import LogisticRegression as SklearnLR
 
         model = SklearnLR(C=self.C, max_iter=self.max_iter, tol=self.tol, solver="lbfgs")

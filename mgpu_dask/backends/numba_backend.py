@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..data import shard
-from ..data.shard import as_worker_rows
+from ..data.shard import as_worker_rows, cast_to, rows_as_dtype
 from ..knn import KNeighborsClassifier, to_host
 from . import BackendRun, pixel_scale
 
@@ -29,10 +29,9 @@ def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:
 
 def knn(run: BackendRun, cls: Any = KNeighborsClassifier) -> dict[str, Any]:
     o, p = run.options, run.parts
-    cast = None if o.get("dtype", "uint8") == "uint8" else o["dtype"]  # else as loaded (uint8)
-    queries = shard(p.X_test, run.client, timeout=run.timeout, dtype=cast)
-    train = p.X_train if cast is None else as_worker_rows(p.X_train, run.client, dtype=cast,
-                                                          timeout=run.timeout)
+    dtype = o.get("dtype")
+    queries = shard(p.X_test, run.client, timeout=run.timeout, dtype=cast_to(dtype))
+    train = rows_as_dtype(p.X_train, run.client, dtype, run.timeout)
     return repeat(run, lambda: cls(o["k"], weights=o["weights"]).fit(train, p.y_train),
                   lambda model: to_host(model.predict(queries, on_host=True), run.timeout))
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import BackendRun, BackendSkipped, converted_note
+from . import BackendRun, BackendSkipped, converted_note, pixel_scale
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -57,6 +57,6 @@ def logreg(run: BackendRun) -> dict[str, Any]:
 
     _host_only(run)
     o = run.options
-    scale = 1.0 / max(1.0, float(run.parts.X_train.max()))
+    scale = pixel_scale(run.parts.X_train)
     return _run(lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"]),
                 run, run.parts.X_train * scale, run.parts.X_test * scale)

@@ -12,7 +12,6 @@ of square images (``fashion-mnist-deformed``, ``digits-deformed``, ``idx-deforme
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 import dask.array as da
@@ -20,9 +19,16 @@ import numpy as np
 
 from .. import placement
 from ..exceptions import DataError
+from ..kernels._launch import finished
 from ..kernels.deform import Deformation, deform_rows, parse_deformation
 from .registry import deformed_base
-from .shard import detect_device, meta_for, row_bounds, worker_addresses
+from .shard import (
+    detect_device,
+    free_gpu_memory,
+    meta_for,
+    row_bounds,
+    worker_addresses,
+)
 
 DEFAULT_COPIES = 155
 """52,500 MNIST training images x 155 = 8,137,500 rows, the size of MNIST8M."""
@@ -57,26 +63,13 @@ def _generate(src: Any, row0: int, n_rows: int, seed: int, deformation: Deformat
         import cupy
 
         src = cupy.asarray(src)
-    return _synced(deform_rows(src, row0, n_rows, seed, deformation))
-
-
-def _synced(out: Any) -> Any:
-    if type(out).__module__.startswith("cupy"):
-        import cupy
-
-        cupy.cuda.get_current_stream().synchronize()
-    return out
+    return finished(deform_rows(src, row0, n_rows, seed, deformation))
 
 
 def _free_bytes(client: Any, device: str) -> int:
     """Memory the workers can give the rows: free GPU memory, or the workers' memory limits."""
     if device == "gpu":
-        def free() -> int:
-            import cupy
-
-            return int(cupy.cuda.runtime.memGetInfo()[0])
-
-        return sum(client.run(free).values())
+        return sum(free_gpu_memory(client))
     workers = client.scheduler_info(n_workers=-1)["workers"].values()
     import psutil
 
@@ -115,43 +108,39 @@ def deformed_train(X_src: np.ndarray, y_src: np.ndarray, client: Any, spec: Defo
         raise DataError(f"deformed data sets need uint8 images, got {X_src.dtype}")
     n_src, d = X_src.shape
     n_rows = n_src * copies
-    name = placement.fresh_name("deformed")
-    if client is None:
-        labels = np.tile(np.asarray(y_src, dtype=np.int32), copies)
+    if client is None:  # the local scheduler: blocks of a million rows, made here
+        device, src, inputs, loose = "cpu", X_src, [], False
         bounds = row_bounds(n_rows, max(1, n_rows // 1_000_000), None)
-        gen = functools.partial(_generate, X_src, seed=spec.seed, deformation=spec.deformation,
-                                device="cpu")
-        tasks = [placement.Pinned((name, j, 0), (gen, a, b - a), None)
-                 for j, (a, b) in enumerate(bounds)]
-        X = placement.pinned_array(name, tasks, chunks=(tuple(b - a for a, b in bounds), (d,)),
-                                   meta=np.empty((0, 0), np.uint8))
-        return X, labels
-    if device == "auto":
-        device = detect_device(client)
-    workers = worker_addresses(client)
-    need, free = n_rows * d, _free_bytes(client, device)
-    if need > headroom * free:
-        raise DataError(
-            f"{copies} copies of {n_src} images are {n_rows:,} rows x {d} = {need / 1e9:.1f} GB "
-            f"(uint8); the {len(workers)} workers can give them {headroom * free / 1e9:.1f} GB "
-            f"({headroom:.0%} of {free / 1e9:.1f} GB free {'GPU' if device == 'gpu' else 'host'} "
-            f"memory) even sharded; use fewer --copies or more workers")
+        where: list[str | None] = [None] * len(bounds)
+    else:  # one block per worker, made there from the source images it receives once
+        if device == "auto":
+            device = detect_device(client)
+        where = list(worker_addresses(client))
+        need, free = n_rows * d, _free_bytes(client, device)
+        if need > headroom * free:
+            raise DataError(
+                f"{copies} copies of {n_src} images are {n_rows:,} rows x {d} = "
+                f"{need / 1e9:.1f} GB (uint8); the {len(where)} workers can give them "
+                f"{headroom * free / 1e9:.1f} GB ({headroom:.0%} of {free / 1e9:.1f} GB free "
+                f"{'GPU' if device == 'gpu' else 'host'} memory) even sharded; use fewer "
+                "--copies or more workers")
+        source = client.scatter(X_src, broadcast=True, hash=False)
+        src, inputs, loose = source.key, [source], not placement.ensure_recovery(client)
+        bounds = row_bounds(n_rows, len(where), None)
     labels = np.tile(np.asarray(y_src, dtype=np.int32), copies)
-    source = client.scatter(X_src, broadcast=True, hash=False)
-    bounds = row_bounds(n_rows, len(workers), None)
-    tasks = [placement.Pinned((name, j, 0), (_generate, source.key, a, b - a, spec.seed,
+    name = placement.fresh_name("deformed")
+    tasks = [placement.Pinned((name, j, 0), (_generate, src, a, b - a, spec.seed,
                                              spec.deformation, device), w)
-             for j, ((a, b), w) in enumerate(zip(bounds, workers))]
-    loose = not placement.ensure_recovery(client)
+             for j, ((a, b), w) in enumerate(zip(bounds, where))]
     X = placement.pinned_array(name, tasks, chunks=(tuple(b - a for a, b in bounds), (d,)),
-                               meta=meta_for(device, 2, np.uint8), inputs=[source],
-                               loose=loose)
+                               meta=meta_for(device, 2, np.uint8), inputs=inputs, loose=loose)
+    if client is None:
+        return X, labels
     from distributed import futures_of, wait
 
     X = client.persist(X, optimize_graph=False)
     wait(futures_of(X), timeout=timeout)
-    del source  # the workers' copies of the source images go with the last reference
-    return X, labels
+    return X, labels  # the workers' copies of the source images go with the last reference
 
 
 def deformed_spec(dataset: str | None, copies: int | None,

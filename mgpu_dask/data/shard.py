@@ -218,6 +218,17 @@ def placement_problems(infos: list[ShardInfo], n_workers: int, what: str = "shar
     return problems
 
 
+def _free_gpu_bytes() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.memGetInfo()[0])
+
+
+def free_gpu_memory(client: Client) -> list[int]:
+    """Free bytes on each worker's GPU (one call to every worker)."""
+    return list(client.run(_free_gpu_bytes).values())
+
+
 def _cast_block(block: Any, dtype: Any, scale: float | None) -> Any:
     out = block.astype(dtype)
     if scale is not None:
@@ -237,3 +248,20 @@ def as_worker_rows(X: Any, client: Client, *, dtype: Any = np.float32, scale: fl
                                meta=meta_for(device, 2, np.dtype(dtype)))
     wait(futures_of(out), timeout=timeout or config.seconds("cluster.compute-timeout"))
     return out
+
+
+def cast_to(dtype: str | None) -> np.dtype | None:
+    """The dtype ``--dtype`` asks rows to be cast to; None for ``"uint8"`` (as loaded)."""
+    return None if dtype in (None, "uint8") else np.dtype(dtype)
+
+
+def rows_as_dtype(X: Any, client: Client, dtype: str | None,
+                  timeout: float | None = None) -> Any:
+    """Training rows in ``--dtype``: as loaded, or cast (host rows here, rows that live on
+    the workers where each block is)."""
+    cast = cast_to(dtype)
+    if cast is None:
+        return X
+    if isinstance(X, np.ndarray):
+        return X.astype(cast)
+    return as_worker_rows(X, client, dtype=cast, timeout=timeout)
