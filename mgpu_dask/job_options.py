@@ -47,7 +47,7 @@ def run_task(args: argparse.Namespace) -> dict:
                        method=args.method, precision=args.precision,
                        memory_budget=args.memory_budget, dtype=args.dtype, **common)
     return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm,
-                      classes=label_list(args.classes), **common)
+                      optimizer=args.optimizer, classes=label_list(args.classes), **common)
 
 
 def run_comparison(args: argparse.Namespace) -> dict:

@@ -26,7 +26,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from . import config, inputs, peer_views, placement
+from . import config, device_lbfgs, inputs, lbfgs, peer_views, placement
 from .data.shard import meta_for, shard
 from .exceptions import DataError, MgpuDaskError
 from .inputs import NotFittedError, accuracy, all_finite, device_of
@@ -35,6 +35,7 @@ from .kernels._launch import array_module, on_gpu
 from .lbfgs import minimize_lbfgs
 
 COMMS = ("auto", "single-host", "actors")
+OPTIMIZERS = ("auto", "device", "host")
 
 
 class _Problem(NamedTuple):
@@ -109,15 +110,48 @@ def _lbfgs(evaluate: Any, problem: _Problem) -> dict[str, Any]:
                           gtol=problem.options["gtol"])
 
 
+def _on_device(arrays: list[tuple[Any, Any]], problem: _Problem, loss_grad: Any) -> bool:
+    """Whether the L-BFGS runs on the GPU: our kernel, every shard on a GPU, not refused."""
+    wanted = problem.options.get("optimizer", "auto")
+    possible = loss_grad is None and device_lbfgs.usable(arrays)
+    if wanted == "device" and not possible:
+        raise DataError("optimizer='device' needs every shard on a GPU and loss_grad=None; "
+                        "use optimizer='auto' or 'host'")
+    return possible and wanted != "host"
+
+
+def _fit_on_device(arrays: list[tuple[Any, Any]], problem: _Problem) -> dict[str, Any]:
+    """The whole L-BFGS on this process's GPU over shards on any GPUs it sees."""
+    started = time.perf_counter()
+    backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n, problem.penalty)
+    try:
+        ready = time.perf_counter()
+        result = lbfgs.run(backend, maxiter=problem.options["maxiter"],
+                           gtol=problem.options["gtol"])
+        solved = time.perf_counter()
+        details = device_lbfgs.profile(backend, result, solved - ready)
+    finally:
+        backend.close()
+    return {**result, "optimizer": "device",
+            "profile": {"buffers": ready - started, "L-BFGS": solved - ready, **details}}
+
+
 def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
                    loss_grad: Any = None) -> dict[str, Any]:
     """Runs on one worker: map every shard of the host and run the whole L-BFGS here.
 
-    Each evaluation queues every shard's work on its own GPU first and then
-    waits for them all, so the GPUs compute at the same time.
+    With every shard on a GPU the optimiser's vectors stay on this worker's
+    GPU (``device_lbfgs``); otherwise each evaluation queues every shard's
+    work on its own GPU first and then waits for them all, so the GPUs
+    compute at the same time.
     """
     started = time.perf_counter()
     with peer_views.opened(shards) as arrays:
+        if _on_device(arrays, problem, loss_grad):
+            mapped = time.perf_counter()
+            result = _fit_on_device(arrays, problem)
+            result["profile"] = {"map": mapped - started, **result["profile"]}
+            return result
         objectives = [_objective_for(X, labels, problem.n_classes, loss_grad)
                       for X, labels in arrays]
         ready = time.perf_counter()
@@ -132,8 +166,9 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
         finally:
             objectives.clear()  # the mapped shards must have no users when they close
         solved = time.perf_counter()
-    return {**result, "profile": {"map and buffers": ready - started, "L-BFGS": solved - ready,
-                                  "unmap": time.perf_counter() - solved}}
+    return {**result, "optimizer": "host",
+            "profile": {"map and buffers": ready - started, "L-BFGS": solved - ready,
+                        "unmap": time.perf_counter() - solved}}
 
 
 class ShardLossGrad:
@@ -207,6 +242,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         Per-shard ``(X, labels, coef, intercept) -> (loss, grad_coef,
         grad_intercept)``; ``None`` is our fused Numba kernel (the CuPy comparison
         backend passes plain array code).
+    optimizer : {"auto", "device", "host"}, default "auto"
+        Where the L-BFGS vectors live.  ``"device"``: on the GPU that runs
+        the fit, shards evaluated and summed device to device, a few scalars
+        read by the host per iteration (every shard on a GPU, single-host or
+        no client, ``loss_grad=None``; an error otherwise); ``"host"``: NumPy
+        on the host, one gradient download per evaluation; ``"auto"``: the
+        device where it can, else the host.
 
     Attributes
     ----------
@@ -221,10 +263,14 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         (export, fit, who is alive, release), one per evaluation otherwise.
     comm_ : str
         How the fit ran: ``"single-host"``, ``"actors"`` or ``"graph"``.
+    optimizer_ : str
+        Where the L-BFGS ran: ``"device"`` or ``"host"``.
     comm_note_ : str or None
         Why ``"auto"`` did not run single-host, or how a worker loss was handled.
     fit_profile_ : dict
-        Seconds per step of a single-host fit (export, mapping, L-BFGS, ...).
+        Seconds per step of a single-host fit (export, mapping, L-BFGS, ...);
+        on the device also iterations, evaluations, line searches, host
+        syncs and the device time of one evaluation.
     n_recoveries_ : int
         Times a lost worker's shards were rebuilt elsewhere during the fit.
     loss_ : float
@@ -248,7 +294,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     def __init__(self, C: float = 1.0, *, max_iter: int = 100, tol: float = 1e-4,
                  solver: str = "lbfgs", classes: Any = None, comm: str = "auto",
-                 loss_grad: Any = None) -> None:
+                 loss_grad: Any = None, optimizer: str = "auto") -> None:
         self.C = C
         self.max_iter = max_iter
         self.tol = tol
@@ -256,6 +302,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.classes = classes
         self.comm = comm
         self.loss_grad = loss_grad
+        self.optimizer = optimizer
 
     def _check_params(self) -> None:
         if not (isinstance(self.C, (int, float, np.floating)) and self.C > 0 and np.isfinite(self.C)):
@@ -266,6 +313,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             raise DataError(f"solver={self.solver!r} is not available; use 'lbfgs'")
         if self.comm not in COMMS:
             raise DataError(f"comm={self.comm!r} is not one of {', '.join(COMMS)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise DataError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        if self.optimizer == "device" and self.loss_grad is not None:
+            raise DataError("optimizer='device' runs our kernel only; pass loss_grad=None or "
+                            "optimizer='host'")
 
     def _classes_from(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         classes, encoded = inputs.encode_labels(labels, self.classes)
@@ -299,14 +351,19 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                  else da.from_array(X.astype(np.float32, copy=False), chunks=(-1, -1)))
         X = X.astype(np.float32).rechunk({1: -1})
         device = device_of(X)
+        if self.optimizer == "device" and device != "gpu":
+            raise DataError("optimizer='device' needs the rows on GPUs (CuPy blocks); use "
+                            "optimizer='auto' or 'host'")
         n, d = int(X.shape[0]), int(X.shape[1])
         problem = _Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
-                           {"maxiter": self.max_iter, "gtol": self.tol})
+                           {"maxiter": self.max_iter, "gtol": self.tol,
+                            "optimizer": self.optimizer})
         self.n_recoveries_ = 0
         self.comm_note_ = None
         result = None
         if client is None:
             y_enc = da.from_array(encoded, chunks=(X.chunks[0],))
+            result = self._fit_here_on_device(X, y_enc, problem)
         else:
             from distributed import futures_of, wait
 
@@ -327,6 +384,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.n_evaluations_ = int(result["nfev"])
         self.n_round_trips_ = int(result["round_trips"])
         self.comm_ = result["comm"]
+        self.optimizer_ = result.get("optimizer", "host")
         self.loss_ = float(result["fun"])
         self.converged_ = bool(result["success"])
         self.stop_reason_ = str(result.get("message", ""))
@@ -335,9 +393,28 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.n_features_in_ = d
         return self
 
+    def _fit_here_on_device(self, X: da.Array, y: da.Array,
+                            problem: "_Problem") -> dict[str, Any] | None:
+        """No client, CuPy blocks: the device L-BFGS in this process; None where it does not apply."""
+        if self.loss_grad is not None or self.optimizer == "host" or device_of(X) != "gpu":
+            return None
+        X_blocks = dask.compute(*X.to_delayed().ravel())
+        if not all(all_finite(b) for b in X_blocks):
+            raise DataError(NOT_FINITE)
+        y_blocks = dask.compute(*y.to_delayed().ravel())
+        import cupy
+
+        arrays = [(b, cupy.asarray(yb)) for b, yb in zip(X_blocks, y_blocks)]
+        with cupy.cuda.Device(X_blocks[0].device.id):
+            result = _fit_on_device(arrays, problem)
+        return {**result, "round_trips": 0, "comm": "graph"}
+
     def _fit_by_messages(self, X: da.Array, y: da.Array, client: Any, timeout: float,
                          problem: "_Problem") -> dict[str, Any]:
         """L-BFGS on the client, one message round per evaluation (any cluster)."""
+        if self.optimizer == "device":
+            raise DataError("optimizer='device' needs a single-host fit (comm='auto' or "
+                            "'single-host', every shard on a GPU of one host)")
         if not all_finite(X):
             raise DataError(NOT_FINITE)
         evaluate = (_ActorEvaluator(X, y, client, timeout, self.loss_grad) if client is not None
@@ -347,7 +424,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         finally:
             evaluate.close()
         self.n_recoveries_ += getattr(evaluate, "rebuilds", 0)
-        return {**result, "round_trips": evaluate.calls,
+        return {**result, "round_trips": evaluate.calls, "optimizer": "host",
                 "comm": "actors" if client is not None else "graph"}
 
     def _fit_single_host(self, X: da.Array, y: da.Array, client: Any, timeout: float,

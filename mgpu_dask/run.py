@@ -194,7 +194,8 @@ def print_job(result: dict) -> None:
     else:
         print(f"model: C={result['C']}, iterations {result['n_iter']} (max {result['max_iter']}), "
               f"{result['evaluations']} evaluations, fit by {result['comm']} "
-              f"({result['round_trips']} Dask round trips), loss {result['loss']:.6f}")
+              f"({result['round_trips']} Dask round trips, L-BFGS on the "
+              f"{result['optimizer']}), loss {result['loss']:.6f}")
         if not result["converged"]:  # as scikit-learn says it, once
             print(f"note: the fit stopped before converging ({result['stop_reason']}, "
                   f"max_iter={result['max_iter']}): loss {result['loss']:.6f}, largest gradient "
@@ -441,6 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="single-host: one worker maps every shard of the node and runs the "
                         "whole fit; actors: one message round per evaluation (any cluster); "
                         "auto: single-host where possible (default)")
+    p.add_argument("--optimizer", choices=("auto", "device", "host"), default="auto",
+                   help="where the L-BFGS vectors live: device (the fitting GPU, a few "
+                        "scalars to the host per iteration), host (NumPy), auto: the device "
+                        "when every shard is on a GPU (default)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
                    help="numba: our fused kernel; cupy, cuml, sklearn: the comparison "
                         "backends; all: every usable backend on the same split, one table")

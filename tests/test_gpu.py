@@ -248,11 +248,71 @@ def test_single_host_logreg_maps_every_gpu_and_matches_actors():
         X = shard(s.X_train, rc.client, dtype=np.float32, scale=1 / 16)
         one = LogisticRegression(max_iter=200, tol=1e-7, comm="single-host").fit(X, s.y_train)
         msgs = LogisticRegression(max_iter=200, tol=1e-7, comm="actors").fit(X, s.y_train)
+        host = LogisticRegression(max_iter=200, tol=1e-7, comm="single-host",
+                                  optimizer="host").fit(X, s.y_train)
         assert one.comm_ == "single-host" and one.n_round_trips_ == 4
+        assert one.optimizer_ == "device" and host.optimizer_ == msgs.optimizer_ == "host"
+        assert one.fit_profile_["host syncs"] >= one.n_evaluations_
+        assert one.fit_profile_["device seconds per evaluation"] > 0
         assert abs(one.loss_ - msgs.loss_) / msgs.loss_ < 1e-5
+        assert abs(one.loss_ - host.loss_) / host.loss_ < 1e-5
         Xt = shard(s.X_test, rc.client, dtype=np.float32, scale=1 / 16)
         assert abs(one.score(Xt, s.y_test) - msgs.score(Xt, s.y_test)) < 0.01
         assert set(rc.client.run(exports_held).values()) == {0}
+
+
+def test_device_lbfgs_over_every_gpu_follows_the_host_loop():
+    """Shards on every GPU, the optimiser's state on GPU 0: the host loop's objective.
+
+    Parameters reach the other GPUs and partial gradients come back by peer
+    copies ordered by events only; a copy out of order would show as a
+    different path here.
+    """
+    from mgpu_dask import lbfgs
+    from mgpu_dask.device_lbfgs import DeviceBackend
+    from mgpu_dask.kernels import logreg as L
+
+    rng = np.random.default_rng(3)
+    n, d, k = 24000, 120, 10
+    X = rng.random((n, d)).astype(np.float32)
+    y = (X @ rng.standard_normal((d, k)) + rng.standard_normal((n, k))).argmax(1).astype(np.int32)
+    devices = cupy.cuda.runtime.getDeviceCount()
+    cuts = np.linspace(0, n, devices + 1).astype(int)
+    shards = []
+    for i in range(devices):
+        with cupy.cuda.Device(i):
+            shards.append((cupy.asarray(X[cuts[i]:cuts[i + 1]]),
+                           cupy.asarray(y[cuts[i]:cuts[i + 1]])))
+    penalty = 1.0 / n
+    with cupy.cuda.Device(0):
+        backend = DeviceBackend(shards, k, n, penalty)
+        got = lbfgs.run(backend, maxiter=60, gtol=1e-6)
+        per_eval = backend.seconds_per_evaluation()
+    objectives = [L.ShardObjective(Xs, ys, k) for Xs, ys in shards]
+
+    def fun(theta):
+        W, b = theta[: d * k].reshape(d, k), theta[d * k:]
+        parts = [o(W, b) for o in objectives]
+        loss, gW, gb = (sum(p[i] for p in parts) for i in range(3))
+        return (loss / n + 0.5 * penalty * (W * W).sum(),
+                np.concatenate([(gW / n + penalty * W).ravel(), gb / n]))
+
+    want = lbfgs.minimize_lbfgs(fun, np.zeros(d * k + k), maxiter=60, gtol=1e-6)
+    assert abs(got["fun"] - want["fun"]) <= 1e-6 * want["fun"]
+    assert abs(got["nit"] - want["nit"]) <= 2 and got["nfev"] <= got["nit"] + 10
+    assert 0 < per_eval < 0.05
+
+
+def test_device_lbfgs_without_a_client_matches_host():
+    from mgpu_dask.data import load_dataset
+    from mgpu_dask.logreg import LogisticRegression
+
+    ds = load_dataset("digits")
+    X = cupy.asarray(ds.X / 16.0, dtype=cupy.float32)
+    dev = LogisticRegression(max_iter=300, tol=1e-6).fit(X, ds.y)
+    host = LogisticRegression(max_iter=300, tol=1e-6, optimizer="host").fit(X, ds.y)
+    assert dev.optimizer_ == "device" and host.optimizer_ == "host"
+    assert abs(dev.loss_ - host.loss_) <= 1e-6 * host.loss_
 
 
 @pytest.mark.parametrize("method", ["gemm", "direct"])

@@ -283,3 +283,72 @@ def test_cli_bad_classes(value, match, capsys):
                  "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(match, err[0])
+
+
+def _two_shard_problem(scale=8.0):
+    rng = np.random.default_rng(0)
+    n, d, k = 90, 6, 3
+    X = (rng.standard_normal((n, d)) * scale).astype(np.float32)
+    y = rng.integers(0, k, n).astype(np.int32)
+    return [(X[:50], y[:50]), (X[50:], y[50:])], n, d, k
+
+
+def _host_objective(shards, n, d, k, penalty):
+    def fun(theta):
+        W, b = theta[: d * k].reshape(d, k), theta[d * k:]
+        parts = [L.loss_grad(Xs, ys, W, b) for Xs, ys in shards]
+        loss, gW, gb = (sum(p[i] for p in parts) for i in range(3))
+        return (loss / n + 0.5 * penalty * (W * W).sum(),
+                np.concatenate([(gW / n + penalty * W).ravel(), gb / n]))
+    return fun
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+def test_device_lbfgs_kernels_follow_the_host_loop():
+    """The device backend's kernels (simulated) take the host backend's every step.
+
+    Badly scaled rows make the first step fail the Wolfe test, so the host's
+    line search probes the device and commits; 10 iterations with 3 pairs
+    wrap the ring of curvature pairs.
+    """
+    from mgpu_dask import lbfgs
+    from mgpu_dask.device_lbfgs import DeviceBackend
+
+    shards, n, d, k = _two_shard_problem()
+    penalty = 1.0 / n
+    device = DeviceBackend(shards, k, n, penalty, memory=3)
+    got = lbfgs.run(device, maxiter=10, gtol=1e-4)
+    want = lbfgs.minimize_lbfgs(_host_objective(shards, n, d, k, penalty), np.zeros(d * k + k),
+                                maxiter=10, gtol=1e-4, memory=3)
+    assert got["searches"] >= 1 and got["nit"] == want["nit"] == 10
+    assert got["nfev"] == want["nfev"] and device.syncs >= got["nfev"]
+    np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-11)
+    assert abs(got["fun"] - want["fun"]) < 1e-12
+    assert device.pairs == 3
+
+
+def test_line_search_finds_strong_wolfe_steps():
+    from mgpu_dask.line_search import C1, C2, strong_wolfe
+
+    calls = []
+
+    def phi(step):  # a quartic along the direction: minimum near step 2.0
+        calls.append(step)
+        return (step - 2.0) ** 4 - 4 * step, 4 * (step - 2.0) ** 3 - 4
+
+    f0, s0 = phi(0.0)
+    calls.clear()
+    for first in (0.1, 1.0, 50.0):  # extrapolate, accept at once or nearly, zoom back
+        step = strong_wolfe(phi, f0, s0, first)
+        value, slope = phi(step)
+        assert value <= f0 + C1 * step * s0 and abs(slope) <= -C2 * s0
+        assert calls[-2] == step  # the accepted step was the last one evaluated
+    assert strong_wolfe(phi, f0, -s0, 1.0) is None  # not a descent direction
+    assert strong_wolfe(lambda a: (float("nan"), float("nan")), f0, s0, 1.0) is None
+
+
+def test_cli_logreg_device_optimizer_refused_on_cpu(capsys):
+    assert main(["logreg", "--dataset", "digits", "--workers", "1", "--device", "cpu",
+                 "--optimizer", "device", "--repeats", "1", "--quiet"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "optimizer='device'" in err and "\n" not in err

@@ -23,3 +23,20 @@ def block_sum(value, sh):
     total = sh[0]
     cuda.syncthreads()
     return total
+
+
+@cuda.jit(device=True, inline=True)
+def block_max(value, sh):
+    """Largest ``value`` over the block (a power-of-2 size), returned to every thread."""
+    tid = cuda.threadIdx.x
+    sh[tid] = value
+    cuda.syncthreads()
+    stride = cuda.blockDim.x // 2
+    while stride > 0:
+        if tid < stride:
+            sh[tid] = max(sh[tid], sh[tid + stride])
+        cuda.syncthreads()
+        stride //= 2
+    top = sh[0]
+    cuda.syncthreads()
+    return top

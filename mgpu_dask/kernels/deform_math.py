@@ -16,9 +16,7 @@ samples the source bilinearly at the mapped point (zero outside).
 
 from __future__ import annotations
 
-import contextlib
-
-from numba.extending import register_jitable
+from .jitable import both_targets
 
 M31 = 0x7FFFFFFF
 GRID = 4                      # elastic control points per side
@@ -26,17 +24,7 @@ N_DRAWS = 5 + 2 * GRID * GRID  # tx, ty, rotation, scale, shear, then the elasti
 Q14 = 16384
 
 
-def _both_targets(fn):
-    """Callable from our CPU (``njit``) and CUDA kernels alike."""
-    fn = register_jitable(fn)
-    with contextlib.suppress(ImportError, AttributeError, TypeError):
-        from numba.cuda.extending import register_jitable as cuda_jitable  # numba-cuda
-
-        cuda_jitable(fn)
-    return fn
-
-
-@_both_targets
+@both_targets
 def mix31(x):
     """A 31-bit integer hash (two multiply-xorshift rounds)."""
     x = ((x ^ (x >> 16)) * 0x45D9F3B) & M31
@@ -44,7 +32,7 @@ def mix31(x):
     return x ^ (x >> 16)
 
 
-@_both_targets
+@both_targets
 def draw(seed, image, copy, j):
     """The ``j``-th random integer in ``[0, 2**31)`` of (``seed``, ``image``, ``copy``)."""
     h = mix31((seed & M31) ^ 0x2545F49)
@@ -53,13 +41,13 @@ def draw(seed, image, copy, j):
     return mix31((h + j * 2654435) & M31)
 
 
-@_both_targets
+@both_targets
 def uniform(value, bound):
     """``value`` (a draw) mapped to an integer in ``[-bound, bound]``."""
     return value % (2 * bound + 1) - bound
 
 
-@_both_targets
+@both_targets
 def fill_draws(out, seed, image, copy, shift_q8, tan_q14, scale_q14, shear_q14, elastic_q8, j0,
                step):
     """Draws ``j0, j0 + step, ...`` of one deformation into ``out`` (zero for copy 0).
@@ -85,7 +73,7 @@ def fill_draws(out, seed, image, copy, shift_q8, tan_q14, scale_q14, shear_q14, 
             out[j] = uniform(d, elastic_q8)
 
 
-@_both_targets
+@both_targets
 def _grid_pos(p, side):
     """Control cell and weight (Q8) of pixel coordinate ``p`` along one axis."""
     t = (p * (GRID - 1) * 256) // (side - 1)
@@ -95,7 +83,7 @@ def _grid_pos(p, side):
     return cell, t & 255
 
 
-@_both_targets
+@both_targets
 def _elastic(draws, base, gx, fx, gy, fy):
     a = draws[base + gy * GRID + gx]
     b = draws[base + gy * GRID + gx + 1]
@@ -105,14 +93,14 @@ def _elastic(draws, base, gx, fx, gy, fy):
             + d * fx * fy) >> 16
 
 
-@_both_targets
+@both_targets
 def _source_pixel(src, image, side, y, x):
     if x < 0 or y < 0 or x >= side or y >= side:
         return 0
     return int(src[image, y * side + x])
 
 
-@_both_targets
+@both_targets
 def pixel(src, image, side, draws, py, px):
     """Output pixel ``(py, px)`` of the deformed image (0..255)."""
     t = draws[2]

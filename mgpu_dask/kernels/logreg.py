@@ -138,6 +138,34 @@ class ShardObjective:
             runtime.memcpyAsync(self.out_h.ctypes.data, self.out.data.ptr, self.out.nbytes,
                                 runtime.memcpyDeviceToHost, stream)
 
+    def queue_from(self, params: Any, after: Any, grad_to: Any, sums_to: Any, done: Any) -> None:
+        """Queue an evaluation at parameters already on a GPU (GPU shards only).
+
+        On the shard's stream, once event ``after`` has fired: copy ``params``
+        (float32 ``[coef (d x k, row-major), intercept]``, on any GPU) in,
+        evaluate, copy the coefficient gradient (float32, unscaled) to
+        ``grad_to`` and the sums ``[grad_intercept, loss]`` (float64) to
+        ``sums_to`` (arrays on any GPU), then record event ``done``.  Nothing
+        goes through the host.
+        """
+        from cupy.cuda import runtime
+
+        stream = self.stream.ptr
+        default = runtime.memcpyDefault  # peer copies where the arrays are on other GPUs
+        with self.device:
+            self.stream.wait_event(after)
+            runtime.memcpyAsync(self.params.data.ptr, params.data.ptr, self.params.nbytes,
+                                default, stream)
+            runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
+            self._logits()
+            self._kernel()
+            self._gradient()
+            runtime.memcpyAsync(grad_to.data.ptr, self.grad.data.ptr, self.grad.nbytes, default,
+                                stream)
+            runtime.memcpyAsync(sums_to.data.ptr, self.sums.data.ptr, self.sums.nbytes, default,
+                                stream)
+            done.record(self.stream)
+
     def _cpu_xent(self) -> tuple[np.ndarray, np.ndarray]:
         from . import logreg_cpu
 

@@ -1,0 +1,266 @@
+"""L-BFGS for logistic regression with every vector on the GPU (``lbfgs.run``'s device backend).
+
+One process holds every shard of the fit (``logreg``'s single-host fit maps
+the other workers' shards into it).  The optimiser's state -- point,
+gradient, direction, curvature pairs, and the scalars it decides on -- lives
+on the *leader* GPU (this process's own).  One iteration is queued without
+waiting:
+
+1. ``propose`` on the leader: two-loop recursion, first step, trial
+   parameters (float32) -- then an event;
+2. every shard, on its own GPU and stream, once that event fires: copies the
+   parameters in (a peer copy over NVLink where the shard is on another GPU),
+   evaluates its rows (cuBLAS, our softmax kernel, cuBLAS) and copies its
+   partial gradient and sums into its slot on the leader -- then an event;
+3. ``finish`` on the leader, after every shard's event: the objective and
+   gradient at the trial point, the strong-Wolfe test, and the update of the
+   point and the curvature pairs when the step is kept;
+4. one copy of a dozen scalars to the host, the only wait of the iteration.
+
+When the first step is not kept the host's scalar line search
+(``line_search``) asks for more trial steps, two scalars back per trial.
+Under Numba's CUDA simulator (NumPy shards) the same kernels run on the
+host and the shards are evaluated by the CPU path, which is how CI tests
+the kernels and the loop together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .kernels import lbfgs_cuda as K
+from .kernels._launch import Launcher, on_gpu
+from .kernels.logreg import ShardObjective
+from .lbfgs import Step
+
+SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: few, or slow
+
+
+def usable(arrays: list[tuple[Any, Any]]) -> bool:
+    """Whether these shards can be fitted by the device backend (all CuPy, on GPUs)."""
+    return bool(arrays) and all(on_gpu(X) for X, _ in arrays)
+
+
+class DeviceBackend:
+    """The L-BFGS state of a multinomial logistic regression on the leader GPU.
+
+    Parameters
+    ----------
+    shards : list of (X, labels)
+        Row blocks (float32, n_i x d) and their class indices (int32), CuPy
+        arrays on any GPUs this process sees -- or NumPy arrays under the
+        CUDA simulator.
+    n_classes : int
+    n_rows : int
+        Rows over all shards (the objective is the mean cross-entropy).
+    penalty : float
+        ``1 / (C n)``: the L2 weight on the coefficients.
+    memory : int
+        Curvature pairs kept (at most ``kernels.lbfgs_cuda.MAX_MEMORY``).
+    """
+
+    def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
+                 penalty: float, memory: int = 10) -> None:
+        if not 1 <= memory <= K.MAX_MEMORY:
+            raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
+        self.gpu = usable(shards)
+        if not self.gpu:
+            from numba import config
+
+            if not config.ENABLE_CUDASIM:
+                raise ValueError("the device L-BFGS needs CuPy shards (or the CUDA simulator)")
+        k = int(n_classes)
+        d = int(shards[0][0].shape[1])
+        m, dk = d * k + k, d * k
+        self.shape = (d, k)
+        self.evaluations = 0
+        self.syncs = 0  # host waits for the device
+        self.objectives = [ShardObjective(X, labels, k) for X, labels in shards]
+        if self.gpu:
+            import cupy
+            import cupyx
+
+            xp = cupy
+            self.device = cupy.cuda.Device()
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+            self._scal_h = cupyx.empty_pinned(K.N_SCALARS, dtype=np.float64)
+            self._enable_peers()
+            threads = K.THREADS
+        else:
+            xp, self.device, self.stream = np, None, None
+            threads = SIMULATOR_THREADS
+        with self._leader():
+            z = lambda *shape, dtype=np.float64: xp.zeros(shape, dtype=dtype)  # noqa: E731
+            self.x, self.g, self.gt, self.p = z(m), z(m), z(m), z(m)
+            self.S, self.Y, self.rho = z(memory, m), z(memory, m), z(memory)
+            self.scal = z(K.N_SCALARS)
+            self.params = z(m, dtype=np.float32)
+            self.parts = z(len(shards), dk, dtype=np.float32)
+            self.psums = z(len(shards), k + 1)
+            self._k_propose = Launcher(K.propose, [self.x, self.g, self.S, self.Y, self.rho,
+                                                 self.scal, self.p, self.params], threads,
+                                     self.stream)
+            self._k_finish = Launcher(K.finish, [self.parts, self.psums, self.x, self.p, self.g,
+                                               self.gt, self.S, self.Y, self.rho, self.scal,
+                                               1.0 / n_rows, float(penalty), K.INIT], threads,
+                                    self.stream)
+            self._k_trial = Launcher(K.set_trial, [self.x, self.p, self.scal, self.params, 0.0],
+                                   256, self.stream)
+            self._k_forget = Launcher(K.forget, [self.scal], 1, self.stream)
+            self._trial_blocks = -(-m // 256)
+            if self.gpu:
+                self._ready = cupy.cuda.Event(disable_timing=True)
+        if self.gpu:
+            self._done = []
+            for o in self.objectives:
+                with o.device:
+                    self._done.append(cupy.cuda.Event(disable_timing=True))
+        self._last = np.zeros(K.N_SCALARS)
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _leader(self) -> Any:
+        import contextlib
+
+        return self.device if self.device is not None else contextlib.nullcontext()
+
+    def _enable_peers(self) -> None:
+        """Peer access between the leader GPU and every shard's GPU, both ways (NVLink copies)."""
+        import cupy
+        from cupy.cuda import runtime
+
+        leader = self.device.id
+        for peer in {o.device.id for o in self.objectives} - {leader}:
+            for a, b in ((leader, peer), (peer, leader)):
+                if runtime.deviceCanAccessPeer(a, b):
+                    with cupy.cuda.Device(a):
+                        try:
+                            runtime.deviceEnablePeerAccess(b)
+                        except runtime.CUDARuntimeError:  # already enabled
+                            pass
+
+    def _evaluate(self) -> None:
+        """Every shard at ``params``; their partial sums land in ``parts`` / ``psums``."""
+        self.evaluations += 1
+        if self.gpu:
+            with self.device:
+                self._ready.record(self.stream)
+            for i, o in enumerate(self.objectives):
+                o.queue_from(self.params, self._ready, self.parts[i], self.psums[i],
+                             self._done[i])
+            with self.device:
+                for event in self._done:
+                    self.stream.wait_event(event)
+            return
+        d, k = self.shape
+        coef, intercept = self.params[: d * k].reshape(d, k), self.params[d * k:]
+        for i, o in enumerate(self.objectives):
+            loss, g_coef, g_intercept = o(coef, intercept)
+            self.parts[i] = g_coef.ravel()
+            self.psums[i, :k] = g_intercept
+            self.psums[i, k] = loss
+
+    def _finish(self, mode: int) -> None:
+        self._k_finish.set(12, mode)
+        with self._leader():
+            self._k_finish(1)
+
+    def _read(self) -> np.ndarray:
+        """The scalars, after everything queued so far (the one wait of an iteration)."""
+        self.syncs += 1
+        if self.gpu:
+            from cupy.cuda import runtime
+
+            with self.device:
+                runtime.memcpyAsync(self._scal_h.ctypes.data, self.scal.data.ptr,
+                                    self.scal.nbytes, runtime.memcpyDeviceToHost,
+                                    self.stream.ptr)
+                self.stream.synchronize()
+            self._last = np.array(self._scal_h)
+        else:
+            self._last = np.array(self.scal)
+        return self._last
+
+    def _step(self) -> Step:
+        s = self._read()
+        return Step(int(s[K.STATUS]), float(s[K.F]), float(s[K.GMAX]), float(s[K.DECREASE]),
+                    float(s[K.SLOPE0]), float(s[K.STEP]), float(s[K.VALUE]), float(s[K.SLOPE]))
+
+    # -- the backend --------------------------------------------------------------------------
+    @property
+    def pairs(self) -> int:
+        return int(self._last[K.PAIRS])
+
+    def start(self) -> Step:
+        self._evaluate()  # at zero: params, x and p start zeroed, scal[STEP] = 0
+        self._finish(K.INIT)
+        return self._step()
+
+    def propose(self) -> Step:
+        with self._leader():
+            self._k_propose(1)
+        self._evaluate()
+        self._finish(K.AUTO)
+        return self._step()
+
+    def probe(self, step: float) -> tuple[float, float]:
+        self._k_trial.set(4, step)
+        with self._leader():
+            self._k_trial(self._trial_blocks)
+        self._evaluate()
+        self._finish(K.PROBE)
+        s = self._read()
+        return float(s[K.VALUE]), float(s[K.SLOPE])
+
+    def commit(self) -> Step:
+        self._finish(K.COMMIT)
+        return self._step()
+
+    def forget(self) -> None:
+        with self._leader():
+            self._k_forget(1)
+        self._last[K.PAIRS] = 0
+
+    def solution(self) -> np.ndarray:
+        if self.gpu:
+            with self.device:
+                self.stream.synchronize()
+                return self.x.get()
+        return self.x.copy()
+
+    def seconds_per_evaluation(self, repeats: int = 5) -> float:
+        """Device time of one evaluation over every shard (median of ``repeats``, CUDA events)."""
+        if not self.gpu:
+            return float("nan")
+        import cupy
+
+        times = []
+        with self.device:
+            for _ in range(repeats):
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(self.stream)
+                self._evaluate()
+                end.record(self.stream)
+                end.synchronize()
+                times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+        self.evaluations -= repeats  # not the fit's
+        return float(np.median(times))
+
+    def close(self) -> None:
+        """Let go of the shards (mapped views must have no users when they close)."""
+        if self.gpu:
+            with self.device:
+                self.stream.synchronize()
+        self.objectives.clear()
+
+
+def profile(backend: DeviceBackend, result: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """What the issue's JSON reports per fit: iterations, evaluations, host syncs, device time."""
+    per_eval = backend.seconds_per_evaluation() if backend.gpu else float("nan")
+    return {"optimizer": "device", "iterations": result["nit"], "evaluations": result["nfev"],
+            "line searches": result["searches"], "host syncs": backend.syncs,
+            "device seconds per evaluation": per_eval,
+            "host seconds per iteration": seconds / max(1, result["nit"]),
+            "shards": len(backend.objectives)}
+
