@@ -15,7 +15,7 @@ fi
 run() {  # name, extra arguments
   log "logreg $1"
   timeout 150 python3 -m mgpu_dask.run logreg --repeats 5 --quiet --json "/tmp/runs/logreg_$1.json" "${@:2}" 2>&1 | grep -E "accuracy|warm|model|error" | tee -a "$OUT/summary.log"
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: (round(v,4) if isinstance(v,float) else v) for k,v in r["fit_profile"].items()})" "/tmp/runs/logreg_$1.json" | tee -a "$OUT/summary.log"
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" "/tmp/runs/logreg_$1.json" | tee -a "$OUT/summary.log"
 }
 if [ "${RUNS:-1}" = 1 ]; then
   for f in 1 4; do for w in 1 2; do run "f${f}_w${w}" --workers $w --fraction $f; done; done
