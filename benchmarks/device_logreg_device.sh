@@ -10,7 +10,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   log gpu-tests; timeout 240 python3 -m pytest -q -rA -m gpu tests/test_gpu.py -k "${TESTS_K:-lbfgs or single_host or shard_objective or sklearn_api}" > "$OUT/gpu-tests.log" 2>&1; grep -E "passed|failed|Error" "$OUT/gpu-tests.log" | tail -12 | tee -a "$OUT/summary.log"
 fi
 if [ "${PROBE:-1}" = 1 ]; then
-  log probe; timeout 200 python3 benchmarks/logreg_device_probe.py --data-dir /tmp/mnist --json "$OUT/probe.json" 2>&1 | tail -8 | tee -a "$OUT/summary.log"
+  log probe; timeout 200 python3 benchmarks/logreg_device_probe.py --data-dir /tmp/mnist --json "$OUT/probe.json" > "$OUT/probe.log" 2>&1; grep -E "^f|Error" "$OUT/probe.log" | tee -a "$OUT/summary.log"
 fi
 run() {  # name, extra arguments
   log "logreg $1"

@@ -59,10 +59,12 @@ class DeviceBackend:
         ``1 / (C n)``: the L2 weight on the coefficients.
     memory : int
         Curvature pairs kept (at most ``kernels.lbfgs_cuda.MAX_MEMORY``).
+    method : {"auto", "fused", "cublas"}
+        How each shard is evaluated (see ``kernels.logreg.ShardObjective``).
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
-                 penalty: float, memory: int = 10) -> None:
+                 penalty: float, memory: int = 10, method: str = "auto") -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
         self.gpu = usable(shards)
@@ -77,7 +79,7 @@ class DeviceBackend:
         self.shape = (d, k)
         self.evaluations = 0
         self.syncs = 0  # host waits for the device
-        self.objectives = [ShardObjective(X, labels, k) for X, labels in shards]
+        self.objectives = [ShardObjective(X, labels, k, method) for X, labels in shards]
         if self.gpu:
             import cupy
             import cupyx
@@ -262,5 +264,6 @@ def profile(backend: DeviceBackend, result: dict[str, Any], seconds: float) -> d
             "line searches": result["searches"], "host syncs": backend.syncs,
             "device seconds per evaluation": per_eval,
             "host seconds per iteration": seconds / max(1, result["nit"]),
-            "shards": len(backend.objectives)}
+            "shards": len(backend.objectives),
+            "evaluation": ",".join(sorted({o.method for o in backend.objectives}))}
 

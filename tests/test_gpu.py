@@ -180,8 +180,10 @@ def test_cupy_backend_matches_numba_on_gpu():
     assert abs(rows["cupy"]["accuracy"] - rows["numba"]["accuracy"]) < 0.005
 
 
-@pytest.mark.parametrize("n, d, k", [(3001, 150, 20), (60000, 784, 10)])
-def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k):
+@pytest.mark.parametrize("n, d, k, method", [(3001, 150, 20, "cublas"), (60000, 784, 10, "cublas"),
+                                             (60000, 784, 10, "fused"), (3001, 150, 12, "fused"),
+                                             (5, 1000, 3, "fused")])
+def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k, method):
     """Every evaluation queued on every GPU, then collected, against float64 NumPy.
 
     Changing points and large shards: an operation that ran out of order on
@@ -197,7 +199,8 @@ def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k):
     objectives = []
     for device in range(cupy.cuda.runtime.getDeviceCount()):
         with cupy.cuda.Device(device):
-            objectives.append(L.ShardObjective(cupy.asarray(X), cupy.asarray(y), k))
+            objectives.append(L.ShardObjective(cupy.asarray(X), cupy.asarray(y), k, method))
+    assert {o.method for o in objectives} == {method}
     X64 = X.astype(np.float64)
     for _ in range(4):
         W, b = rng.standard_normal((d, k)) * 0.05, rng.standard_normal(k)

@@ -352,3 +352,18 @@ def test_cli_logreg_device_optimizer_refused_on_cpu(capsys):
                  "--optimizer", "device", "--repeats", "1", "--quiet"]) != 0
     err = capsys.readouterr().err.strip()
     assert "optimizer='device'" in err and "\n" not in err
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+@pytest.mark.parametrize("n, d, k", [(37, 20, 3), (70, 45, 10)])  # a partial warp step; k < lanes
+def test_fused_two_pass_kernels_match_the_cpu_path(n, d, k):
+    """Row pass, column pass and block sums (simulated) against the CPU loss and gradient."""
+    rng = np.random.default_rng()
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    y = rng.integers(0, k, n).astype(np.int32)
+    W, b = rng.standard_normal((d, k)) * 0.2, rng.standard_normal(k) * 0.1
+    loss, gW, gb = L.fused_loss_grad(X, y, W, b, row_blocks=2, col_blocks=3)
+    want = L.loss_grad(X, y, W, b)
+    assert abs(loss - want[0]) <= 1e-6 * want[0]
+    np.testing.assert_allclose(gW, want[1], atol=1e-5)
+    np.testing.assert_allclose(gb, want[2], atol=1e-5)

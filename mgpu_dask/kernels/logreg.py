@@ -1,13 +1,15 @@
 """Launch helpers for logistic regression: loss and gradient of one shard.
 
-On a GPU one evaluation is six operations queued on the shard's own stream:
-upload the coefficients, clear the accumulators, ``X @ W`` (cuBLAS), our
-kernel (intercept, softmax residual, cross-entropy; block sums of the
-intercept gradient and the loss), ``X^T @ residual`` (cuBLAS), and one
-download of the gradient and the sums.  :class:`ShardObjective` keeps every
-buffer between evaluations and binds those operations once, so a launch costs
-little host time and one host thread keeps several GPUs busy at once.  On the
-CPU: BLAS products and a Numba CPU kernel.
+On a GPU one evaluation is a few operations queued on the shard's own
+stream: upload the coefficients (or copy them from another GPU), then either
+our two passes over X (logits, softmax residual and loss per row; then
+``X^T @ residual``; then the blocks' partial sums) or, for shapes those
+kernels do not take, ``X @ W`` (cuBLAS), our softmax kernel and
+``X^T @ residual`` (cuBLAS); then one download of the gradient and the sums.
+:class:`ShardObjective` keeps every buffer between evaluations and binds
+those operations once, so a launch costs little host time and one host
+thread keeps several GPUs busy at once.  On the CPU: BLAS products and a
+Numba CPU kernel.
 """
 
 from __future__ import annotations
@@ -49,6 +51,40 @@ def softmax_xent_sums(logits: Any, labels: Any, bias: Any) -> tuple[Any, np.ndar
     return resid, acc[:k], float(acc[k])
 
 
+METHODS = ("auto", "fused", "cublas")
+
+
+def fused_fits(d: int, k: int) -> bool:
+    """Whether our two-pass kernels take this shape (else cuBLAS products and one kernel)."""
+    from . import logreg_cuda as C
+
+    return k <= C.MAX_K and d * k <= C.MAX_W and d <= C.MAX_D
+
+
+def fused_loss_grad(X: Any, labels: Any, coef: Any, intercept: Any, *, row_blocks: int = 2,
+                    col_blocks: int = 3) -> tuple[float, Any, Any]:
+    """Our two-pass kernels once (the CUDA simulator runs them on NumPy arrays).
+
+    Returns ``(loss, grad_coef (d x k, float32), grad_intercept (k,))``, unscaled sums.
+    """
+    from . import logreg_cuda as C
+
+    xp = array_module(X)
+    n, d = X.shape
+    k = len(intercept)
+    params = xp.concatenate([xp.asarray(coef, dtype=np.float32).ravel(),
+                             xp.asarray(intercept, dtype=np.float32)])
+    resid = xp.empty((n, k), dtype=np.float32)
+    bpart = xp.empty((row_blocks, k + 1), dtype=np.float64)
+    partial = xp.empty((col_blocks, d * k), dtype=np.float32)
+    grad = xp.empty(d * k, dtype=np.float32)
+    sums = xp.empty(k + 1, dtype=np.float64)
+    launch(C.row_pass, row_blocks, C.ROW_WARPS * 32, X, labels, params, resid, bpart)
+    launch(C.col_pass, col_blocks, -(-d // 32) * 32, X, resid, partial)
+    launch(C.sum_blocks, -(-(d * k + k + 1) // 256), 256, partial, bpart, grad, sums)
+    return float(sums[k]), grad.reshape(d, k), sums[:k]
+
+
 class ShardObjective:
     """Summed cross-entropy and gradient over one shard's rows, buffers kept between calls.
 
@@ -61,10 +97,17 @@ class ShardObjective:
     X : array of shape (n, d), float32 (CuPy or NumPy)
     labels : array of shape (n,), int32 class indices
     n_classes : int
+    method : {"auto", "fused", "cublas"}
+        On a GPU: ``"fused"``, our two passes over X (row pass: logits,
+        softmax, loss; column pass: ``X^T resid``; then the blocks' sums);
+        ``"cublas"``, two cuBLAS products around our softmax kernel;
+        ``"auto"``, fused where the shape fits (:func:`fused_fits`).
     """
 
-    def __init__(self, X: Any, labels: Any, n_classes: int) -> None:
-        self.X, self.labels, self.k = X, labels, int(n_classes)
+    def __init__(self, X: Any, labels: Any, n_classes: int, method: str = "auto") -> None:
+        if method not in METHODS:
+            raise ValueError(f"method={method!r} is not one of {', '.join(METHODS)}")
+        self.X, self.labels, self.k, self.method = X, labels, int(n_classes), method
         n, d = X.shape
         self.gpu = on_gpu(X)
         if self.gpu:
@@ -101,16 +144,45 @@ class ShardObjective:
             self.out = out
             self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
             self.sums = out[self._sums_at:].view(np.float64)
-            self.logits = cupy.empty((n, k), dtype=np.float32)
             self.resid = cupy.empty((n, k), dtype=np.float32)
-            W = self.params[: d * k].reshape(d, k)
-            self._logits = bound_gemm(self.logits, self.X, W, self.stream)
-            self._gradient = bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)
-            blocks, threads = thread_grid(n, logreg_cuda.THREADS)
-            self._kernel = bound_launch(
-                logreg_cuda.softmax_xent_rows,
-                [self.logits, self.labels, self.params[d * k:], self.resid, self.sums],
-                (blocks,), threads, self.stream)
+            if self.method == "fused" or (self.method == "auto" and fused_fits(d, k)):
+                self.method = "fused"
+                self._ops = self._fused_ops(n, d)
+            else:
+                self.method = "cublas"
+                self.logits = cupy.empty((n, k), dtype=np.float32)
+                W = self.params[: d * k].reshape(d, k)
+                blocks, threads = thread_grid(n, logreg_cuda.THREADS)
+                self._ops = [
+                    bound_gemm(self.logits, self.X, W, self.stream),
+                    bound_launch(logreg_cuda.softmax_xent_rows,
+                                 [self.logits, self.labels, self.params[d * k:], self.resid,
+                                  self.sums], (blocks,), threads, self.stream),
+                    bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)]
+
+    def _fused_ops(self, n: int, d: int) -> list:
+        """Row pass, column pass, block sums: X read twice at full width, no cuBLAS."""
+        import cupy
+
+        from . import logreg_cuda as C
+
+        if not fused_fits(d, self.k):
+            raise ValueError(f"method='fused' takes at most {C.MAX_K} classes, "
+                             f"{C.MAX_W} coefficients and {C.MAX_D} features")
+        k = self.k
+        sms = self.device.attributes["MultiProcessorCount"]
+        row_blocks = max(1, min(-(-n // C.ROW_WARPS), 5 * sms))  # 5 blocks of 45 KiB per SM
+        col_blocks = max(1, min(-(-n // C.COL_CHUNK), 2 * sms))
+        self.bpart = cupy.empty((row_blocks, k + 1), dtype=np.float64)
+        self.partial = cupy.empty((col_blocks, d * k), dtype=np.float32)
+        return [
+            bound_launch(C.row_pass, [self.X, self.labels, self.params, self.resid, self.bpart],
+                         (row_blocks,), C.ROW_WARPS * 32, self.stream),
+            bound_launch(C.col_pass, [self.X, self.resid, self.partial], (col_blocks,),
+                         -(-d // 32) * 32, self.stream),
+            bound_launch(C.sum_blocks, [self.partial, self.bpart, self.grad.reshape(-1),
+                                        self.sums], (-(-(d * k + k + 1) // 256),), 256,
+                         self.stream)]
 
     def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
         """Start one evaluation at ``coef`` (d x n_classes) and ``intercept``."""
@@ -132,9 +204,8 @@ class ShardObjective:
             runtime.memcpyAsync(self.params.data.ptr, self.params_h.ctypes.data,
                                 self.params.nbytes, runtime.memcpyHostToDevice, stream)
             runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
-            self._logits()
-            self._kernel()
-            self._gradient()
+            for op in self._ops:
+                op()
             runtime.memcpyAsync(self.out_h.ctypes.data, self.out.data.ptr, self.out.nbytes,
                                 runtime.memcpyDeviceToHost, stream)
 
@@ -157,9 +228,8 @@ class ShardObjective:
             runtime.memcpyAsync(self.params.data.ptr, params.data.ptr, self.params.nbytes,
                                 default, stream)
             runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
-            self._logits()
-            self._kernel()
-            self._gradient()
+            for op in self._ops:
+                op()
             runtime.memcpyAsync(grad_to.data.ptr, self.grad.data.ptr, self.grad.nbytes, default,
                                 stream)
             runtime.memcpyAsync(sums_to.data.ptr, self.sums.data.ptr, self.sums.nbytes, default,
