@@ -65,6 +65,7 @@ MAX_W = 7936          # coefficients held in shared memory (31 KiB)
 ROW_WARPS = 8         # row pass: one warp per row, 8 rows at a time
 MAX_D = 1024          # column pass: one thread per feature
 COL_CHUNK = 64        # residual rows staged in shared memory at a time
+RED_COLS = 2 * MAX_K  # (a shared array's shape must be a constant, not an expression)
 
 
 @cuda.jit(device=True, inline=True)
@@ -142,7 +143,7 @@ def row_pass(X, labels, params, resid, bpart):
             if lane == target:
                 loss += lse - float64(z[warp, lane])
         cuda.syncthreads()  # z and part are rewritten by the next rows
-    red = cuda.shared.array((ROW_WARPS, 2 * MAX_K), float64)
+    red = cuda.shared.array((ROW_WARPS, RED_COLS), float64)
     if lane < k:
         red[warp, lane] = own
         red[warp, MAX_K + lane] = loss
