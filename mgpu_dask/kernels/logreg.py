@@ -101,7 +101,9 @@ class ShardObjective:
         On a GPU: ``"fused"``, our two passes over X (row pass: logits,
         softmax, loss; column pass: ``X^T resid``; then the blocks' sums);
         ``"cublas"``, two cuBLAS products around our softmax kernel;
-        ``"auto"``, fused where the shape fits (:func:`fused_fits`).
+        ``"auto"``, cuBLAS: the fused passes are exact but not yet fast
+        (measured on an H200, MNIST's 52,500 rows: 0.71 ms per evaluation
+        against cuBLAS's 0.25 ms; ``benchmarks/NOTES-logreg.md``).
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int, method: str = "auto") -> None:
@@ -145,7 +147,7 @@ class ShardObjective:
             self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
             self.sums = out[self._sums_at:].view(np.float64)
             self.resid = cupy.empty((n, k), dtype=np.float32)
-            if self.method == "fused" or (self.method == "auto" and fused_fits(d, k)):
+            if self.method == "fused":
                 self.method = "fused"
                 self._ops = self._fused_ops(n, d)
             else:
