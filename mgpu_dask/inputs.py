@@ -54,13 +54,16 @@ def _validate_data(estimator: Any, X: Any, y: Any = "no_validation", **kwargs: A
 _HOST_CHECKS = dict(accept_sparse=False, dtype="numeric")
 
 
-def fit_inputs(estimator: Any, X: Any, y: Any) -> tuple[Any, np.ndarray]:
+def fit_inputs(estimator: Any, X: Any, y: Any, *,
+               check_finite: bool = True) -> tuple[Any, np.ndarray]:
     """``(X, labels)`` checked for ``fit``; sets ``n_features_in_`` (and ``feature_names_in_``).
 
     Host inputs go through scikit-learn's ``validate_data`` (its errors and
     warnings: NaN, empty, sparse, complex, 1-D X, a column-vector y); dask
-    and CuPy inputs get the same checks where they live.  The labels come
-    back as a NumPy array of any type scikit-learn accepts for classes.
+    and CuPy inputs get the same checks where they live (``check_finite=False``:
+    all but NaN and infinity, for a caller that checks them on its way).  The
+    labels come back as a NumPy array of any type scikit-learn accepts for
+    classes.
     """
     if kind_of(X) == "host":
         X, labels = _validate_data(estimator, X, y, **_HOST_CHECKS)
@@ -81,7 +84,7 @@ def fit_inputs(estimator: Any, X: Any, y: Any) -> tuple[Any, np.ndarray]:
         if X.shape[0] == 0 or X.shape[1] == 0:
             raise DataError(f"X of shape {tuple(X.shape)} is empty; at least one row and one "
                             "feature are needed")
-        if not all_finite(X):
+        if check_finite and not all_finite(X):
             raise DataError("Input X contains NaN or infinity; clean or impute it first")
         estimator.n_features_in_ = int(X.shape[1])
         if hasattr(estimator, "feature_names_in_"):

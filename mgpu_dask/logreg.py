@@ -69,7 +69,7 @@ class _CallObjective:
         return self.fn(self.X, self.labels, coef, intercept)
 
 
-NOT_FINITE = "X contains NaN or infinity; clean or impute it first"
+NOT_FINITE = "Input X contains NaN or infinity; clean or impute it first"
 
 
 def _sum_parts(parts: list[tuple]) -> tuple:
@@ -145,13 +145,18 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
     work on its own GPU first and then waits for them all, so the GPUs
     compute at the same time.
     """
+    exporters = [s["address"] for s in shards if s["address"]]
+    if not all(s["finite"] for s in shards):  # refused in the result: no worker traceback
+        return {"refused": "not finite", "exporters": exporters}
+    if len({s["host"] for s in shards}) > 1:
+        return {"refused": "the shards live on more than one host", "exporters": exporters}
     started = time.perf_counter()
     with peer_views.opened(shards) as arrays:
         if _on_device(arrays, problem, loss_grad):
             mapped = time.perf_counter()
             result = _fit_on_device(arrays, problem)
             result["profile"] = {"map": mapped - started, **result["profile"]}
-            return result
+            return {**result, "exporters": exporters}
         objectives = [_objective_for(X, labels, problem.n_classes, loss_grad)
                       for X, labels in arrays]
         ready = time.perf_counter()
@@ -166,9 +171,19 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
         finally:
             objectives.clear()  # the mapped shards must have no users when they close
         solved = time.perf_counter()
-    return {**result, "optimizer": "host",
+    return {**result, "optimizer": "host", "exporters": exporters,
             "profile": {"map and buffers": ready - started, "L-BFGS": solved - ready,
                         "unmap": time.perf_counter() - solved}}
+
+
+def _export_rows(token: str, blocks: list[Any], labels: np.ndarray) -> dict[str, Any]:
+    """On a holder: export its row blocks and their labels (on the rows' device)."""
+    xp = array_module(blocks[0])
+    labels = np.asarray(labels, dtype=np.int32)
+    if xp is not np:
+        with xp.cuda.Device(blocks[0].device.id):
+            labels = xp.asarray(labels)
+    return peer_views.export(token, [blocks, [labels]])
 
 
 class ShardLossGrad:
@@ -259,8 +274,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     n_evaluations_ : int
         Objective (loss and gradient) evaluations.
     n_round_trips_ : int
-        Dask round trips of the optimisation: 4 for a single-host fit
-        (export, fit, who is alive, release), one per evaluation otherwise.
+        Dask round trips of the optimisation: 2 for a single-host fit
+        (export and fit in one submission, release), one per evaluation otherwise.
     comm_ : str
         How the fit ran: ``"single-host"``, ``"actors"`` or ``"graph"``.
     optimizer_ : str
@@ -340,7 +355,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self
         """
         self._check_params()
-        X, labels = inputs.fit_inputs(self, X, y)
+        # Finiteness is checked where the rows are mapped (or by the fit by messages).
+        X, labels = inputs.fit_inputs(self, X, y, check_finite=False)
         client = inputs.active_client()
         timeout = config.seconds("cluster.compute-timeout")
         self.classes_, encoded = self._classes_from(labels)
@@ -367,13 +383,14 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         else:
             from distributed import futures_of, wait
 
-            if placement.locate(client, X) is None:
+            if placement.locate(client, X, remembered=True) is None:
                 X = client.persist(X)
                 wait(futures_of(X), timeout=timeout)
-            # Each label block goes to the worker holding its rows.
-            y_enc = shard(encoded, client, device=device, dtype=np.int32, timeout=timeout, like=X)
             if self.comm != "actors":
-                result = self._fit_single_host(X, y_enc, client, timeout, problem)
+                result = self._fit_single_host(X, encoded, client, timeout, problem)
+            if result is None:  # each label block goes to the worker holding its rows
+                y_enc = shard(encoded, client, device=device, dtype=np.int32, timeout=timeout,
+                              like=X)
         if result is None:
             result = self._fit_by_messages(X, y_enc, client, timeout, problem)
         theta = result["x"]
@@ -427,47 +444,56 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return {**result, "round_trips": evaluate.calls, "optimizer": "host",
                 "comm": "actors" if client is not None else "graph"}
 
-    def _fit_single_host(self, X: da.Array, y: da.Array, client: Any, timeout: float,
+    def _fit_single_host(self, X: da.Array, labels: np.ndarray, client: Any, timeout: float,
                          problem: "_Problem") -> dict[str, Any] | None:
         """The whole L-BFGS in one worker that maps every shard of its host.
 
-        Each holder exports its rows once (CUDA IPC / shared memory); the
-        worker with the most rows opens them all and evaluates every shard on
-        its own GPU with no Dask message per step.  Returns None (with the
-        reason in ``comm_note_``) when that cannot be done here.
+        One submission: each holder exports its rows and their labels (sent
+        with the task) once (CUDA IPC / shared memory), and the worker with the
+        most rows, once the exports are done, opens them all and evaluates
+        every shard on its own GPU with no Dask message per step; then one
+        message frees the exports.  Returns None (with the reason in
+        ``comm_note_``) when that cannot be done here.
         """
-        from distributed import wait
-
         token = uuid.uuid4().hex
-        placed, labels, by_worker = _rows_by_worker(X, y, client)
-        holders = set(by_worker)
-        exports = [client.submit(peer_views.export, token,
-                                 [[placed[i][0] for i in idx], [labels[i][0] for i in idx]],
-                                 workers=[worker], allow_other_workers=True, pure=False,
-                                 key=f"logreg-export-{token[:12]}-{j}")
-                   for j, (worker, idx) in enumerate(by_worker.items())]
+        found = placement.locate(client, X, remembered=True)
+        if found is None:
+            raise MgpuDaskError("could not locate the persisted row blocks of X; persist X first")
+        futures, where = found
+        starts = np.concatenate([[0], np.cumsum(X.chunks[0])])
+        by_worker: dict[str, list[int]] = {}
+        for i, worker in enumerate(where):
+            by_worker.setdefault(worker, []).append(i)
+        rows = {w: sum(X.chunks[0][i] for i in idx) for w, idx in by_worker.items()}
+        leader = max(rows, key=rows.get)
+        # The exports' futures are the fit's only: their small descriptions travel to
+        # the leader, nothing else does (and a lost export is made again for a rerun).
+        fit = client.submit(
+            _fit_on_leader,
+            [client.submit(_export_rows, token, [futures[i] for i in idx],
+                           np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx]),
+                           workers=[worker], allow_other_workers=True, pure=False,
+                           key=f"logreg-export-{token[:12]}-{j}")
+             for j, (worker, idx) in enumerate(by_worker.items())],
+            problem, self.loss_grad, workers=[leader], allow_other_workers=True, pure=False,
+            key=f"logreg-fit-{token[:12]}")
         started = time.perf_counter()
+        exporters: set[str] | None = None
         try:
-            wait(exports, timeout=timeout)
-            shards = client.gather(exports)
-            exported = time.perf_counter()
-            holders |= {s["address"] for s in shards if s["address"]}
-            if not all(s["finite"] for s in shards):
-                raise DataError(NOT_FINITE)
-            if len({s["host"] for s in shards}) > 1:
-                raise peer_views.PeerUnavailable("the shards live on more than one host")
-            leader = max(shards, key=lambda s: s["rows"])["address"]
-            fit = client.submit(_fit_on_leader, shards, problem, self.loss_grad,
-                                workers=[leader], allow_other_workers=True, pure=False,
-                                key=f"logreg-fit-{token[:12]}")
             result = fit.result(timeout=timeout)
-            result["profile"] = {"export": exported - started,
-                                 "fit task": time.perf_counter() - exported, **result["profile"]}
-            return {**result, "round_trips": 4, "comm": "single-host"}
+            exporters = set(result.pop("exporters"))
+            if "refused" in result:
+                if result["refused"] == "not finite":
+                    raise DataError(NOT_FINITE)
+                raise peer_views.PeerUnavailable(result["refused"])
+            result["profile"] = {"export and fit": time.perf_counter() - started,
+                                 **result["profile"]}
+            return {**result, "round_trips": 2, "comm": "single-host"}
         except (DataError, TimeoutError):
             raise
         except Exception as exc:
-            lost = not holders <= set(client.run_on_scheduler(_alive_workers))
+            alive = set(client.run_on_scheduler(_alive_workers))
+            lost = not set(by_worker) <= alive
             if not lost and (self.comm == "single-host"
                              or not isinstance(exc, peer_views.PeerUnavailable)):
                 raise
@@ -478,9 +504,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                                "refitted by actors" if lost else str(exc))
             return None
         finally:
-            # Round trips 3 and 4: who is alive, then the exporters free their copies.
-            alive = holders & set(client.run_on_scheduler(_alive_workers))
-            client.run(peer_views.release, token, workers=sorted(alive), on_error="ignore")
+            # The exporters free their copies (round trip 2); after a failure,
+            # every live worker looks for the token.
+            if exporters is None:
+                exporters = set(client.run_on_scheduler(_alive_workers))
+            client.run(peer_views.release, token, workers=sorted(exporters), on_error="ignore")
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "coef_")

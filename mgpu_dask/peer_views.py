@@ -138,7 +138,13 @@ def export(token: str, groups: list[list[Any]]) -> dict[str, Any]:
 
 
 def release(token: str) -> int:
-    """Drop this process's exports for ``token`` (unlinking shared segments); returns how many."""
+    """Drop this process's exports for ``token`` (unlinking shared segments); returns how many.
+
+    Also unlinks the segments of ``token`` left by exporters that have died
+    (a killed worker's export is made again elsewhere; its segments would
+    otherwise stay in ``/dev/shm``).
+    """
+    _sweep_dead_exporters(token)
     with _LOCK:
         dropped = _EXPORTS.pop(token, [])
     for _, arrays, owners in dropped:
@@ -151,6 +157,18 @@ def release(token: str) -> int:
                     pass
                 _unlink(owner)
     return len(dropped)
+
+
+def _sweep_dead_exporters(token: str) -> None:
+    from pathlib import Path
+
+    for path in Path("/dev/shm").glob(f"mgpu_{token[:16]}_*"):
+        try:
+            os.kill(int(path.name.split("_")[2]), 0)
+        except ProcessLookupError:  # its exporter is gone: nobody else will unlink it
+            path.unlink(missing_ok=True)
+        except (ValueError, IndexError, PermissionError):
+            pass
 
 
 def _local(desc: dict[str, Any]) -> list[Any]:

@@ -226,9 +226,10 @@ def map_blocks(client: Any, fn: Callable[..., Any], array: da.Array, *args: Any,
     """``fn(block, *args)`` for every row block of a persisted ``array``, on the block's holder.
 
     Lazy ``map_blocks`` where there is no client or ``array`` is not persisted.
-    Returns the (persisted, where there is a client) result.
+    Returns the (persisted, where there is a client) result.  Holders found
+    before are not asked for again (every warm predict maps the same blocks).
     """
-    placed = locate(client, array) if client is not None else None
+    placed = locate(client, array, remembered=True) if client is not None else None
     if placed is None:
         axes = {}
         if len(chunks) < array.ndim:
