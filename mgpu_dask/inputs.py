@@ -109,7 +109,17 @@ def predict_inputs(estimator: Any, X: Any) -> Any:
 
 
 def encode_labels(labels: np.ndarray, classes: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(classes, codes)``: the sorted classes and each label's index among them (int32)."""
+    """``(classes, codes)``: the sorted classes and each label's index among them (int32).
+
+    Small non-negative integer labels (digits, MNIST's 8 million deformed
+    rows) are counted in one pass instead of sorted.
+    """
+    if (labels.dtype.kind in "iu" and labels.size and classes is None
+            and 0 <= labels.min() and labels.max() < 1 << 16):
+        present = np.flatnonzero(np.bincount(labels))
+        codes = np.zeros(int(labels.max()) + 1, dtype=np.int32)
+        codes[present] = np.arange(len(present), dtype=np.int32)
+        return present.astype(labels.dtype), codes[labels]
     seen = np.unique(labels)
     classes = seen if classes is None else np.unique(np.asarray(classes))
     outside = np.setdiff1d(seen, classes)
