@@ -280,7 +280,7 @@ def profile(backend: DeviceBackend, result: dict[str, Any], seconds: float) -> d
     per_eval = backend.first_evaluation_seconds()
     return {"optimizer": "device", "iterations": result["nit"], "evaluations": result["nfev"],
             "line searches": result["searches"], "host syncs": backend.syncs,
-            "device seconds per evaluation": per_eval,
+            "device seconds, first evaluation": per_eval,
             "host seconds per iteration": seconds / max(1, result["nit"]),
             "shards": len(backend.objectives),
             "evaluation": ",".join(sorted({o.method for o in backend.objectives}))}

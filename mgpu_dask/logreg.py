@@ -285,7 +285,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     fit_profile_ : dict
         Seconds per step of a single-host fit (export, mapping, L-BFGS, ...);
         on the device also iterations, evaluations, line searches, host
-        syncs and the device time of one evaluation.
+        syncs and the device time of the fit's first evaluation.
     n_recoveries_ : int
         Times a lost worker's shards were rebuilt elsewhere during the fit.
     loss_ : float
