@@ -218,7 +218,7 @@ def print_job(result: dict) -> None:
               f"{result['warm_fit_predict_median'] * 1000:.1f} ms")
 
 
-BACKEND_CHOICES = ("numba", "cupy", "cuml", "sklearn", "all")
+BACKEND_CHOICES = ("numba", "cupy", "cuml", "sklearn", "torch", "all")
 
 
 def print_comparison(result: dict) -> None:
@@ -417,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "error bound (rows it cannot certify are recomputed): no precision "
                         "changes a neighbour. int8 needs 8-bit integer data")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
-                   help="numba: our kernels; cupy, cuml, sklearn: the comparison backends; "
+                   help="numba: our kernels; cupy, cuml, sklearn, torch: the comparison backends; "
                         "all: every usable backend on the same split, one table")
     p.add_argument("--dtype", choices=("uint8", "float32"), default="uint8",
                    help="the pixels on the GPUs: uint8 as loaded (1 byte each), or float32 "
@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "scalars to the host per iteration), host (NumPy), auto: the device "
                         "when every shard is on a GPU (default)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
-                   help="numba: our fused kernel; cupy, cuml, sklearn: the comparison "
+                   help="numba: our fused kernel; cupy, cuml, sklearn, torch: the comparison "
                         "backends; all: every usable backend on the same split, one table")
     add_output_args(p, repeats=3)
     p.set_defaults(handler=cmd_task)
@@ -461,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers-list", "--gpus", dest="workers_list", default="1,2,4",
                    help="comma list of worker counts, one cluster each (1,2,4)")
     p.add_argument("--fractions", default="0.25,1,4", help="comma list of data sizes (0.25,1,4)")
-    p.add_argument("--backends", default="all", help="comma list of numba, cupy, cuml, sklearn")
+    p.add_argument("--backends", default="all",
+                   help="comma list of numba, cupy, cuml, sklearn, torch")
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--weights", choices=("distance", "uniform"), default="distance")
     p.add_argument("--C", dest="C", type=float, default=1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -62,8 +63,13 @@ def test_unavailable_reasons():
     assert unavailable("numba", "cpu") is None and unavailable("sklearn", "cpu") is None
     assert "needs GPU workers" in unavailable("cupy", "cpu")
     assert "needs GPU workers" in unavailable("cuml", "cpu")
-    assert "unknown backend" in unavailable("torch", "gpu")
-    assert set(BACKENDS) == {"numba", "cupy", "cuml", "sklearn"}
+    assert "unknown backend" in unavailable("jax", "gpu")
+    assert set(BACKENDS) == {"numba", "cupy", "cuml", "sklearn", "torch"}
+    torch_reason = unavailable("torch", "gpu")
+    if importlib.util.find_spec("torch") is None:
+        assert torch_reason == "PyTorch is not installed (pip install 'mgpu-dask[torch]')"
+    else:
+        assert torch_reason is None
 
 
 def test_compare_job_rows(digits, monkeypatch):
@@ -100,4 +106,21 @@ def test_cli_backend_all_table(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "backend  accuracy" in text and "cuml     cuml needs GPU workers" in text
     rows = json.loads(out.read_text())["backends"]
-    assert [r["backend"] for r in rows] == ["numba", "cupy", "cuml", "sklearn"]
+    assert [r["backend"] for r in rows] == ["numba", "cupy", "cuml", "sklearn", "torch"]
+
+
+@pytest.mark.parametrize("task", ["knn", "logreg"])
+def test_torch_backend_agrees_with_ours(task):
+    """The PyTorch scripts (run where torch is installed: the GPU machine) against our rows."""
+    pytest.importorskip("torch")
+    from mgpu_dask.jobs import compare_job
+
+    options = ({"k": 3, "weights": "distance", "repeats": 1} if task == "knn" else
+               {"C": 1.0, "max_iter": 100, "tol": 1e-4, "repeats": 1})
+    result = compare_job(task, ["numba", "torch"], dataset="digits", options=options,
+                         cluster_options={"workers": 2, "device": "cpu",
+                                          "dashboard_address": ":0"})
+    rows = {r["backend"]: r for r in result["backends"]}
+    assert rows["torch"]["status"] == "ok", rows["torch"]
+    assert abs(rows["torch"]["accuracy"] - rows["numba"]["accuracy"]) < 0.01
+    assert rows["torch"]["warm"]["fit"] >= 0 and rows["torch"]["note"]

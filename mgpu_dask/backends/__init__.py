@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from .._compat import is_installed
 
-BACKENDS = ("numba", "cupy", "cuml", "sklearn")
+BACKENDS = ("numba", "cupy", "cuml", "sklearn", "torch")
 
 
 class BackendSkipped(Exception):
@@ -39,6 +39,8 @@ def unavailable(name: str, device: str) -> str | None:
         return "CuPy is not installed (pip install 'mgpu-dask[cuda13]')"
     if name == "cuml" and not is_installed("cuml"):
         return "cuML is not installed (pip install 'mgpu-dask[rapids13]')"
+    if name == "torch" and not is_installed("torch"):
+        return "PyTorch is not installed (pip install 'mgpu-dask[torch]')"
     return None
 
 
