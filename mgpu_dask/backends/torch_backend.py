@@ -127,7 +127,8 @@ def _run(task: str, run: BackendRun, X: np.ndarray, Xt: np.ndarray) -> dict[str,
                                    run.options, repeats, workers=[worker], pure=False)
         out = future.result(timeout=run.timeout)
     where = out.pop("where")
-    note = f"one GPU ({where})" if where != "CPU" else "the CPU of one worker"
+    note = (f"one GPU ({where}), timed inside the worker" if where != "CPU"
+            else "the CPU of one worker, timed inside it")
     if task == "knn":
         note = "; ".join(n for n in (note, converted_note(run)) if n)
     return {**out, "note": note}
