@@ -5,14 +5,17 @@ and only coefficients, losses and gradients move.  Two ways to run the
 L-BFGS loop (ours, float64: ``lbfgs``):
 
 * ``single-host`` (default where it applies): every holder exports its rows
-  once (CUDA IPC / shared memory, ``peer_views``) and one worker runs the
-  whole loop, evaluating each shard on its own GPU, all GPUs at once.  Four
-  Dask round trips per fit, whatever the iteration count.
+  and labels once (CUDA IPC / shared memory, ``peer_views``) and one worker
+  runs the whole loop, evaluating each shard on its own GPU, all GPUs at
+  once; with every shard on a GPU the loop's vectors stay on that worker's
+  GPU (``device_lbfgs``).  Two Dask round trips per fit, whatever the
+  iteration count.
 * ``actors`` (any cluster, several hosts): the loop runs on the client; each
   evaluation is one direct call to one Dask Actor per worker, which returns
   one float and the 785x10 gradient.
 
-Without a distributed client a small graph per evaluation is used.
+Without a distributed client CuPy rows are fitted on their GPU by the device
+loop, other rows by a small graph per evaluation.
 """
 
 from __future__ import annotations
