@@ -81,7 +81,8 @@ def fused_loss_grad(X: Any, labels: Any, coef: Any, intercept: Any, *, row_block
     sums = xp.empty(k + 1, dtype=np.float64)
     launch(C.row_pass, row_blocks, C.ROW_WARPS * 32, X, labels, params, resid, bpart)
     launch(C.col_pass, col_blocks, -(-d // 32) * 32, X, resid, partial)
-    launch(C.sum_blocks, -(-(d * k + k + 1) // 256), 256, partial, bpart, grad, sums)
+    launch(C.sum_blocks, -(-(d * k + k + 1) // C.SUM_LANES), 2 * C.SUM_LANES, partial, bpart,
+           grad, sums)
     return float(sums[k]), grad.reshape(d, k), sums[:k]
 
 
@@ -183,8 +184,8 @@ class ShardObjective:
             bound_launch(C.col_pass, [self.X, self.resid, self.partial], (col_blocks,),
                          -(-d // 32) * 32, self.stream),
             bound_launch(C.sum_blocks, [self.partial, self.bpart, self.grad.reshape(-1),
-                                        self.sums], (-(-(d * k + k + 1) // 256),), 256,
-                         self.stream)]
+                                        self.sums], (-(-(d * k + k + 1) // C.SUM_LANES),),
+                         C.SUM_LANES * C.SUM_LANES, self.stream)]
 
     def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
         """Start one evaluation at ``coef`` (d x n_classes) and ``intercept``."""

@@ -211,18 +211,37 @@ def col_pass(X, resid, partial):
                 partial[cuda.blockIdx.x, j * k + c] = accs[c]
 
 
+SUM_LANES = 32        # sum_blocks: 32 outputs per block, blockDim.x // 32 partial sums each
+
+
 @cuda.jit(cache=True)
 def sum_blocks(partial, bpart, grad, sums):
-    """``grad = sum of partial`` over blocks (float32 out), ``sums = sum of bpart`` (float64)."""
-    e = cuda.grid(1)
+    """``grad = sum of partial`` over blocks (float32 out), ``sums = sum of bpart`` (float64).
+
+    Each block takes 32 consecutive outputs; its ``blockDim.x // 32`` thread
+    groups read every group-th block's partial (coalesced across the 32) and
+    the groups' sums are added in shared memory -- a few dependent loads per
+    thread instead of one per block.
+    """
+    lane = cuda.threadIdx.x % SUM_LANES
+    group = cuda.threadIdx.x // SUM_LANES
+    groups = cuda.blockDim.x // SUM_LANES
+    e = cuda.blockIdx.x * SUM_LANES + lane
     dk = partial.shape[1]
+    total = float64(0.0)
     if e < dk:
-        total = float64(0.0)
-        for b in range(partial.shape[0]):
+        for b in range(group, partial.shape[0], groups):
             total += partial[b, e]
-        grad[e] = total
     elif e < dk + bpart.shape[1]:
-        total = float64(0.0)
-        for b in range(bpart.shape[0]):
+        for b in range(group, bpart.shape[0], groups):
             total += bpart[b, e - dk]
-        sums[e - dk] = total
+    sh = cuda.shared.array((SUM_LANES, SUM_LANES), float64)
+    sh[group, lane] = total
+    cuda.syncthreads()
+    if group == 0:
+        for g in range(1, groups):
+            total += sh[g, lane]
+        if e < dk:
+            grad[e] = total
+        elif e < dk + bpart.shape[1]:
+            sums[e - dk] = total
