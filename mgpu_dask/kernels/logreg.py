@@ -103,8 +103,8 @@ class ShardObjective:
         softmax, loss; column pass: ``X^T resid``; then the blocks' sums);
         ``"cublas"``, two cuBLAS products around our softmax kernel;
         ``"auto"``, cuBLAS: the fused passes are exact but not yet fast
-        (measured on an H200, MNIST's 52,500 rows: 0.71 ms per evaluation
-        against cuBLAS's 0.25 ms; ``benchmarks/NOTES-logreg.md``).
+        (measured on an H200, MNIST's shape, 52,500 rows: 0.58 ms per
+        evaluation against cuBLAS's 0.24 ms; ``benchmarks/NOTES-logreg.md``).
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int, method: str = "auto") -> None:
