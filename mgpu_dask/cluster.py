@@ -163,25 +163,42 @@ def _fixed_port(dashboard_address: str | None) -> int | None:
     return int(port) if port.isdigit() and int(port) else None
 
 
+PROTOCOLS = ("tcp", "ucx")
+
+
+def _check_protocol(protocol: str, plan: ClusterPlan) -> None:
+    if protocol not in PROTOCOLS:
+        raise ClusterError(f"protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    if protocol == "ucx":
+        if plan.kind not in (ClusterKind.LOCAL_CUDA, ClusterKind.LOCAL_CPU):
+            raise ClusterError("--protocol ucx applies to a local cluster; a joined or batch "
+                               "cluster keeps the protocol its scheduler was started with")
+        if not is_installed("distributed_ucxx"):
+            raise ClusterError("--protocol ucx needs the distributed-ucxx package (RAPIDS: "
+                               "pip install distributed-ucxx-cu13, or -cu12), not installed here")
+
+
 def _start_local(plan: ClusterPlan, dashboard_address: str, memory_limit: str | None,
-                 host: str | None = None) -> LocalCluster:
+                 host: str | None = None, protocol: str = "tcp") -> LocalCluster:
     with worker_start.starting_workers(plan.device):
-        return _start_local_cluster(plan, dashboard_address, memory_limit, host or "127.0.0.1")
+        return _start_local_cluster(plan, dashboard_address, memory_limit, host or "127.0.0.1",
+                                    protocol)
 
 
 def _start_local_cluster(plan: ClusterPlan, dashboard_address: str,
-                         memory_limit: str | None, host: str) -> LocalCluster:
+                         memory_limit: str | None, host: str, protocol: str) -> LocalCluster:
     if plan.kind is ClusterKind.LOCAL_CUDA:
         from dask_cuda import LocalCUDACluster
 
         return LocalCUDACluster(
             CUDA_VISIBLE_DEVICES=list(plan.gpu_indices), n_workers=plan.n_workers,
-            threads_per_worker=1, dashboard_address=dashboard_address, protocol="tcp",
+            threads_per_worker=1, dashboard_address=dashboard_address, protocol=protocol,
             memory_limit=memory_limit or "auto", device_memory_limit=0, silence_logs=logging.ERROR,
             pre_import=["cupy", "numba.cuda"], host=host)
     return LocalCluster(n_workers=plan.n_workers, threads_per_worker=plan.threads_per_worker,
                         processes=True, dashboard_address=dashboard_address,
-                        memory_limit=memory_limit or "auto", silence_logs=logging.ERROR, host=host)
+                        memory_limit=memory_limit or "auto", silence_logs=logging.ERROR, host=host,
+                        protocol=protocol)
 
 
 def _wait_for_file(path: str, timeout: float) -> None:
@@ -199,7 +216,8 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
             device: str = "auto", dashboard_address: str | None = None,
             timeout: float | None = None, memory_limit: str | None = None,
             cluster: str = "local", jobs: int = 1, gpus_per_job: int | None = None,
-            scheduler_file: str | None = None, host: str | None = None) -> Iterator[RunningCluster]:
+            scheduler_file: str | None = None, host: str | None = None,
+            protocol: str = "tcp") -> Iterator[RunningCluster]:
     """Start (or join) a cluster, yield it with its client, and shut it down.
 
     Parameters
@@ -217,6 +235,10 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
     host : str or None, default None
         Interface the local scheduler and dashboard listen on (``127.0.0.1``
         when omitted; ``0.0.0.0`` for all, with a one-line warning on stderr).
+    protocol : {"tcp", "ucx"}, default "tcp"
+        Transport of a local cluster (``"ucx"``: UCX through the
+        ``distributed-ucxx`` package, NVLink between GPUs of one node).
+        A joined or batch cluster keeps its own.
 
     Yields
     ------
@@ -226,6 +248,7 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
     plan = plan_cluster(workers, scheduler_address=scheduler_address, device=device,
                         cluster=cluster, jobs=jobs, gpus_per_job=gpus_per_job,
                         scheduler_file=scheduler_file)
+    _check_protocol(protocol, plan)
     timeout = timeout or config.seconds("cluster.start-timeout")
     asked, fixed_port = dashboard_address, _fixed_port(dashboard_address)  # taken: an error
     dashboard_address = dashboard_address or config.get("cluster.dashboard-address")
@@ -256,7 +279,7 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
                 print(warning, file=sys.stderr)
             if dashboard_address.startswith(":"):  # a bare port binds every interface
                 dashboard_address = f"{host or '127.0.0.1'}{dashboard_address}"
-            local = _start_local(plan, dashboard_address, memory_limit, host)
+            local = _start_local(plan, dashboard_address, memory_limit, host, protocol)
             # Results come straight from the workers, not relayed by the scheduler.
             client = Client(local, timeout=timeout, direct_to_workers=True)
         wanted = plan.n_workers or 1

@@ -16,7 +16,7 @@ def cluster_kwargs(args: argparse.Namespace) -> dict:
                 device=args.device, dashboard_address=args.dashboard_address,
                 timeout=args.timeout, cluster=args.cluster, jobs=args.jobs,
                 gpus_per_job=args.gpus_per_job, scheduler_file=args.scheduler_file,
-                host=getattr(args, "host", None))
+                host=getattr(args, "host", None), protocol=getattr(args, "protocol", "tcp"))
 
 
 def label_list(text: str | None) -> list[int] | None:

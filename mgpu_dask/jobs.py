@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 import numpy as np
 from distributed import futures_of, performance_report, wait
 
-from . import __version__, config
+from . import __version__, config, transfers
 from ._compat import visible_gpus
 from .cluster import RunningCluster, connect
 from .data import Split, load_dataset, shard, shard_locations, split
@@ -119,6 +119,7 @@ def _summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any
                               f"neighbour appears about {fraction:g} times, so KNN accuracy is "
                               "lower than on the real data" if fraction > 1 and task == "knn" else None),
             "cluster": s.cluster.plan.kind.value, "dashboard": s.cluster.dashboard_link,
+            "protocol": str(client.scheduler.address).split("://")[0],
             "workers": len(client.scheduler_info(n_workers=-1)["workers"])}
 
 
@@ -185,16 +186,20 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
         started = time.perf_counter()
         to_host(clf.predict(queries, on_host=True))  # the first fused predict (a new graph size)
         steps["first fused predict"] = time.perf_counter() - started
-        warm_runs = []
+        warm_phases = []
         for _ in range(max(1, repeats)):
             warm = Phases()
             _predict_phases(clf, queries, s.wait_timeout, warm)
-            warm_runs.append(warm.seconds)
+            warm_phases.append(warm)
+        warm_runs = [w.seconds for w in warm_phases]
         fused = []
         for _ in range(max(1, repeats)):
+            warm = Phases()
             started = time.perf_counter()
-            to_host(clf.predict(queries, on_host=True))
+            with warm("fused predict"):
+                to_host(clf.predict(queries, on_host=True))
             fused.append(time.perf_counter() - started)
+            warm_phases.append(warm)
         result = {
             **_summary(s, "knn", fraction, seed),
             "n_neighbors": n_neighbors, "weights": weights, "method": method,
@@ -212,6 +217,8 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             "warm": {name: statistics.median(r[name] for r in warm_runs) for name in warm_runs[0]},
             "warm_predict_seconds": fused,
             "warm_predict_median": statistics.median(fused),
+            "bytes_between_workers": transfers.by_phase(client, cold, warm_phases,
+                                                        repeats=max(1, repeats)),
         }
     result["cold_steps"]["cluster stop"] = cold.seconds.pop("cluster stop")
     return result
@@ -247,7 +254,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             X_test = shard(parts.X_test, client, dtype=np.float32, scale=scale,
                            timeout=s.wait_timeout)
         say("[4/4] fit and predict: cold, then warm")
-        runs = []
+        runs, warm_phases = [], []
         for i in range(1 + max(1, repeats)):
             phases = cold if i == 0 else Phases()
             clf = LogisticRegression(C=C, max_iter=max_iter, tol=tol, comm=comm,
@@ -260,6 +267,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
                 cold_total = time.perf_counter() - t0
             else:
                 runs.append(phases.seconds)
+                warm_phases.append(phases)
         warm_totals = [r["fit"] + r["predict"] for r in runs]
         return {
             **_summary(s, "logreg", fraction, seed),
@@ -277,6 +285,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             "warm": {name: statistics.median(r[name] for r in runs) for name in runs[0]},
             "warm_fit_predict_seconds": warm_totals,
             "warm_fit_predict_median": statistics.median(warm_totals),
+            "bytes_between_workers": transfers.by_phase(client, cold, warm_phases),
         }
 
 

@@ -62,6 +62,9 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
                         "127.0.0.1, this machine only; 0.0.0.0 for all, with a warning)")
     g.add_argument("--timeout", type=float, default=None,
                    help="seconds allowed for cluster start and each wait")
+    g.add_argument("--protocol", choices=("tcp", "ucx"), default="tcp",
+                   help="how a local cluster's workers talk: tcp (default) or ucx (UCX, over "
+                        "NVLink between GPUs; needs the distributed-ucxx package)")
     g.add_argument("--cluster", choices=("local", "slurm", "pbs"), default="local",
                    help="start locally, or submit batch jobs through dask-jobqueue "
                         "(settings: jobqueue.mgpu-slurm / mgpu-pbs, see deploy/jobqueue.yaml)")
@@ -216,6 +219,14 @@ def print_job(result: dict) -> None:
         print(f"warm fit+predict (data resident), median of "
               f"{len(result['warm_fit_predict_seconds'])}: "
               f"{result['warm_fit_predict_median'] * 1000:.1f} ms")
+    moved = result.get("bytes_between_workers")
+    if moved:
+        from .transfers import human
+
+        parts = [f"{run} " + ", ".join(f"{k} {human(v)}" for k, v in moved[run].items())
+                 for run in ("cold", "warm per repetition") if moved[run]]
+        print(f"moved between workers ({result.get('protocol', 'tcp')}, Dask's transfer "
+              f"records): " + "; ".join(parts))
 
 
 BACKEND_CHOICES = ("numba", "cupy", "cuml", "sklearn", "torch", "all")

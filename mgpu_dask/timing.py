@@ -19,17 +19,19 @@ class Phases:
 
     def __init__(self, echo: Callable[[str], None] | None = None) -> None:
         self.seconds: dict[str, float] = {}
+        self.windows: dict[str, list[tuple[float, float]]] = {}  # wall-clock spans of each
         self._echo = echo
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         if self._echo:
             self._echo(f"  {name} ...")
-        started = time.perf_counter()
+        started, wall = time.perf_counter(), time.time()
         try:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+            self.windows.setdefault(name, []).append((wall, time.time()))
             if self._echo:
                 self._echo(f"  {name}: {self.seconds[name]:.3f} s")
 

@@ -254,3 +254,31 @@ def test_cli_dtype_float32_same_predictions_and_notes(tmp_path):
     rows = {r["backend"]: r for r in json.loads(out.read_text())["backends"]}
     assert rows["numba"]["note"] is None
     assert rows["sklearn"]["note"] == "rows converted to float32 (--dtype uint8)"
+
+
+def test_cli_knn_shard_plan_reports_the_merge_traffic(tmp_path, capsys):
+    """The shard plan merges candidates across workers: Dask's transfer records show it,
+    in the predict phases, while the replicate plan's queries never move."""
+    moved = {}
+    for plan in ("shard", "replicate"):
+        out = tmp_path / f"{plan}.json"
+        assert main(["knn", "--dataset", "digits", "--workers", "2", "--device", "cpu",
+                     "--plan", plan, "--repeats", "1", "--quiet", "--dashboard-address", ":0",
+                     "--json", str(out)]) == 0
+        moved[plan] = json.loads(out.read_text())["bytes_between_workers"]
+    warm = moved["shard"]["warm per repetition"]
+    assert warm["distances+top-k"] + warm["vote"] + warm["fused predict"] > 0
+    warm = moved["replicate"]["warm per repetition"]
+    assert warm["distances+top-k"] == 0 and warm["fused predict"] == 0
+    assert "moved between workers (tcp" in capsys.readouterr().out
+
+
+def test_cli_protocol_ucx_without_ucxx_is_one_line(capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("distributed_ucxx") is not None:
+        pytest.skip("distributed-ucxx is installed here")
+    assert main(["knn", "--dataset", "digits", "--workers", "1", "--device", "cpu",
+                 "--protocol", "ucx", "--quiet"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "distributed-ucxx" in err and "\n" not in err

@@ -210,6 +210,11 @@ def test_cli_logreg_digits(tmp_path, capsys):
     assert r["task"] == "logreg" and r["accuracy"] > 0.9 and r["evaluations"] >= r["n_iter"]
     assert r["comm"] == "single-host" and r["round_trips"] == 2 and "fit by single-host" in text
     assert set(r["cold"]) >= {"cluster start", "transfer", "fit", "predict", "total"}
+    # The shards stay put: a warm fit moves the exports' descriptions, not the rows (345 kB).
+    moved = r["bytes_between_workers"]
+    assert r["protocol"] == "tcp" and set(moved["warm per repetition"]) == {"fit", "predict"}
+    assert moved["warm per repetition"]["fit"] < 20_000
+    assert "moved between workers (tcp" in text
 
 
 def test_cli_logreg_says_once_why_it_stopped(tmp_path, capsys):
