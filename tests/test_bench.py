@@ -123,7 +123,7 @@ def test_bench_cli_small_sweep(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, match", [
     (["--tasks", "svm"], "--tasks 'svm'"),
-    (["--backends", "torch"], "--backends 'torch'"),
+    (["--backends", "jax"], "--backends 'jax'"),
     (["--workers-list", "1,two"], "comma-separated list of int"),
 ])
 def test_bench_bad_arguments(capsys, argv, match):
