@@ -24,7 +24,8 @@ COLUMNS = ("task", "backend", "workers", "fraction", "n_train", "n_test", "statu
            "speedup_vs_cuml", "note")
 CPU_BACKENDS = ("sklearn",)
 # One colour per backend in every plot (matplotlib's and bokeh's category palette).
-COLORS = {"numba": "#1f77b4", "cupy": "#ff7f0e", "cuml": "#2ca02c", "sklearn": "#d62728"}
+COLORS = {"numba": "#1f77b4", "cupy": "#ff7f0e", "cuml": "#2ca02c", "sklearn": "#d62728",
+          "torch": "#9467bd"}
 
 
 def flatten(result: dict[str, Any], workers: int) -> list[dict[str, Any]]:
@@ -126,7 +127,7 @@ LABELS = {"numba": "ours (Numba kernels)", "cupy": "plain CuPy", "cuml": "cuML m
 def _series(rows: list[dict[str, Any]], task: str, x: str,
             fixed: Callable[[dict[str, Any]], bool]) -> dict[str, tuple[list, list]]:
     lines: dict[str, tuple[list, list]] = {}
-    rank = {name: i for i, name in enumerate(COLORS)}  # legend order: numba, cupy, cuml, sklearn
+    rank = {name: i for i, name in enumerate(COLORS)}  # legend order: numba, cupy, cuml, sklearn, torch
     for r in sorted((r for r in rows if r["task"] == task and r["status"] == "ok" and fixed(r)),
                     key=lambda r: (rank.get(r["backend"], len(rank)), r[x])):
         xs, ys = lines.setdefault(r["backend"], ([], []))
