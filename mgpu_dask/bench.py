@@ -127,7 +127,7 @@ LABELS = {"numba": "ours (Numba kernels)", "cupy": "plain CuPy", "cuml": "cuML m
 def _series(rows: list[dict[str, Any]], task: str, x: str,
             fixed: Callable[[dict[str, Any]], bool]) -> dict[str, tuple[list, list]]:
     lines: dict[str, tuple[list, list]] = {}
-    rank = {name: i for i, name in enumerate(COLORS)}  # legend order: numba, cupy, cuml, sklearn, torch
+    rank = {name: i for i, name in enumerate(COLORS)}  # legend order: that of COLORS
     for r in sorted((r for r in rows if r["task"] == task and r["status"] == "ok" and fixed(r)),
                     key=lambda r: (rank.get(r["backend"], len(rank)), r[x])):
         xs, ys = lines.setdefault(r["backend"], ([], []))
