@@ -237,21 +237,22 @@ def test_fit_from_numpy_prints_no_large_graph_warning(client, digits, plan):
     assert (to_host(clf.predict(s.X_test)) == s.y_test).mean() > 0.97
 
 
+def _knn_digits_json(tmp_path, name: str, *options: str) -> dict:
+    """``knn`` on digits with two CPU workers and ``options``; its JSON result."""
+    out = tmp_path / f"{name}.json"
+    assert main(["knn", "--dataset", "digits", "--workers", "2", "--device", "cpu", *options,
+                 "--repeats", "1", "--quiet", "--dashboard-address", ":0",
+                 "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
 def test_cli_dtype_float32_same_predictions_and_notes(tmp_path):
-    got = {}
-    for dtype in ("uint8", "float32"):
-        out = tmp_path / f"{dtype}.json"
-        assert main(["knn", "--dataset", "digits", "--workers", "2", "--device", "cpu",
-                     "--dtype", dtype, "--repeats", "1", "--quiet", "--dashboard-address", ":0",
-                     "--json", str(out)]) == 0
-        got[dtype] = json.loads(out.read_text())
+    got = {dtype: _knn_digits_json(tmp_path, dtype, "--dtype", dtype)
+           for dtype in ("uint8", "float32")}
     assert got["uint8"]["dtype"] == "uint8" and got["float32"]["dtype"] == "float32"
     assert got["uint8"]["accuracy"] == got["float32"]["accuracy"] > 0.95
-    out = tmp_path / "all.json"
-    assert main(["knn", "--dataset", "digits", "--workers", "2", "--device", "cpu",
-                 "--backend", "all", "--repeats", "1", "--quiet", "--dashboard-address", ":0",
-                 "--json", str(out)]) == 0
-    rows = {r["backend"]: r for r in json.loads(out.read_text())["backends"]}
+    rows = {r["backend"]: r for r in _knn_digits_json(tmp_path, "all", "--backend", "all")
+            ["backends"]}
     assert rows["numba"]["note"] is None
     assert rows["sklearn"]["note"] == "rows converted to float32 (--dtype uint8)"
 
@@ -259,13 +260,8 @@ def test_cli_dtype_float32_same_predictions_and_notes(tmp_path):
 def test_cli_knn_shard_plan_reports_the_merge_traffic(tmp_path, capsys):
     """The shard plan merges candidates across workers: Dask's transfer records show it,
     in the predict phases, while the replicate plan's queries never move."""
-    moved = {}
-    for plan in ("shard", "replicate"):
-        out = tmp_path / f"{plan}.json"
-        assert main(["knn", "--dataset", "digits", "--workers", "2", "--device", "cpu",
-                     "--plan", plan, "--repeats", "1", "--quiet", "--dashboard-address", ":0",
-                     "--json", str(out)]) == 0
-        moved[plan] = json.loads(out.read_text())["bytes_between_workers"]
+    moved = {plan: _knn_digits_json(tmp_path, plan, "--plan", plan)["bytes_between_workers"]
+             for plan in ("shard", "replicate")}
     warm = moved["shard"]["warm per repetition"]
     assert warm["distances+top-k"] + warm["vote"] + warm["fused predict"] > 0
     warm = moved["replicate"]["warm per repetition"]
