@@ -17,6 +17,15 @@ waiting:
    point and the curvature pairs when the step is kept;
 4. one copy of a dozen scalars to the host, the only wait of the iteration.
 
+Most first steps are kept, so the host queues ``run_ahead`` such iterations
+before it reads the scalars (``advance``): while the GPUs work through them
+the host is already queueing the next, and the GPU never idles for a round
+trip to the host.  An iteration whose step is not kept stops the ones
+queued behind it on the device (``kernels.lbfgs_cuda``, "Running ahead");
+their evaluations are wasted, so ``run_ahead`` is chosen from the device time
+of one evaluation: many when evaluations are short (the wait would cost as
+much as the work), one when they are long.
+
 When the first step is not kept the host's scalar line search
 (``line_search``) asks for more trial steps, two scalars back per trial.
 Under Numba's CUDA simulator (NumPy shards) the same kernels run on the
@@ -36,6 +45,9 @@ from .kernels.logreg import ShardObjective
 from .lbfgs import Step
 
 SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: few, or slow
+AHEAD_SECONDS = 2e-3   # device time worth queueing before the host looks (a wait costs ~0.1 ms)
+MAX_AHEAD = 16
+SIMULATOR_AHEAD = 4
 
 
 def usable(arrays: list[tuple[Any, Any]]) -> bool:
@@ -61,12 +73,19 @@ class DeviceBackend:
         Curvature pairs kept (at most ``kernels.lbfgs_cuda.MAX_MEMORY``).
     method : {"auto", "fused", "cublas"}
         How each shard is evaluated (see ``kernels.logreg.ShardObjective``).
+    run_ahead : int or None
+        Iterations queued per look at the scalars; None: from the device time
+        of the first evaluation (``AHEAD_SECONDS`` of work, 1 to ``MAX_AHEAD``).
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
-                 penalty: float, memory: int = 10, method: str = "auto") -> None:
+                 penalty: float, memory: int = 10, method: str = "auto",
+                 run_ahead: int | None = None) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
+        if run_ahead is not None and run_ahead < 1:
+            raise ValueError(f"run_ahead={run_ahead} must be at least 1")
+        self._ahead = run_ahead
         self.gpu = usable(shards)
         if not self.gpu:
             from numba import config
@@ -111,6 +130,7 @@ class DeviceBackend:
             self._k_trial = Launcher(K.set_trial, [self.x, self.p, self.scal, self.params, 0.0],
                                    256, self.stream)
             self._k_forget = Launcher(K.forget, [self.scal], 1, self.stream)
+            self._k_arm = Launcher(K.arm, [self.scal, 0.0, 0.0], 1, self.stream)
             self._trial_blocks = -(-m // 256)
             if self.gpu:
                 self._ready = cupy.cuda.Event(disable_timing=True)
@@ -217,12 +237,34 @@ class DeviceBackend:
         self._timed[1].synchronize()
         return cupy.cuda.get_elapsed_time(*self._timed) / 1e3
 
-    def propose(self) -> Step:
+    @property
+    def run_ahead(self) -> int:
+        if self._ahead is None:
+            seconds = self.first_evaluation_seconds()
+            if not np.isfinite(seconds):  # the simulator: a few, so tests see runs ahead
+                self._ahead = SIMULATOR_AHEAD
+            else:
+                self._ahead = int(np.clip(AHEAD_SECONDS // max(seconds, 1e-6), 1, MAX_AHEAD))
+        return self._ahead
+
+    def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]:
+        """Queue ``ahead`` iterations, read the scalars once (see the module's docstring)."""
+        self._k_arm.set(1, float(gtol))
+        self._k_arm.set(2, float(ftol))
         with self._leader():
-            self._k_propose(1)
-        self._evaluate()
-        self._finish(K.AUTO)
-        return self._step()
+            self._k_arm(1)
+        for _ in range(ahead):
+            with self._leader():
+                self._k_propose(1)
+            self._evaluate()
+            self._finish(K.AUTO)
+        step = self._step()
+        done = int(self._last[K.DONE])
+        self.evaluations -= ahead - done - (step.status != K.ACCEPTED)  # skipped on the device
+        return step, done
+
+    def propose(self) -> Step:
+        return self.advance(1, -np.inf, -np.inf)[0]
 
     def probe(self, step: float) -> tuple[float, float]:
         self._k_trial.set(4, step)
@@ -280,6 +322,7 @@ def profile(backend: DeviceBackend, result: dict[str, Any], seconds: float) -> d
     per_eval = backend.first_evaluation_seconds()
     return {"optimizer": "device", "iterations": result["nit"], "evaluations": result["nfev"],
             "line searches": result["searches"], "host syncs": backend.syncs,
+            "run ahead": backend.run_ahead,
             "device seconds, first evaluation": per_eval,
             "host seconds per iteration": seconds / max(1, result["nit"]),
             "shards": len(backend.objectives),

@@ -11,7 +11,8 @@ the curvature pairs and does the vector work:
 One iteration: the two-loop recursion gives the direction, the backend tries
 the first step (:func:`line_search.first_step`) and keeps it when both strong
 Wolfe conditions hold -- almost every iteration, one evaluation and no
-decision on the host.  Otherwise the host runs the scalar line search
+decision on the host, so a backend may run several iterations ahead before
+the host looks (``advance``).  Otherwise the host runs the scalar line search
 (:mod:`line_search`), which asks the backend for value and slope at each
 trial step, then commits the last one.  A direction along which no step is
 found drops the curvature pairs and goes downhill instead.
@@ -53,9 +54,13 @@ class Step:
 class Backend(Protocol):
     evaluations: int
     pairs: int
+    run_ahead: int                            # iterations one ``advance`` may make
 
     def start(self) -> Step: ...              # evaluate at the start point
     def propose(self) -> Step: ...            # direction, first step, keep it if acceptable
+    # Up to ``ahead`` proposals while they are kept and no stopping rule holds:
+    # (the last kept step, or the first one not kept; steps kept).
+    def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]: ...
     def probe(self, step: float) -> tuple[float, float]: ...  # value and slope at a step
     def commit(self) -> Step: ...             # move to the last probed step
     def forget(self) -> None: ...             # drop the curvature pairs
@@ -68,7 +73,9 @@ def run(backend: Backend, *, maxiter: int = 100, gtol: float = 1e-4,
 
     Stops when the largest gradient entry is at most ``gtol``, when the
     relative decrease of the value is at most ``ftol``, or after ``maxiter``
-    iterations (then ``success`` is False).
+    iterations (then ``success`` is False).  The backend may make up to
+    ``backend.run_ahead`` iterations per call (:meth:`Backend.advance`): the
+    same steps, fewer waits.
 
     Returns
     -------
@@ -84,17 +91,16 @@ def run(backend: Backend, *, maxiter: int = 100, gtol: float = 1e-4,
         if state.gmax <= gtol:
             message, success = "gradient below gtol", True
             break
-        moved, searched = _iterate(backend, maxls)
-        searches += searched
-        if moved is None and backend.pairs:  # a poor direction: forget the pairs, go downhill
+        ahead = min(max(1, backend.run_ahead), maxiter - nit)
+        state, done, searched = _iterate(backend, maxls, ahead, gtol, ftol)
+        nit, searches = nit + done, searches + searched
+        if state.status != ACCEPTED and backend.pairs:  # a poor direction: forget, go downhill
             backend.forget()
-            moved, searched = _iterate(backend, maxls)
-            searches += searched
-        if moved is None:
+            state, done, searched = _iterate(backend, maxls, 1, gtol, ftol)
+            nit, searches = nit + done, searches + searched
+        if state.status != ACCEPTED:
             message = "line search found no acceptable step"
             break
-        state = moved
-        nit += 1
         if state.decrease <= ftol:
             message, success = "relative decrease below ftol", True
             break
@@ -105,15 +111,19 @@ def run(backend: Backend, *, maxiter: int = 100, gtol: float = 1e-4,
             "grad_max": float(state.gmax), "searches": searches}
 
 
-def _iterate(backend: Backend, maxls: int) -> tuple[Step | None, int]:
-    trial = backend.propose()
-    if trial.status == ACCEPTED:
-        return trial, 0
-    if trial.status == NOT_DESCENT:
-        return None, 0
+def _iterate(backend: Backend, maxls: int, ahead: int, gtol: float,
+             ftol: float) -> tuple[Step, int, int]:
+    """Up to ``ahead`` iterations: (where they ended, iterations made, line searches run).
+
+    The step returned is ACCEPTED when the last iteration moved; otherwise
+    no acceptable step was found from the point it describes.
+    """
+    trial, done = backend.advance(ahead, gtol, ftol)
+    if trial.status != SEARCH:
+        return trial, done, 0
     step = line_search.strong_wolfe(backend.probe, trial.f, trial.slope0, trial.step,
                                     first=(trial.value, trial.slope), maxiter=maxls)
-    return (None if step is None else backend.commit()), 1
+    return (trial, done, 1) if step is None else (backend.commit(), done + 1, 1)
 
 
 def relative_decrease(f_old: float, f_new: float) -> float:
@@ -122,6 +132,8 @@ def relative_decrease(f_old: float, f_new: float) -> float:
 
 class HostBackend:
     """L-BFGS vectors in NumPy (float64) for any ``fun(x) -> (value, gradient)``."""
+
+    run_ahead = 1  # nothing to gain: the host decides each step anyway
 
     def __init__(self, fun: Objective, x0: np.ndarray, memory: int = 10) -> None:
         self.fun, self.memory = fun, memory
@@ -158,6 +170,16 @@ class HostBackend:
             return self.commit()
         return Step(SEARCH, self.f, float(np.max(np.abs(self.g))), np.inf, slope0, step,
                     value, slope)
+
+    def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]:
+        done = 0
+        while True:
+            step = self.propose()
+            if step.status != ACCEPTED:
+                return step, done
+            done += 1
+            if done == ahead or step.gmax <= gtol or step.decrease <= ftol:
+                return step, done
 
     def probe(self, step: float) -> tuple[float, float]:
         value, grad = self._evaluate(self.x + step * self.p)

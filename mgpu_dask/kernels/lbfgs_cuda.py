@@ -17,6 +17,16 @@ the host per iteration is all the loop reads.
   (AUTO), only reports value and slope (PROBE), or keeps the last probed
   point (COMMIT).  Keeping a point stores the new curvature pair.
 * :func:`forget`: drops the curvature pairs.
+* :func:`arm`: lets the next proposals run (see "Running ahead").
+
+Running ahead: the host may queue several iterations (``arm``, then
+``propose``/evaluation/``finish(AUTO)`` n times) and read the scalars once.
+``finish(AUTO)`` clears ``scal[ACTIVE]`` when its step is not kept (the host's
+line search takes over from there) or when a stopping rule holds (largest
+gradient entry at most ``scal[GTOL]``, relative decrease at most
+``scal[FTOL]``); while it is clear, ``propose`` and ``finish(AUTO)`` return at
+once, so the iterations queued behind change nothing.  ``scal[DONE]`` counts
+the steps kept since ``arm``.
 
 The vectors are short (7,850 entries for MNIST), so one block of threads
 does the recursion: each thread owns the entries ``j = tid (mod threads)``
@@ -37,8 +47,9 @@ THREADS = 512      # threads of the one block (a power of 2; fewer in the simula
 MAX_MEMORY = 32    # curvature pairs at most
 
 # Indices into ``scal``.
-F, F_PREV, SLOPE0, STEP, VALUE, SLOPE, STATUS, GMAX, DECREASE, PAIRS, HEAD = range(11)
-N_SCALARS = 12
+(F, F_PREV, SLOPE0, STEP, VALUE, SLOPE, STATUS, GMAX, DECREASE, PAIRS, HEAD,
+ ACTIVE, DONE, GTOL, FTOL) = range(15)
+N_SCALARS = 16
 # Modes of ``finish``.
 INIT, AUTO, PROBE, COMMIT = 0, 1, 2, 3
 # Values of ``scal[STATUS]`` (the host loop's ACCEPTED, SEARCH, NOT_DESCENT).
@@ -48,6 +59,8 @@ ACCEPTED, SEARCH, NOT_DESCENT = 0, 1, 2
 @cuda.jit(cache=True)
 def propose(x, g, S, Y, rho, scal, p, params):
     """``p = -H g`` (two-loop recursion), its slope, the first step and the trial parameters."""
+    if scal[ACTIVE] == 0.0:  # an earlier step of this run-ahead was not kept
+        return
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     m = x.shape[0]
@@ -118,6 +131,16 @@ def forget(scal):
 
 
 @cuda.jit(cache=True)
+def arm(scal, gtol, ftol):
+    """Let the proposals queued next run, with the loop's stopping rules."""
+    if cuda.grid(1) == 0:
+        scal[ACTIVE] = 1.0
+        scal[DONE] = 0.0
+        scal[GTOL] = gtol
+        scal[FTOL] = ftol
+
+
+@cuda.jit(cache=True)
 def finish(parts, psums, x, p, g, gt, S, Y, rho, scal, inv_n, penalty, mode):
     """Objective and gradient at the trial point from the shards' sums, then as ``mode`` says.
 
@@ -140,6 +163,10 @@ def finish(parts, psums, x, p, g, gt, S, Y, rho, scal, inv_n, penalty, mode):
     head = int32(scal[HEAD])
     value = scal[VALUE]
     slope = scal[SLOPE]
+    if mode == AUTO and scal[ACTIVE] == 0.0:  # queued behind a step not kept, or a stop
+        return
+    gtol = scal[GTOL]
+    ftol = scal[FTOL]
     cuda.syncthreads()  # every thread has read scal before thread 0 writes it
     if mode != COMMIT:
         w2 = float64(0.0)
@@ -207,11 +234,17 @@ def finish(parts, psums, x, p, g, gt, S, Y, rho, scal, inv_n, penalty, mode):
                 rho[head] = 1.0 / sy
                 scal[HEAD] = (head + 1) % memory
                 scal[PAIRS] = min(pairs + 1, memory)
+            decrease = (f - value) / max(abs(f), abs(value), 1.0)
             scal[F_PREV] = f
             scal[F] = value
             scal[GMAX] = top
-            scal[DECREASE] = (f - value) / max(abs(f), abs(value), 1.0)
+            scal[DECREASE] = decrease
+            if mode == AUTO:
+                scal[DONE] += 1.0
+                scal[ACTIVE] = 1.0 if top > gtol and decrease > ftol else 0.0
     if tid == 0:
+        if mode == AUTO and not keep:
+            scal[ACTIVE] = 0.0
         scal[VALUE] = value
         scal[SLOPE] = slope
         scal[STATUS] = status
