@@ -229,21 +229,21 @@ def print_job(result: dict) -> None:
               f"records): " + "; ".join(parts))
 
 
-BACKEND_CHOICES = ("numba", "cupy", "cuml", "sklearn", "torch", "all")
+BACKEND_CHOICES = ("numba", "cupy", "cuml", "cuml-single", "sklearn", "torch", "all")
 
 
 def print_comparison(result: dict) -> None:
     print(f"{result['task']} on {result['dataset']}: train {result['n_train']}, test "
           f"{result['n_test']}; {result['workers']} {result['device']} workers")
-    head = f"{'backend':<8} {'accuracy':>8} {'cold fit':>9} {'cold pred':>9} " \
+    head = f"{'backend':<11} {'accuracy':>8} {'cold fit':>9} {'cold pred':>9} " \
            f"{'warm fit':>9} {'warm pred':>9} {'vs cuML':>8}"
     print(head)
     for r in result["backends"]:
         if r["status"] != "ok":
-            print(f"{r['backend']:<8} {r['status']}")
+            print(f"{r['backend']:<11} {r['status']}")
             continue
         vs = f"{r['speedup_vs_cuml']:.2f}x" if "speedup_vs_cuml" in r else "n/a"
-        print(f"{r['backend']:<8} {r['accuracy']:>8.4f} {r['cold']['fit']:>8.3f}s "
+        print(f"{r['backend']:<11} {r['accuracy']:>8.4f} {r['cold']['fit']:>8.3f}s "
               f"{r['cold']['predict']:>8.3f}s {r['warm']['fit']:>8.3f}s "
               f"{r['warm']['predict']:>8.3f}s {vs:>8}" + (f"  ({r['note']})" if r.get("note") else ""))
 
@@ -315,11 +315,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     ok = [r for r in rows if r["status"] == "ok"]
     for r in ok:
-        print(f"{r['task']:<7} {r['backend']:<8} workers {r['workers']:<2} fraction "
+        print(f"{r['task']:<7} {r['backend']:<11} workers {r['workers']:<2} fraction "
               f"{r['fraction']:<5} accuracy {r['accuracy']:.4f} warm {r['warm_total']:.3f} s")
     for r in rows:
         if r["status"] != "ok":
-            print(f"{r['task']:<7} {r['backend']:<8} workers {r['workers']:<2} {r['status']}")
+            print(f"{r['task']:<7} {r['backend']:<11} workers {r['workers']:<2} {r['status']}")
     return 0
 
 
@@ -428,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "error bound (rows it cannot certify are recomputed): no precision "
                         "changes a neighbour. int8 needs 8-bit integer data")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
-                   help="numba: our kernels; cupy, cuml, sklearn, torch: the comparison backends; "
+                   help="numba: our kernels; cupy, cuml (multi-GPU), cuml-single (one GPU), "
+                        "sklearn, torch: the comparison backends; "
                         "all: every usable backend on the same split, one table")
     p.add_argument("--dtype", choices=("uint8", "float32"), default="uint8",
                    help="the pixels on the GPUs: uint8 as loaded (1 byte each), or float32 "
@@ -458,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "scalars to the host per iteration), host (NumPy), auto: the device "
                         "when every shard is on a GPU (default)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
-                   help="numba: our fused kernel; cupy, cuml, sklearn, torch: the comparison "
+                   help="numba: our fused kernel; cupy, cuml (multi-GPU), cuml-single (one GPU), "
+                        "sklearn, torch: the comparison "
                         "backends; all: every usable backend on the same split, one table")
     add_output_args(p, repeats=3)
     p.set_defaults(handler=cmd_task)
@@ -473,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list of worker counts, one cluster each (1,2,4)")
     p.add_argument("--fractions", default="0.25,1,4", help="comma list of data sizes (0.25,1,4)")
     p.add_argument("--backends", default="all",
-                   help="comma list of numba, cupy, cuml, sklearn, torch")
+                   help="comma list of numba, cupy, cuml, cuml-single, sklearn, torch")
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--weights", choices=("distance", "uniform"), default="distance")
     p.add_argument("--C", dest="C", type=float, default=1.0)

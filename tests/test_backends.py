@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import dask.array as da
 import numpy as np
 import pytest
 from sklearn.neighbors import KNeighborsClassifier as SkKNN
@@ -64,7 +65,11 @@ def test_unavailable_reasons():
     assert "needs GPU workers" in unavailable("cupy", "cpu")
     assert "needs GPU workers" in unavailable("cuml", "cpu")
     assert "unknown backend" in unavailable("jax", "gpu")
-    assert set(BACKENDS) == {"numba", "cupy", "cuml", "sklearn", "torch"}
+    assert "needs GPU workers" in unavailable("cuml-single", "cpu")
+    assert set(BACKENDS) == {"numba", "cupy", "cuml", "cuml-single", "sklearn", "torch"}
+    if importlib.util.find_spec("cuml") is None:
+        assert unavailable("cuml-single", "gpu") == ("cuML is not installed "
+                                                     "(pip install 'mgpu-dask[rapids13]')")
     torch_reason = unavailable("torch", "gpu")
     if importlib.util.find_spec("torch") is None:
         assert torch_reason == "PyTorch is not installed (pip install 'mgpu-dask[torch]')"
@@ -104,9 +109,81 @@ def test_cli_backend_all_table(tmp_path, capsys):
                  "--device", "cpu", "--repeats", "1", "--quiet", "--dashboard-address", ":0",
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "backend  accuracy" in text and "cuml     cuml needs GPU workers" in text
+    assert "backend     accuracy" in text and "cuml        cuml needs GPU workers" in text
     rows = json.loads(out.read_text())["backends"]
-    assert [r["backend"] for r in rows] == ["numba", "cupy", "cuml", "sklearn", "torch"]
+    assert [r["backend"] for r in rows] == ["numba", "cupy", "cuml", "cuml-single", "sklearn",
+                                            "torch"]
+
+
+def test_shared_vote_is_scikit_learns():
+    """The vote the cupy and cuml-single backends share, fed scikit-learn's neighbours."""
+    from sklearn.datasets import load_digits
+
+    from mgpu_dask.backends.cupy_backend import vote
+
+    X, y = load_digits(return_X_y=True)
+    X[1000] = X[0]  # an exact match: it takes the vote
+    for weights in ("distance", "uniform"):
+        sk = SkKNN(n_neighbors=5, weights=weights).fit(X[:1000], y[:1000])
+        dist, nearest = sk.kneighbors(X[1000:])
+        got = vote(dist, y[:1000][nearest], weights, 10)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, sk.predict(X[1000:]))
+
+
+def _fake_single_gpu_script(task, X, y, Xt, yt, options, repeats):
+    """A stand-in framework for the one-worker runner: scikit-learn's KNN, where it runs."""
+    from distributed import get_worker
+
+    from mgpu_dask.backends.one_worker import repeat_here
+
+    out = repeat_here(lambda: SkKNN(options["k"]).fit(X, y), lambda m: m.predict(Xt), yt,
+                      repeats)
+    return {**out, "where": get_worker().address, "dtype": str(X.dtype)}
+
+
+def test_single_gpu_frameworks_run_on_one_worker(digits):
+    """Host rows go to the cluster's first worker, once; cold + warm rows come back."""
+    from distributed import Client, LocalCluster
+
+    from mgpu_dask.backends import BackendRun, BackendSkipped
+    from mgpu_dask.backends.one_worker import rows_for, run_on_one_worker
+
+    s = digits
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        run = BackendRun(s, client, "cpu", {"k": 3, "repeats": 2}, 60)
+        out = run_on_one_worker(run, _fake_single_gpu_script, "knn", *rows_for("knn", run),
+                                "a stand-in")
+        first = sorted(client.scheduler_info()["workers"])[0]
+        assert out["where"] == first and out["dtype"] == "float32"
+        assert len(out["warm"]) == 2 and out["cold"]["accuracy"] > 0.95
+        assert all(r["accuracy"] == out["cold"]["accuracy"] for r in out["warm"])
+        X, _ = rows_for("logreg", run)
+        assert X.dtype == np.float32 and 0 < X.max() <= 1.0
+        on_workers = s._replace(X_train=client.persist(da.from_array(s.X_train)))
+        generated = BackendRun(on_workers, client, "cpu", {"repeats": 1}, 60)
+        with pytest.raises(BackendSkipped, match="stand-in takes host rows"):
+            run_on_one_worker(generated, _fake_single_gpu_script, "knn",
+                              *rows_for("knn", generated), "a stand-in")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", ["knn", "logreg"])
+def test_cuml_single_backend_agrees_with_ours(task):
+    """cuML's single-GPU estimators (the GPU machine with the RAPIDS parts) against ours."""
+    pytest.importorskip("cuml")
+    from mgpu_dask.jobs import compare_job
+
+    options = ({"k": 3, "weights": "distance", "repeats": 1} if task == "knn" else
+               {"C": 1.0, "max_iter": 100, "tol": 1e-4, "repeats": 1})
+    result = compare_job(task, ["numba", "cuml-single"], dataset="digits", options=options,
+                         cluster_options={"workers": 1, "dashboard_address": ":0"})
+    rows = {r["backend"]: r for r in result["backends"]}
+    assert rows["cuml-single"]["status"] == "ok", rows["cuml-single"]
+    tolerance = 0 if task == "knn" else 0.02  # the same neighbours and vote: the same labels
+    assert abs(rows["cuml-single"]["accuracy"] - rows["numba"]["accuracy"]) <= tolerance
+    assert "one GPU" in rows["cuml-single"]["note"]
 
 
 @pytest.mark.parametrize("task", ["knn", "logreg"])

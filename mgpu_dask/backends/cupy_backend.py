@@ -36,16 +36,23 @@ def knn_block(Q: Any, T: Any, labels: Any, norms: Any, k: int, weights: str,
     score = norms[None, :] - 2.0 * (Q @ T.T)               # |t|^2 - 2 q.t ranks like |q - t|^2
     nearest = xp.argpartition(score, k - 1, axis=1)[:, :k]
     sq = xp.take_along_axis(score, nearest, axis=1) + (Q * Q).sum(axis=1, keepdims=True)
-    dist = xp.sqrt(xp.maximum(sq, 0.0))
+    return vote(xp.sqrt(xp.maximum(sq, 0.0)), labels[nearest], weights, n_classes)
+
+
+def vote(dist: Any, neighbour_labels: Any, weights: str, n_classes: int) -> Any:
+    """Class index per row from its neighbours' distances and class indices (rows x k):
+    uniform, or weighted by 1 / distance with exact matches taking the vote."""
+    xp = array_module(dist)
     if weights == "uniform":
-        w = xp.ones_like(dist)
+        w = xp.ones(dist.shape, dtype=np.float64)
     else:
+        dist = dist.astype(np.float64)
         exact = dist == 0
         w = xp.where(exact.any(axis=1, keepdims=True), exact.astype(dist.dtype),
                      1.0 / xp.where(exact, 1.0, dist))
-    votes = xp.zeros((Q.shape[0], n_classes), dtype=np.float64)
-    rows = xp.arange(Q.shape[0])[:, None]
-    xp.add.at(votes, (xp.broadcast_to(rows, nearest.shape), labels[nearest]), w)
+    votes = xp.zeros((dist.shape[0], n_classes), dtype=np.float64)
+    rows = xp.broadcast_to(xp.arange(dist.shape[0])[:, None], dist.shape)
+    xp.add.at(votes, (rows, neighbour_labels), w)
     return votes.argmax(axis=1).astype(np.int32)
 
 

@@ -12,17 +12,18 @@ the worker with the device synchronised:
   search, 10 pairs) on scikit-learn's objective, mean cross-entropy plus
   ``||W||^2 / (2 C n)`` with the intercept unpenalised, float32.
 
-Its row is one GPU whatever the cluster size.
+Its row is one GPU whatever the cluster size (``one_worker``); predictions
+come to the host inside the timed predict.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from . import BackendRun, BackendSkipped, converted_note, pixel_scale
+from . import BackendRun, converted_note
+from .one_worker import repeat_here, rows_for, run_on_one_worker
 
 
 def _sync(torch: Any, device: Any) -> None:
@@ -87,45 +88,30 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
     T = torch.as_tensor(np.ascontiguousarray(X, dtype=np.float32), device=device)
     Q = torch.as_tensor(np.ascontiguousarray(Xt, dtype=np.float32), device=device)
     codes = torch.as_tensor(np.searchsorted(classes, y), dtype=torch.int64, device=device)
-    truth = torch.as_tensor(np.searchsorted(classes, yt), dtype=torch.int64, device=device)
     _sync(torch, device)
-    rows = []
-    for _ in range(1 + repeats):
-        started = time.perf_counter()
+
+    def fit() -> tuple:
         if task == "knn":
-            model = (T, (T * T).sum(dim=1))
-        else:
-            model = lbfgs_fit(T, codes, len(classes), options["C"], options["max_iter"],
-                              options["tol"])
-        _sync(torch, device)
-        fitted = time.perf_counter()
+            return T, (T * T).sum(dim=1)
+        return lbfgs_fit(T, codes, len(classes), options["C"], options["max_iter"],
+                         options["tol"])
+
+    def predict(model: tuple) -> np.ndarray:
         if task == "knn":
             pred = knn_predict(model[0], model[1], codes, Q, options["k"], options["weights"],
                                len(classes))
         else:
             pred = (Q @ model[0] + model[1]).argmax(dim=1)
-        accuracy = float((pred == truth).double().mean())  # waits for the device
-        rows.append({"fit": fitted - started, "predict": time.perf_counter() - fitted,
-                     "accuracy": accuracy})
-    return {"cold": rows[0], "warm": rows[1:],
-            "where": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"}
+        return pred.cpu().numpy()
+
+    out = repeat_here(fit, predict, np.searchsorted(classes, yt), repeats,
+                      lambda: _sync(torch, device))
+    out["where"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    return out
 
 
 def _run(task: str, run: BackendRun, X: np.ndarray, Xt: np.ndarray) -> dict[str, Any]:
-    p = run.parts
-    if not isinstance(p.X_train, np.ndarray):
-        raise BackendSkipped("the PyTorch script takes host rows; rows generated on the "
-                             "workers stay where they are")
-    repeats = max(1, int(run.options.get("repeats", 1)))
-    args = (task, X, p.y_train, Xt, p.y_test, run.options, repeats)
-    if run.client is None:
-        out = _on_worker(*args)
-    else:
-        worker = sorted(run.client.scheduler_info(n_workers=-1)["workers"])[0]
-        data = run.client.scatter([X, Xt], workers=[worker])
-        future = run.client.submit(_on_worker, task, data[0], p.y_train, data[1], p.y_test,
-                                   run.options, repeats, workers=[worker], pure=False)
-        out = future.result(timeout=run.timeout)
+    out = run_on_one_worker(run, _on_worker, task, X, Xt, "the PyTorch script")
     where = out.pop("where")
     note = (f"one GPU ({where}), timed inside the worker" if where != "CPU"
             else "the CPU of one worker, timed inside it")
@@ -135,16 +121,8 @@ def _run(task: str, run: BackendRun, X: np.ndarray, Xt: np.ndarray) -> dict[str,
 
 
 def knn(run: BackendRun) -> dict[str, Any]:
-    p = run.parts
-    if not isinstance(p.X_train, np.ndarray):
-        return _run("knn", run, p.X_train, p.X_test)  # raises BackendSkipped
-    return _run("knn", run, p.X_train.astype(np.float32), p.X_test.astype(np.float32))
+    return _run("knn", run, *rows_for("knn", run))
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:
-    p = run.parts
-    if not isinstance(p.X_train, np.ndarray):
-        return _run("logreg", run, p.X_train, p.X_test)  # raises BackendSkipped
-    scale = pixel_scale(p.X_train)
-    return _run("logreg", run, (p.X_train * scale).astype(np.float32),
-                (p.X_test * scale).astype(np.float32))
+    return _run("logreg", run, *rows_for("logreg", run))
