@@ -47,6 +47,7 @@ def main() -> None:
         (l1, g1, b1), (l2, g2, b2) = results["cublas"], results["fused"]
         row["loss_rel_diff"] = abs(l1 - l2) / l1
         row["grad_max_diff"] = float(np.abs(g1 - g2).max())
+        row["intercept_grad_max_diff"] = float(np.abs(b1 - b2).max())
         out["rows"].append(row)
         print(row, flush=True)
     with open(args.json, "w") as f:

@@ -20,14 +20,14 @@ from typing import Any
 
 
 async def _session(binary: str, url: str, wait: float, expression: str,
-                   screenshot: Path | None) -> Any:
+                   screenshot: Path | None, window: tuple[int, int]) -> Any:
     from tornado.websocket import websocket_connect
 
     profile = tempfile.mkdtemp(prefix="mgpu-chromium-")
     # Its own process group: the browser's helper processes go with it.
     proc = subprocess.Popen([binary, "--headless", "--no-sandbox", "--disable-gpu",
                              "--hide-scrollbars", "--remote-debugging-port=0",
-                             f"--user-data-dir={profile}", "--window-size=1600,1000",
+                             f"--user-data-dir={profile}", "--window-size={},{}".format(*window),
                              "about:blank"], stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -69,10 +69,11 @@ async def _session(binary: str, url: str, wait: float, expression: str,
 
 
 def evaluate(binary: str, url: str, expression: str, *, wait: float = 6.0,
-             screenshot: Path | None = None) -> Any:
-    """Open ``url``, wait ``wait`` seconds, return ``expression``'s value (JSON-able)."""
-    return asyncio.run(asyncio.wait_for(_session(binary, url, wait, expression, screenshot),
-                                        timeout=wait + 60))
+             screenshot: Path | None = None, window: tuple[int, int] = (1600, 1000)) -> Any:
+    """Open ``url`` in a ``window`` (width, height), wait ``wait`` seconds, return
+    ``expression``'s value (JSON-able)."""
+    return asyncio.run(asyncio.wait_for(
+        _session(binary, url, wait, expression, screenshot, window), timeout=wait + 60))
 
 
 BOKEH_COLUMN_VALUES = """(() => {
