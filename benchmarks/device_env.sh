@@ -5,6 +5,8 @@
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/runs /tmp/mnist
 [ -d .mnist ] && cp -n .mnist/* /tmp/mnist/
+# nvidia-ml-py (the dashboard's GPU panels) where the image lacks it: carried as .whl/nvml
+[ -d .whl/nvml ] && mkdir -p /tmp/nvml && cp -rn .whl/nvml/. /tmp/nvml/
 if [ -f .gpu/gpu-stack-install ]; then
   bash .gpu/gpu-stack-install > "$OUT/install.log" 2>&1; rc=$?
   [ $rc -eq 0 ] || [ $rc -eq 3 ] || { cat "$OUT/install.log"; exit 1; }
@@ -12,5 +14,6 @@ if [ -f .gpu/gpu-stack-install ]; then
 fi
 source /tmp/gpu-stack.env
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+python3 -c "import pynvml" 2>/dev/null || export PYTHONPATH=$PYTHONPATH:/tmp/nvml
 export MGPU_DASK_DATA_DIR=/tmp/mnist MGPU_DASK_TEST_MNIST_DIR=/tmp/mnist
 log() { echo "== $*" | tee -a "$OUT/summary.log"; }
