@@ -223,3 +223,17 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match=r"not integers in \[0, 255\]"):
         K.local_candidates(np.full((1, 2), 0.5, np.float32), train, np.zeros(3, np.int32),
                            np.arange(3), 1)
+
+
+def test_no_graph_capture_where_ucx_carries_the_messages(monkeypatch):
+    """UCX's threads make CUDA calls that a capture in progress breaks: no capture there."""
+    import sys
+    import types
+
+    from mgpu_dask.kernels.knn import capture_allowed
+
+    for name in ("distributed_ucxx", "ucxx", "ucp"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert capture_allowed()
+    monkeypatch.setitem(sys.modules, "distributed_ucxx", types.ModuleType("distributed_ucxx"))
+    assert not capture_allowed()

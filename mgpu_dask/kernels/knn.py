@@ -8,6 +8,7 @@ tests run them on NumPy arrays under the CUDA simulator.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from typing import Any
 
@@ -174,7 +175,10 @@ class TileLoop:
         self.graph = None
         self.graph_note = None
         if self.gpu and cuda:
-            self._capture()
+            if capture_allowed():
+                self._capture()
+            else:
+                self.graph_note = "not captured: UCX's threads make CUDA calls in this process"
 
     def follow(self) -> None:
         """Make the loop's stream wait for the work already queued on the caller's stream."""
@@ -223,6 +227,18 @@ class TileLoop:
         else:
             self._tiles()
         return queries
+
+
+def capture_allowed() -> bool:
+    """Whether the tile loop may be captured as a CUDA graph in this process.
+
+    Not where UCX carries Dask's messages (``distributed-ucxx`` loaded, a
+    ``--protocol ucx`` worker): its communication threads make CUDA calls of
+    their own, and those fail while a stream of the process is capturing
+    (cudaErrorStreamCaptureUnsupported, seen on 2x H200), which breaks the
+    transfer.  The loop then launches per tile, as on a CPU simulator.
+    """
+    return not any(name in sys.modules for name in ("distributed_ucxx", "ucxx", "ucp"))
 
 
 _LOOPS_LOCK = threading.Lock()
