@@ -5,10 +5,11 @@
 #   tests    GPU tests of the device L-BFGS (run-ahead) and the single-host fit
 #   logreg   logreg on 1/2 GPUs at fractions 1 and 4; the probe outside Dask
 #   knn      knn on 1/2 GPUs at fractions 1 and 4; cold whole-process runs
-#   panels   dashboard pages of a 2-GPU KNN run (benchmarks/dashboard_panels.py)
+#   panels   dashboard pages of a 2-GPU run (benchmarks/dashboard_panels.py; JOB, WAIT, TAG)
 #   deformed the deformed-MNIST scaling workflows (copies 1/10/155, 1-2 GPUs)
 #   table    (RAPIDS) cuml-single tests; --backend all for knn and logreg, 1 and 2 GPUs
-#   ucx      (RAPIDS) tcp vs ucx: shard-plan KNN and logreg placement; deformed vs cuML
+#   ucx      (RAPIDS) tcp vs ucx: shard-plan KNN and logreg; deformed vs cuML (COMPARE=1)
+#   lrtable  (RAPIDS) logreg --backend all on 1 GPU
 #   none     nothing (a call that only carries a part)
 set -u
 source benchmarks/device_env.sh
@@ -45,7 +46,7 @@ knn)
   done
   ;;
 panels)
-  timeout 200 python3 benchmarks/dashboard_panels.py capture --out $R/panels --workers 2 --pages gpu,individual-gpu-memory,individual-gpu-utilization,status --wait 10 > "$OUT/panels.log" 2>&1
+  timeout 200 python3 benchmarks/dashboard_panels.py capture --out $R/panels${TAG:-} --workers 2 --pages gpu,individual-gpu-memory,individual-gpu-utilization,status --wait ${WAIT:-10} --job "${JOB:-knn --fraction 4 --repeats 40 --quiet}" > "$OUT/panels.log" 2>&1
   tail -6 "$OUT/panels.log" | tee -a "$OUT/summary.log"
   ;;
 deformed)
@@ -73,8 +74,14 @@ ucx)
     log "logreg $p"
     timeout 120 python3 -m mgpu_dask.run logreg --workers 2 --protocol $p --repeats 3 --quiet --json $R/logreg_$p.json 2>&1 | grep -E "accuracy|warm|moved|rror" | tee -a "$OUT/summary.log"
   done
-  COPIES=155 T_KNN=200 T_LOGREG=200 bash benchmarks/device_deformed_compare.sh > /dev/null 2>&1
-  cp -r "$OUT/compare" $R/ 2>/dev/null; tail -16 "$OUT/compare/summary.log" | tee -a "$OUT/summary.log"
+  if [ "${COMPARE:-1}" = 1 ]; then
+    COPIES=155 T_KNN=200 T_LOGREG=200 bash benchmarks/device_deformed_compare.sh > /dev/null 2>&1
+    cp -r "$OUT/compare" $R/ 2>/dev/null; tail -16 "$OUT/compare/summary.log" | tee -a "$OUT/summary.log"
+  fi
+  ;;
+lrtable)
+  log "logreg --backend all w1"
+  timeout 240 python3 -m mgpu_dask.run logreg --backend all --workers 1 --repeats 2 --quiet --json $R/logreg_all_w1_b.json 2>&1 | tail -9 | tee -a "$OUT/summary.log"
   ;;
 esac
 tar czf "$OUT/runs.tgz" -C /tmp runs

@@ -6,7 +6,7 @@ gradient, direction, curvature pairs, and the scalars it decides on -- lives
 on the *leader* GPU (this process's own).  One iteration is queued without
 waiting:
 
-1. ``propose`` on the leader: two-loop recursion, first step, trial
+1. the proposal on the leader: two-loop recursion, first step, trial
    parameters (float32) -- then an event;
 2. every shard, on its own GPU and stream, once that event fires: copies the
    parameters in (a peer copy over NVLink where the shard is on another GPU),
@@ -120,9 +120,25 @@ class DeviceBackend:
             self.params = z(m, dtype=np.float32)
             self.parts = z(len(shards), dk, dtype=np.float32)
             self.psums = z(len(shards), k + 1)
-            self._k_propose = Launcher(K.propose, [self.x, self.g, self.S, self.Y, self.rho,
-                                                 self.scal, self.p, self.params], threads,
-                                     self.stream)
+            sweep = K.SWEEP if self.gpu else SIMULATOR_THREADS
+            per_thread = 4 if self.gpu else 1  # several chunks in the simulator's small tests
+            chunks = max(1, min(K.MAX_CHUNKS, -(-m // (per_thread * sweep))))
+            self.SY, self.YY = z(memory, memory), z(memory, memory)
+            self.dparts, self.pparts = z(2 * memory + 1, chunks), z(chunks)
+            self.gparts = z(3 * memory, chunks)
+            self._propose_launches = [
+                (Launcher(K.dots, [self.S, self.Y, self.g, self.scal, self.dparts], sweep,
+                          self.stream), (2 * memory + 1) * chunks),
+                (Launcher(K.direction, [self.S, self.Y, self.g, self.rho, self.SY, self.YY,
+                                        self.scal, self.dparts, self.p, self.pparts], sweep,
+                          self.stream), chunks),
+                (Launcher(K.trial, [self.x, self.p, self.scal, self.pparts, self.params],
+                          sweep, self.stream), chunks)]
+            self._gram_launches = [
+                (Launcher(K.gram_parts, [self.S, self.Y, self.scal, self.gparts], sweep,
+                          self.stream), 3 * memory * chunks),
+                (Launcher(K.gram_sum, [self.scal, self.gparts, self.SY, self.YY], sweep,
+                          self.stream), 1)]
             self._k_finish = Launcher(K.finish, [self.parts, self.psums, self.x, self.p, self.g,
                                                self.gt, self.S, self.Y, self.rho, self.scal,
                                                1.0 / n_rows, float(penalty), K.INIT], threads,
@@ -187,6 +203,14 @@ class DeviceBackend:
         self._k_finish.set(12, mode)
         with self._leader():
             self._k_finish(1)
+            if mode in (K.AUTO, K.COMMIT):  # a pair may have been stored
+                for launcher, grid in self._gram_launches:
+                    launcher(grid)
+
+    def _propose(self) -> None:
+        with self._leader():
+            for launcher, grid in self._propose_launches:
+                launcher(grid)
 
     def _read(self) -> np.ndarray:
         """The scalars, after everything queued so far (the one wait of an iteration)."""
@@ -254,8 +278,7 @@ class DeviceBackend:
         with self._leader():
             self._k_arm(1)
         for _ in range(ahead):
-            with self._leader():
-                self._k_propose(1)
+            self._propose()
             self._evaluate()
             self._finish(K.AUTO)
         step = self._step()
