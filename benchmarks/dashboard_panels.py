@@ -11,7 +11,8 @@ saved page (no network needed) and takes its screenshot.
     # on the GPU machine
     python benchmarks/dashboard_panels.py capture --out DIR --workers 2
     # here
-    python benchmarks/dashboard_panels.py render DIR/gpu.html docs/dashboard-gpu.png
+    python benchmarks/dashboard_panels.py render DIR/individual-gpu-memory.html \
+        DIR/individual-gpu-utilization.html --sizes 1200x420,1200x230 --png docs/dashboard-gpu.png
 """
 
 from __future__ import annotations
@@ -90,8 +91,12 @@ def capture(out: Path, workers: int, device: str, pages: list[str], job: list[st
         cluster.wait(timeout=60)
 
 
-def render(saved: Path, png: Path, width: int, height: int) -> None:
+def render(saved: list[Path], png: Path, sizes: list[tuple[int, int]]) -> None:
+    """Screenshot each saved page (its own window size) and stack them into ``png``."""
     import shutil
+    import tempfile
+
+    from PIL import Image
 
     sys.path.insert(0, str(REPO / "tests"))
     from chromium_cdp import evaluate
@@ -99,9 +104,21 @@ def render(saved: Path, png: Path, width: int, height: int) -> None:
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     if binary is None:
         raise SystemExit("no chromium here (apt install chromium)")
-    drawn = evaluate(binary, saved.resolve().as_uri(), "Bokeh.documents.length",
-                     wait=4.0, screenshot=png, window=(width, height))
-    print(f"{png}: {drawn} Bokeh document(s) drawn")
+    shots = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (page, size) in enumerate(zip(saved, sizes)):
+            shot = Path(tmp) / f"{i}.png"
+            drawn = evaluate(binary, page.resolve().as_uri(), "Bokeh.documents.length",
+                             wait=4.0, screenshot=shot, window=size)
+            print(f"{page}: {drawn} Bokeh document(s) drawn")
+            shots.append(Image.open(shot).convert("RGB"))
+    out = Image.new("RGB", (max(s.width for s in shots), sum(s.height for s in shots)), "white")
+    y = 0
+    for shot in shots:
+        out.paste(shot, (0, y))
+        y += shot.height
+    out.save(png, optimize=True)
+    print(f"wrote {png}")
 
 
 def main() -> None:
@@ -115,16 +132,18 @@ def main() -> None:
     c.add_argument("--pages", default=",".join(PAGES))
     c.add_argument("--job", default="knn --fraction 4 --repeats 40 --quiet")
     r = sub.add_parser("render")
-    r.add_argument("saved", type=Path)
-    r.add_argument("png", type=Path)
-    r.add_argument("--size", default="1200x600")
+    r.add_argument("saved", type=Path, nargs="+", help="saved pages, stacked top to bottom")
+    r.add_argument("--png", type=Path, required=True)
+    r.add_argument("--sizes", default="1200x600",
+                   help="comma list of WIDTHxHEIGHT, one per page (the last repeats)")
     args = p.parse_args()
     if args.what == "capture":
         capture(args.out, args.workers, args.device, args.pages.split(","), args.job.split(),
                 args.wait)
     else:
-        w, h = (int(v) for v in args.size.split("x"))
-        render(args.saved, args.png, w, h)
+        sizes = [tuple(int(v) for v in size.split("x")) for size in args.sizes.split(",")]
+        sizes += [sizes[-1]] * (len(args.saved) - len(sizes))
+        render(args.saved, args.png, sizes)
 
 
 if __name__ == "__main__":
