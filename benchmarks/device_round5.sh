@@ -28,7 +28,7 @@ tests)
   grep -E "^f|Error" "$OUT/probe.log" | tee -a "$OUT/summary.log"
   ;;
 logreg)
-  for f in 1 4; do for w in 1 2; do
+  for f in 1 4; do for w in ${WORKERS:-1 2}; do
     log "logreg f$f w$w"
     timeout 150 python3 -m mgpu_dask.run logreg --repeats 5 --quiet --workers $w --fraction $f --json $R/logreg_f${f}_w$w.json 2>&1 | grep -E "accuracy|warm|error" | tee -a "$OUT/summary.log"
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['warm_fit_predict_median'], {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" $R/logreg_f${f}_w$w.json | tee -a "$OUT/summary.log"
