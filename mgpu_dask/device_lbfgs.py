@@ -286,9 +286,6 @@ class DeviceBackend:
         self.evaluations -= ahead - done - (step.status != K.ACCEPTED)  # skipped on the device
         return step, done
 
-    def propose(self) -> Step:
-        return self.advance(1, -np.inf, -np.inf)[0]
-
     def probe(self, step: float) -> tuple[float, float]:
         self._k_trial.set(4, step)
         with self._leader():

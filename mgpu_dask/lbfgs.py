@@ -57,7 +57,6 @@ class Backend(Protocol):
     run_ahead: int                            # iterations one ``advance`` may make
 
     def start(self) -> Step: ...              # evaluate at the start point
-    def propose(self) -> Step: ...            # direction, first step, keep it if acceptable
     # Up to ``ahead`` proposals while they are kept and no stopping rule holds:
     # (the last kept step, or the first one not kept; steps kept).
     def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]: ...

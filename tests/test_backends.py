@@ -168,36 +168,34 @@ def test_single_gpu_frameworks_run_on_one_worker(digits):
                               *rows_for("knn", generated), "a stand-in")
 
 
+def _beside_ours(task, backend, cluster_options):
+    """``compare_job`` of ``backend`` next to ours on digits: the two rows by name."""
+    from mgpu_dask.jobs import compare_job
+
+    options = ({"k": 3, "weights": "distance", "repeats": 1} if task == "knn" else
+               {"C": 1.0, "max_iter": 100, "tol": 1e-4, "repeats": 1})
+    result = compare_job(task, ["numba", backend], dataset="digits", options=options,
+                         cluster_options={**cluster_options, "dashboard_address": ":0"})
+    rows = {r["backend"]: r for r in result["backends"]}
+    assert rows[backend]["status"] == "ok", rows[backend]
+    return rows["numba"], rows[backend]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("task", ["knn", "logreg"])
 def test_cuml_single_backend_agrees_with_ours(task):
     """cuML's single-GPU estimators (the GPU machine with the RAPIDS parts) against ours."""
     pytest.importorskip("cuml")
-    from mgpu_dask.jobs import compare_job
-
-    options = ({"k": 3, "weights": "distance", "repeats": 1} if task == "knn" else
-               {"C": 1.0, "max_iter": 100, "tol": 1e-4, "repeats": 1})
-    result = compare_job(task, ["numba", "cuml-single"], dataset="digits", options=options,
-                         cluster_options={"workers": 1, "dashboard_address": ":0"})
-    rows = {r["backend"]: r for r in result["backends"]}
-    assert rows["cuml-single"]["status"] == "ok", rows["cuml-single"]
+    ours, theirs = _beside_ours(task, "cuml-single", {"workers": 1})
     tolerance = 0 if task == "knn" else 0.02  # the same neighbours and vote: the same labels
-    assert abs(rows["cuml-single"]["accuracy"] - rows["numba"]["accuracy"]) <= tolerance
-    assert "one GPU" in rows["cuml-single"]["note"]
+    assert abs(theirs["accuracy"] - ours["accuracy"]) <= tolerance
+    assert "one GPU" in theirs["note"]
 
 
 @pytest.mark.parametrize("task", ["knn", "logreg"])
 def test_torch_backend_agrees_with_ours(task):
     """The PyTorch scripts (run where torch is installed: the GPU machine) against our rows."""
     pytest.importorskip("torch")
-    from mgpu_dask.jobs import compare_job
-
-    options = ({"k": 3, "weights": "distance", "repeats": 1} if task == "knn" else
-               {"C": 1.0, "max_iter": 100, "tol": 1e-4, "repeats": 1})
-    result = compare_job(task, ["numba", "torch"], dataset="digits", options=options,
-                         cluster_options={"workers": 2, "device": "cpu",
-                                          "dashboard_address": ":0"})
-    rows = {r["backend"]: r for r in result["backends"]}
-    assert rows["torch"]["status"] == "ok", rows["torch"]
-    assert abs(rows["torch"]["accuracy"] - rows["numba"]["accuracy"]) < 0.01
-    assert rows["torch"]["warm"]["fit"] >= 0 and rows["torch"]["note"]
+    ours, theirs = _beside_ours(task, "torch", {"workers": 2, "device": "cpu"})
+    assert abs(theirs["accuracy"] - ours["accuracy"]) < 0.01
+    assert theirs["warm"]["fit"] >= 0 and theirs["note"]
