@@ -6,37 +6,36 @@ from numba import cuda
 
 
 @cuda.jit(device=True, inline=True)
-def block_sum(value, sh):
-    """Sum of ``value`` over the block (a power-of-2 size), returned to every thread.
-
-    ``sh`` is a shared array with one slot per thread.
-    """
-    tid = cuda.threadIdx.x
-    sh[tid] = value
-    cuda.syncthreads()
-    stride = cuda.blockDim.x // 2
-    while stride > 0:
-        if tid < stride:
-            sh[tid] += sh[tid + stride]
-        cuda.syncthreads()
-        stride //= 2
-    total = sh[0]
-    cuda.syncthreads()
-    return total
+def _add(a, b):
+    return a + b
 
 
 @cuda.jit(device=True, inline=True)
-def block_max(value, sh):
-    """Largest ``value`` over the block (a power-of-2 size), returned to every thread."""
-    tid = cuda.threadIdx.x
-    sh[tid] = value
-    cuda.syncthreads()
-    stride = cuda.blockDim.x // 2
-    while stride > 0:
-        if tid < stride:
-            sh[tid] = max(sh[tid], sh[tid + stride])
+def _larger(a, b):
+    return max(a, b)
+
+
+def _block_reduce(combine):
+    """A device function ``f(value, sh)``: ``combine`` over the block (a power-of-2 size),
+    returned to every thread; ``sh`` is a shared array with one slot per thread."""
+
+    @cuda.jit(device=True, inline=True)
+    def reduce(value, sh):
+        tid = cuda.threadIdx.x
+        sh[tid] = value
         cuda.syncthreads()
-        stride //= 2
-    top = sh[0]
-    cuda.syncthreads()
-    return top
+        stride = cuda.blockDim.x // 2
+        while stride > 0:
+            if tid < stride:
+                sh[tid] = combine(sh[tid], sh[tid + stride])
+            cuda.syncthreads()
+            stride //= 2
+        out = sh[0]
+        cuda.syncthreads()
+        return out
+
+    return reduce
+
+
+block_sum = _block_reduce(_add)   # sum of ``value`` over the block
+block_max = _block_reduce(_larger)  # largest ``value`` over the block
