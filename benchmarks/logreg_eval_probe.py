@@ -1,55 +1,81 @@
-"""Device time of one logistic-regression evaluation, our two passes against cuBLAS.
+"""Device time of one logistic-regression evaluation, per method and per operation.
 
-Random rows of MNIST's shape (52,500 and 210,000 x 784, 10 classes) on GPU 0;
-median of 50 evaluations timed with CUDA events, and the two methods'
-losses and gradients compared.
+Rows of MNIST's shape as 8-bit levels (random pixels / 255: 52,500, 210,000
+and 4,068,750 x 784, 10 classes) on GPU 0; median of 50 evaluations timed
+with CUDA events, each operation of the evaluation timed alone the same way,
+and every method's gradient compared with float64's (error relative to its
+largest entry); ``bf16:ROWS`` sums the bf16 gradient over blocks of ROWS rows.
 
-    python benchmarks/logreg_eval_probe.py --json FILE
+    python benchmarks/logreg_eval_probe.py --json FILE [--methods cublas,bf16,bf16:4096,fused]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import numpy as np
+
+
+def _median_ms(stream, fn, repeats: int = 50) -> float:
+    import cupy
+
+    times = []
+    for _ in range(repeats):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end))
+    return float(np.median(times))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", required=True)
+    ap.add_argument("--methods", default="cublas,bf16,fused")
+    ap.add_argument("--rows", default="52500,210000,4068750")
     args = ap.parse_args()
     import cupy
 
     from mgpu_dask.kernels import logreg as L
 
+    default_rows = L.GRADIENT_ROWS
     rng = np.random.default_rng(0)
     out = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-           "command": f"python benchmarks/logreg_eval_probe.py --json {args.json}", "rows": []}
-    for n in (52500, 210000):
-        X = cupy.asarray(rng.random((n, 784), dtype=np.float32))
+           "command": "python " + " ".join(sys.argv), "rows": []}
+    for n in (int(r) for r in args.rows.split(",")):
+        X = cupy.asarray(rng.integers(0, 256, (n, 784), dtype=np.uint8)).astype(np.float32)
+        X *= np.float32(1 / 255)
         y = cupy.asarray(rng.integers(0, 10, n).astype(np.int32))
         W, b = rng.standard_normal((784, 10)) * 0.01, rng.standard_normal(10) * 0.01
         row = {"rows": n}
         results = {}
-        for method in ("cublas", "fused"):
-            o = L.ShardObjective(X, y, 10, method)
+        for method in args.methods.split(","):
+            if ":" in method:  # bf16:ROWS, the rows per block of the gradient's sums
+                L.GRADIENT_ROWS = int(method.split(":")[1])
+            o = L.ShardObjective(X, y, 10, method.split(":")[0])
             results[method] = o(W, b)
-            times = []
-            for _ in range(50):
-                start, end = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record(o.stream)
-                o.launch(W, b)
-                end.record(o.stream)
-                o.collect()
-                times.append(cupy.cuda.get_elapsed_time(start, end))
-            row[f"{method}_ms"] = float(np.median(times))
-        (l1, g1, b1), (l2, g2, b2) = results["cublas"], results["fused"]
-        row["loss_rel_diff"] = abs(l1 - l2) / l1
-        row["grad_max_diff"] = float(np.abs(g1 - g2).max())
-        row["intercept_grad_max_diff"] = float(np.abs(b1 - b2).max())
+            row[f"{method}_ms"] = _median_ms(o.stream, lambda: o.launch(W, b))
+            with o.device:
+                row[f"{method}_ops_ms"] = [round(_median_ms(o.stream, op), 4) for op in o._ops]
+            o = None  # its buffers go before the next method's
+        L.GRADIENT_ROWS = default_rows
+        X64 = X.astype(np.float64)  # the float64 gradient: what each method is off by
+        z = X64 @ cupy.asarray(W) + cupy.asarray(b)
+        p = cupy.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        p[cupy.arange(n), y] -= 1.0
+        exact = (X64.T @ p).get()
+        del X64, z, p
+        for method, (loss, gW, gb) in results.items():
+            row[f"{method}_grad_max_error"] = float(np.abs(gW - exact).max()
+                                                    / np.abs(exact).max())
         out["rows"].append(row)
         print(row, flush=True)
+        del X
     with open(args.json, "w") as f:
         json.dump(out, f, indent=1)
 

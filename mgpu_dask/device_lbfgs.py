@@ -71,7 +71,7 @@ class DeviceBackend:
         ``1 / (C n)``: the L2 weight on the coefficients.
     memory : int
         Curvature pairs kept (at most ``kernels.lbfgs_cuda.MAX_MEMORY``).
-    method : {"auto", "fused", "cublas"}
+    method : {"cublas", "bf16", "auto", "fused"}
         How each shard is evaluated (see ``kernels.logreg.ShardObjective``).
     run_ahead : int or None
         Iterations queued per look at the scalars; None: from the device time
@@ -79,7 +79,7 @@ class DeviceBackend:
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
-                 penalty: float, memory: int = 10, method: str = "auto",
+                 penalty: float, memory: int = 10, method: str = "cublas",
                  run_ahead: int | None = None) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")

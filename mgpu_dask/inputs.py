@@ -210,8 +210,6 @@ def to_host(array: Any, timeout: float | None = None) -> np.ndarray:
     if isinstance(array, da.Array):
         client = active_client()
         if client is not None:
-            from distributed import wait
-
             timeout = timeout or config.seconds("cluster.compute-timeout")
             if array.ndim > 1 and array.numblocks[1:] != (1,) * (array.ndim - 1):
                 array = array.rechunk({i: -1 for i in range(1, array.ndim)})
@@ -229,13 +227,13 @@ def to_host(array: Any, timeout: float | None = None) -> np.ndarray:
                 blocks = placed
             else:  # a lazy array: its row blocks, gathered directly (no concatenating task)
                 blocks = client.compute(list(array.to_delayed().ravel()), optimize_graph=False)
-            try:
-                wait(blocks, timeout=timeout)
+            try:  # one gather that waits for the blocks (a wait first costs a round trip)
+                parts = client.sync(client._gather, blocks, callback_timeout=timeout)
             except TimeoutError:
                 client.cancel(blocks)
                 raise TimeoutError(f"results did not arrive within {timeout:.0f} s") from None
             # Blocks of an array with a wrong _meta (cuML's KNN predict) may still be CuPy.
-            parts = [p.get() if on_gpu(p) else p for p in client.gather(blocks)]
+            parts = [p.get() if on_gpu(p) else p for p in parts]
             return np.concatenate(parts, axis=0) if array.ndim else np.asarray(parts[0])
         array = array.compute()
     return array.get() if hasattr(array, "get") else np.asarray(array)

@@ -47,7 +47,8 @@ def run_task(args: argparse.Namespace) -> dict:
                        method=args.method, precision=args.precision,
                        memory_budget=args.memory_budget, dtype=args.dtype, **common)
     return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm,
-                      optimizer=args.optimizer, classes=label_list(args.classes), **common)
+                      optimizer=args.optimizer, precision=args.precision,
+                      classes=label_list(args.classes), **common)
 
 
 def run_comparison(args: argparse.Namespace) -> dict:
@@ -62,7 +63,7 @@ def run_comparison(args: argparse.Namespace) -> dict:
                    "dtype": args.dtype}
     else:
         options = {"C": args.C, "max_iter": args.max_iter, "tol": args.tol,
-                   "comm": args.comm, "repeats": args.repeats}
+                   "comm": args.comm, "precision": args.precision, "repeats": args.repeats}
     return compare_job(args.command, names, dataset=args.dataset, data_dir=args.data_dir,
                        download=not args.no_download, fraction=args.fraction,
                        test_size=args.test_size, seed=args.seed, options=options,

@@ -227,7 +227,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
 def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
                fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, C: float = 1.0,
                max_iter: int = 100, tol: float = 1e-4, comm: str = "auto",
-               optimizer: str = "auto",
+               optimizer: str = "auto", precision: str = "fp32",
                cluster_options: dict[str, Any] | None = None, repeats: int = 3,
                report: str | None = None, echo: Echo | None = None,
                copies: int | None = None, deformation: str | None = None,
@@ -258,7 +258,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
         for i in range(1 + max(1, repeats)):
             phases = cold if i == 0 else Phases()
             clf = LogisticRegression(C=C, max_iter=max_iter, tol=tol, comm=comm,
-                                     optimizer=optimizer)
+                                     optimizer=optimizer, precision=precision)
             with phases("fit"):
                 clf.fit(X_train, parts.y_train)
             with phases("predict"):
@@ -277,6 +277,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             "accuracy": accuracy(pred, parts.y_test), "n_iter": clf.n_iter_,
             "round_trips": clf.n_round_trips_, "evaluations": clf.n_evaluations_,
             "comm": clf.comm_, "optimizer": clf.optimizer_, "comm_note": clf.comm_note_,
+            "precision": precision, "evaluation": clf.fit_profile_.get("evaluation"),
             "recoveries": clf.n_recoveries_,
             "fit_profile": clf.fit_profile_,
             "loss": clf.loss_, "converged": clf.converged_, "stop_reason": clf.stop_reason_,

@@ -8,8 +8,8 @@ L-BFGS loop (ours, float64: ``lbfgs``):
   and labels once (CUDA IPC / shared memory, ``peer_views``) and one worker
   runs the whole loop, evaluating each shard on its own GPU, all GPUs at
   once; with every shard on a GPU the loop's vectors stay on that worker's
-  GPU (``device_lbfgs``).  Two Dask round trips per fit, whatever the
-  iteration count.
+  GPU (``device_lbfgs``).  One Dask round trip per fit (two where other
+  workers exported rows: a release), whatever the iteration count.
 * ``actors`` (any cluster, several hosts): the loop runs on the client; each
   evaluation is one direct call to one Dask Actor per worker, which returns
   one float and the 785x10 gradient.
@@ -20,6 +20,7 @@ loop, other rows by a small graph per evaluation.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Any, NamedTuple
@@ -39,6 +40,8 @@ from .lbfgs import minimize_lbfgs
 
 COMMS = ("auto", "single-host", "actors")
 OPTIMIZERS = ("auto", "device", "host")
+PRECISIONS = ("fp32", "bf16")
+_METHOD = {"fp32": "cublas", "bf16": "auto"}  # ShardObjective's name for each precision
 
 
 class _Problem(NamedTuple):
@@ -92,9 +95,10 @@ def _rows_by_worker(X: da.Array, y: da.Array, client: Any) -> tuple[list, list, 
     return placed, labels, by_worker
 
 
-def _objective_for(X: Any, labels: Any, n_classes: int, loss_grad: Any) -> Any:
-    return (kernels.ShardObjective(X, labels, n_classes) if loss_grad is None
-            else _CallObjective(loss_grad, X, labels))
+def _objective_for(X: Any, labels: Any, n_classes: int, loss_grad: Any,
+                   precision: str = "fp32") -> Any:
+    return (kernels.ShardObjective(X, labels, n_classes, _METHOD[precision])
+            if loss_grad is None else _CallObjective(loss_grad, X, labels))
 
 
 def _lbfgs(evaluate: Any, problem: _Problem) -> dict[str, Any]:
@@ -126,7 +130,8 @@ def _on_device(arrays: list[tuple[Any, Any]], problem: _Problem, loss_grad: Any)
 def _fit_on_device(arrays: list[tuple[Any, Any]], problem: _Problem) -> dict[str, Any]:
     """The whole L-BFGS on this process's GPU over shards on any GPUs it sees."""
     started = time.perf_counter()
-    backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n, problem.penalty)
+    backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n, problem.penalty,
+                                         method=_METHOD[problem.options.get("precision", "fp32")])
     try:
         ready = time.perf_counter()
         result = lbfgs.run(backend, maxiter=problem.options["maxiter"],
@@ -146,9 +151,25 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
     With every shard on a GPU the optimiser's vectors stay on this worker's
     GPU (``device_lbfgs``); otherwise each evaluation queues every shard's
     work on its own GPU first and then waits for them all, so the GPUs
-    compute at the same time.
+    compute at the same time.  This process's own exports are released here;
+    ``exporters`` in the result names the other processes' (the client
+    releases those).
     """
-    exporters = [s["address"] for s in shards if s["address"]]
+    began = time.time()
+    try:
+        result = _fit_mapped(shards, problem, loss_grad)
+    finally:
+        if shards:
+            peer_views.release(shards[0]["token"])
+    if "profile" in result:  # wall-clock ends, for the client's share of the time
+        result["profile"]["leader began at"], result["profile"]["leader ended at"] = (
+            began, time.time())
+    return result
+
+
+def _fit_mapped(shards: list[dict[str, Any]], problem: _Problem,
+                loss_grad: Any) -> dict[str, Any]:
+    exporters = [s["address"] for s in shards if s["address"] and s["pid"] != os.getpid()]
     if not all(s["finite"] for s in shards):  # refused in the result: no worker traceback
         return {"refused": "not finite", "exporters": exporters}
     if len({s["host"] for s in shards}) > 1:
@@ -160,7 +181,8 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
             result = _fit_on_device(arrays, problem)
             result["profile"] = {"map": mapped - started, **result["profile"]}
             return {**result, "exporters": exporters}
-        objectives = [_objective_for(X, labels, problem.n_classes, loss_grad)
+        objectives = [_objective_for(X, labels, problem.n_classes, loss_grad,
+                                     problem.options.get("precision", "fp32"))
                       for X, labels in arrays]
         ready = time.perf_counter()
 
@@ -179,21 +201,25 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
                         "unmap": time.perf_counter() - solved}}
 
 
-def _export_rows(token: str, blocks: list[Any], labels: np.ndarray) -> dict[str, Any]:
-    """On a holder: export its row blocks and their labels (on the rows' device)."""
+def _export_rows(token: str, blocks: list[Any], labels: np.ndarray,
+                 in_place: bool = False) -> dict[str, Any]:
+    """On a holder: export its row blocks and their labels (on the rows' device); in place
+    on the leader's own worker (the fit reads them in this process)."""
     xp = array_module(blocks[0])
     labels = np.asarray(labels, dtype=np.int32)
     if xp is not np:
         with xp.cuda.Device(blocks[0].device.id):
             labels = xp.asarray(labels)
-    return peer_views.export(token, [blocks, [labels]])
+    return peer_views.export(token, [blocks, [labels]], in_place=in_place)
 
 
 class ShardLossGrad:
     """A Dask Actor holding one worker's row blocks; returns their summed loss and gradient."""
 
-    def __init__(self, n_blocks: int, *blocks: Any, loss_grad: Any = None) -> None:
+    def __init__(self, n_blocks: int, *blocks: Any, loss_grad: Any = None,
+                 precision: str = "fp32") -> None:
         self._loss_grad = loss_grad
+        self._precision = precision
         xs, ys = blocks[:n_blocks], blocks[n_blocks:]
         xp = array_module(xs[0])
         self.X = xs[0] if n_blocks == 1 else xp.concatenate(xs)
@@ -202,7 +228,8 @@ class ShardLossGrad:
 
     def loss_grad(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         if self._objective is None:
-            self._objective = _objective_for(self.X, self.y, len(intercept), self._loss_grad)
+            self._objective = _objective_for(self.X, self.y, len(intercept), self._loss_grad,
+                                             self._precision)
         return self._objective(coef, intercept)
 
 
@@ -268,6 +295,18 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         on the host, one gradient download per evaluation; ``"auto"``: the
         device where it can, else the host.
 
+    precision : {"fp32", "bf16"}, default "fp32"
+        The products of each evaluation on a GPU.  ``"fp32"``: float32 cuBLAS
+        products.  ``"bf16"``: bf16 tensor cores where the rows are 8-bit
+        levels (integer multiples of ``max|X| / 255``, such as pixels / 255)
+        and the GPU has them (compute capability 8.0 or newer), half the bytes
+        of X read per product; the coefficients and residuals go in as three
+        bf16 terms each, and ``X^T R`` is summed in blocks of
+        ``kernels.logreg.GRADIENT_ROWS`` rows (tensor cores do not round their
+        float32 sums to nearest; ``benchmarks/NOTES-logreg.md``, sixth round);
+        float32 products elsewhere.  The CPU path is float32 either way.
+        ``fit_profile_["evaluation"]`` says which ran.
+
     Attributes
     ----------
     coef_ : numpy.ndarray of shape (n_classes, n_features)
@@ -277,8 +316,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     n_evaluations_ : int
         Objective (loss and gradient) evaluations.
     n_round_trips_ : int
-        Dask round trips of the optimisation: 2 for a single-host fit
-        (export and fit in one submission, release), one per evaluation otherwise.
+        Dask round trips of the optimisation: 1 for a single-host fit on one
+        worker (export and fit in one submission), 2 where other workers
+        exported rows (their release), one per evaluation otherwise.
     comm_ : str
         How the fit ran: ``"single-host"``, ``"actors"`` or ``"graph"``.
     optimizer_ : str
@@ -312,7 +352,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     def __init__(self, C: float = 1.0, *, max_iter: int = 100, tol: float = 1e-4,
                  solver: str = "lbfgs", classes: Any = None, comm: str = "auto",
-                 loss_grad: Any = None, optimizer: str = "auto") -> None:
+                 loss_grad: Any = None, optimizer: str = "auto",
+                 precision: str = "fp32") -> None:
         self.C = C
         self.max_iter = max_iter
         self.tol = tol
@@ -321,6 +362,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.comm = comm
         self.loss_grad = loss_grad
         self.optimizer = optimizer
+        self.precision = precision
 
     def _check_params(self) -> None:
         if not (isinstance(self.C, (int, float, np.floating)) and self.C > 0 and np.isfinite(self.C)):
@@ -333,6 +375,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             raise DataError(f"comm={self.comm!r} is not one of {', '.join(COMMS)}")
         if self.optimizer not in OPTIMIZERS:
             raise DataError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        if self.precision not in PRECISIONS:
+            raise DataError(f"precision={self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.optimizer == "device" and self.loss_grad is not None:
             raise DataError("optimizer='device' runs our kernel only; pass loss_grad=None or "
                             "optimizer='host'")
@@ -376,7 +420,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         n, d = int(X.shape[0]), int(X.shape[1])
         problem = _Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
                            {"maxiter": self.max_iter, "gtol": self.tol,
-                            "optimizer": self.optimizer})
+                            "optimizer": self.optimizer, "precision": self.precision})
         self.n_recoveries_ = 0
         self.comm_note_ = None
         result = None
@@ -437,7 +481,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                             "'single-host', every shard on a GPU of one host)")
         if not all_finite(X):
             raise DataError(NOT_FINITE)
-        evaluate = (_ActorEvaluator(X, y, client, timeout, self.loss_grad) if client is not None
+        evaluate = (_ActorEvaluator(X, y, client, timeout, self.loss_grad, self.precision)
+                    if client is not None
                     else _GraphEvaluator(X, y, self.loss_grad))
         try:
             result = _lbfgs(evaluate, problem)
@@ -452,10 +497,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         """The whole L-BFGS in one worker that maps every shard of its host.
 
         One submission: each holder exports its rows and their labels (sent
-        with the task) once (CUDA IPC / shared memory), and the worker with the
-        most rows, once the exports are done, opens them all and evaluates
-        every shard on its own GPU with no Dask message per step; then one
-        message frees the exports.  Returns None (with the reason in
+        with the task) once (CUDA IPC / shared memory; the leader's own in
+        place), and the worker with the most rows, once the exports are done,
+        opens them all and evaluates every shard on its own GPU with no Dask
+        message per step; then one message frees the other workers' exports
+        (none on one worker: the leader frees its own).  Returns None (with the reason in
         ``comm_note_``) when that cannot be done here.
         """
         token = uuid.uuid4().hex
@@ -475,23 +521,28 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             _fit_on_leader,
             [client.submit(_export_rows, token, [futures[i] for i in idx],
                            np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx]),
-                           workers=[worker], allow_other_workers=True, pure=False,
+                           worker == leader, workers=[worker], allow_other_workers=True,
+                           pure=False,
                            key=f"logreg-export-{token[:12]}-{j}")
              for j, (worker, idx) in enumerate(by_worker.items())],
             problem, self.loss_grad, workers=[leader], allow_other_workers=True, pure=False,
             key=f"logreg-fit-{token[:12]}")
-        started = time.perf_counter()
+        started, submitted = time.perf_counter(), time.time()
         exporters: set[str] | None = None
         try:
             result = fit.result(timeout=timeout)
+            arrived = time.time()
             exporters = set(result.pop("exporters"))
             if "refused" in result:
                 if result["refused"] == "not finite":
                     raise DataError(NOT_FINITE)
                 raise peer_views.PeerUnavailable(result["refused"])
-            result["profile"] = {"export and fit": time.perf_counter() - started,
-                                 **result["profile"]}
-            return {**result, "round_trips": 2, "comm": "single-host"}
+            profile = result["profile"]
+            result["profile"] = {
+                "export and fit": time.perf_counter() - started,
+                "submission to leader": profile.pop("leader began at") - submitted,
+                "leader to client": arrived - profile.pop("leader ended at"), **profile}
+            return {**result, "round_trips": 2 if exporters else 1, "comm": "single-host"}
         except (DataError, TimeoutError):
             raise
         except Exception as exc:
@@ -511,7 +562,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             # every live worker looks for the token.
             if exporters is None:
                 exporters = set(client.run_on_scheduler(_alive_workers))
-            client.run(peer_views.release, token, workers=sorted(exporters), on_error="ignore")
+            if exporters:  # none when every shard was the leader's own
+                client.run(peer_views.release, token, workers=sorted(exporters),
+                           on_error="ignore")
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "coef_")
@@ -625,8 +678,9 @@ class _ActorEvaluator:
     """Loss and gradient through one Actor per worker holding its blocks."""
 
     def __init__(self, X: da.Array, y: da.Array, client: Any, timeout: float,
-                 loss_grad: Any) -> None:
+                 loss_grad: Any, precision: str = "fp32") -> None:
         self._shard_fn = loss_grad
+        self._precision = precision
         self.timeout = timeout
         self.calls = 0
         self.rebuilds = 0
@@ -661,7 +715,7 @@ class _ActorEvaluator:
         # Loose placement: should that worker die now, the actor starts on another.
         started = [client.submit(ShardLossGrad, len(idx), *[placed[i][0] for i in idx],
                                  *[labels[i][0] for i in idx], loss_grad=self._shard_fn,
-                                 workers=[worker], allow_other_workers=True, actor=True,
+                                 precision=self._precision, workers=[worker], allow_other_workers=True, actor=True,
                                  key=f"logreg-shard-{uuid.uuid4().hex[:12]}")
                    for worker, idx in by_worker.items()]
         return [f.result(timeout=max(1.0, deadline - time.perf_counter())) for f in started]

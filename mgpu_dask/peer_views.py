@@ -91,11 +91,14 @@ def _share_cuda(array: Any) -> tuple[Any, Any, dict[str, Any]]:
     return view, memory, {"kind": "cuda", "handle": cupy.cuda.runtime.ipcGetMemHandle(memory.ptr)}
 
 
-def export(token: str, groups: list[list[Any]]) -> dict[str, Any]:
+def export(token: str, groups: list[list[Any]], in_place: bool = False) -> dict[str, Any]:
     """Concatenate each group of blocks into shareable memory; describe it.
 
     Runs on the worker holding the blocks.  Each group (e.g. the X blocks,
-    then the label blocks) becomes one array.
+    then the label blocks) becomes one array.  ``in_place``: for a reader in
+    this same process (the fit's leader exporting its own rows), no copy --
+    a single block is used as it is -- and no handle: another process that
+    tries to open it gets :class:`PeerUnavailable`.
 
     Returns
     -------
@@ -110,15 +113,17 @@ def export(token: str, groups: list[list[Any]]) -> dict[str, Any]:
         xp = array_module(blocks[0])
         whole = blocks[0] if len(blocks) == 1 else xp.concatenate(blocks)
         gpu = on_gpu(whole)
-        view, owner, entry = (_share_cuda(whole) if gpu
-                              else _share_host(np.ascontiguousarray(whole),
-                                               _segment_name(token, next(_COUNTER))))
+        if in_place:
+            view, owner, entry = whole, None, {"kind": "local"}
+        else:
+            view, owner, entry = (_share_cuda(whole) if gpu
+                                  else _share_host(np.ascontiguousarray(whole),
+                                                   _segment_name(token, next(_COUNTER))))
         arrays.append(view)
         owners.append(owner)
         entries.append({**entry, "shape": tuple(whole.shape), "dtype": whole.dtype.str,
                         "nbytes": int(whole.nbytes)})
-    finite = all(bool(array_module(a).isfinite(a).all()) for a in arrays
-                 if np.issubdtype(a.dtype, np.floating))
+    finite = all(_finite(a) for a in arrays if np.issubdtype(a.dtype, np.floating))
     pci = None
     if gpu:
         import cupy
@@ -135,6 +140,15 @@ def export(token: str, groups: list[list[Any]]) -> dict[str, Any]:
     return {"token": token, "id": export_id, "host": _hostname(), "pid": os.getpid(),
             "address": address, "pci_bus_id": pci, "rows": int(arrays[0].shape[0]),
             "finite": finite, "arrays": entries}
+
+
+def _finite(a: Any) -> bool:
+    """Every entry finite: the smallest and the largest are (NaN propagates into both);
+    two reductions, no temporary array the size of ``a``."""
+    if a.size == 0:
+        return True
+    xp = array_module(a)
+    return bool(xp.isfinite(a.min())) and bool(xp.isfinite(a.max()))
 
 
 def release(token: str) -> int:
@@ -216,6 +230,9 @@ def opened(descriptions: list[dict[str, Any]]) -> Iterator[list[list[Any]]]:
                 continue
             arrays = []
             for entry in desc["arrays"]:
+                if entry["kind"] == "local":
+                    raise PeerUnavailable(f"export {desc['id']} was made in place for a reader "
+                                          "in its own process")
                 if entry["kind"] == "cuda":
                     arrays.append(_open_cuda(entry, _device_for(desc["pci_bus_id"]), closers))
                 else:

@@ -198,7 +198,8 @@ def print_job(result: dict) -> None:
         print(f"model: C={result['C']}, iterations {result['n_iter']} (max {result['max_iter']}), "
               f"{result['evaluations']} evaluations, fit by {result['comm']} "
               f"({result['round_trips']} Dask round trips, L-BFGS on the "
-              f"{result['optimizer']}), loss {result['loss']:.6f}")
+              f"{result['optimizer']}), loss {result['loss']:.6f}"
+              + (f", products {result['evaluation']}" if result.get("evaluation") else ""))
         if not result["converged"]:  # as scikit-learn says it, once
             print(f"note: the fit stopped before converging ({result['stop_reason']}, "
                   f"max_iter={result['max_iter']}): loss {result['loss']:.6f}, largest gradient "
@@ -458,6 +459,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the L-BFGS vectors live: device (the fitting GPU, a few "
                         "scalars to the host per iteration), host (NumPy), auto: the device "
                         "when every shard is on a GPU (default)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="products of each evaluation on a GPU: fp32 (default), float32 cuBLAS; "
+                        "bf16, tensor cores where the rows are 8-bit levels such as pixels / "
+                        "255 (compute capability 8.0+), coefficients and residuals in three "
+                        "bf16 terms, the gradient summed in short row blocks")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
                    help="numba: our fused kernel; cupy, cuml (multi-GPU), cuml-single (one GPU), "
                         "sklearn, torch: the comparison "

@@ -197,17 +197,88 @@ def _address(handle: Any) -> int:
     return int(value) if value is not None else int(handle)
 
 
-def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False) -> Any:
+# cudaDataType_t and cublasComputeType_t values (cuBLAS through ctypes)
+CUDA_R_32F, CUDA_R_8I, CUDA_R_32I, CUDA_R_16BF = 0, 3, 10, 14
+CUBLAS_COMPUTE = {"int8": 72, "bf16": 68, "tf32": 77, "fp32": 69}
+
+
+def cublas_library() -> Any:
+    """cuBLAS as loaded by CuPy, through ctypes (its calls can be captured in a CUDA graph,
+    which CuPy's own wrappers refuse, and it reaches ``cublasGemmEx``'s bf16 products)."""
+    global _CUBLAS
+    if _CUBLAS is None:
+        import ctypes
+
+        import cupy
+
+        cupy.cuda.device.get_cublas_handle()  # makes CuPy load cuBLAS
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcublas.so" in line}
+        lib = ctypes.CDLL(sorted(paths)[0])
+        lib.cublasGemmEx.restype = ctypes.c_int
+        lib.cublasGemmEx.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.cublasGemmStridedBatchedEx.restype = ctypes.c_int
+        lib.cublasGemmStridedBatchedEx.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+            ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
+            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong,
+            ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        for name in ("cublasSetStream_v2", "cublasSetPointerMode_v2"):
+            getattr(lib, name).restype = ctypes.c_int
+            getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        _CUBLAS = lib
+    return _CUBLAS
+
+
+_CUBLAS: Any = None
+
+
+def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False,
+               operands: str = "fp32", batches: int = 1) -> Any:
     """A no-argument callable computing ``out = A @ B`` (``A.T @ B`` with ``trans_a``) on ``stream``.
 
-    C-contiguous float32 CuPy arrays; one cuBLAS call per use, without CuPy's
-    dispatch; CuPy's ``matmul`` where its cuBLAS bindings are not available.
-    Call it with the arrays' device current.
+    C-contiguous CuPy arrays, ``out`` float32.  ``operands="fp32"``: float32
+    ``A`` and ``B``, one cuBLAS SGEMM per use without CuPy's dispatch (CuPy's
+    ``matmul`` where its cuBLAS bindings are not available).
+    ``operands="bf16"``: ``A`` and ``B`` hold bfloat16 bit patterns (uint16),
+    one ``cublasGemmStridedBatchedEx`` on tensor cores with float32
+    accumulation; with ``batches`` > 1, ``A`` and ``B`` are that many equal
+    blocks of rows and ``out`` (batches x M x N) gets one product per block
+    (sums over fewer rows each: see ``ShardObjective``).  Call it with the
+    arrays' device current.
     """
     import cupy
 
-    M, N = out.shape
-    K = B.shape[0]
+    M, N = out.shape[-2:]
+    K = B.shape[0] // batches
+    op_a = 1 if trans_a else 0  # CUBLAS_OP_T / CUBLAS_OP_N
+    lda = M if trans_a else K
+    scalars = np.array([1.0, 0.0], dtype=np.float32)
+    one, zero = scalars.ctypes.data, scalars.ctypes.data + 4
+    a_ptr, b_ptr, out_ptr = A.data.ptr, B.data.ptr, out.data.ptr
+    # Row-major out (M x N) = op(A) @ B is column-major out^T = B^T op(A)^T:
+    # the same buffers, cuBLAS m=N, n=M, k=K.
+    if operands == "bf16":
+        lib = cublas_library()
+        handle = cupy.cuda.device.get_cublas_handle()
+
+        def gemm_ex() -> None:
+            status = (lib.cublasSetStream_v2(handle, stream.ptr)
+                      or lib.cublasSetPointerMode_v2(handle, 0)
+                      or lib.cublasGemmStridedBatchedEx(
+                          handle, 0, op_a, N, M, K, one, b_ptr, CUDA_R_16BF, N, K * N,
+                          a_ptr, CUDA_R_16BF, lda, K * M, zero, out_ptr, CUDA_R_32F, N, M * N,
+                          batches, CUBLAS_COMPUTE["bf16"], -1))
+            if status:
+                raise RuntimeError(f"cuBLAS returned status {status} for a bf16 "
+                                   f"{M}x{N}x{K} product")
+        gemm_ex.keep = (scalars, A, B, out)  # type: ignore[attr-defined]
+        return gemm_ex
     try:
         from cupy_backends.cuda.libs import cublas
     except ImportError:  # pragma: no cover - other CuPy layouts
@@ -215,16 +286,9 @@ def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False) 
             with stream:
                 cupy.matmul(A.T if trans_a else A, B, out=out)
         return gemm
-    scalars = np.array([1.0, 0.0], dtype=np.float32)
-    one, zero = scalars.ctypes.data, scalars.ctypes.data + 4
-    a_ptr, b_ptr, out_ptr = A.data.ptr, B.data.ptr, out.data.ptr
-    op_a = cublas.CUBLAS_OP_T if trans_a else cublas.CUBLAS_OP_N
-    lda = M if trans_a else K
 
     def gemm() -> None:
-        # Row-major out (M x N) = op(A) @ B is column-major out^T = B^T op(A)^T:
-        # the same buffers, cuBLAS m=N, n=M, k=K.  CuPy's wrappers use the
-        # current stream, hence the ``with``.
+        # CuPy's wrappers use the current stream, hence the ``with``.
         with stream:
             handle = cupy.cuda.device.get_cublas_handle()
             cublas.setStream(handle, stream.ptr)
@@ -233,3 +297,26 @@ def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False) 
                          a_ptr, lda, zero, out_ptr, N)
     gemm.keep = (scalars, A, B, out)  # type: ignore[attr-defined]
     return gemm
+
+
+def bound_row_sum(out: Any, P: Any, ones: Any, stream: Any) -> Any:
+    """A no-argument callable: ``out = P.sum(axis=0)`` for a C-contiguous float32 CuPy
+    matrix ``P`` (B x N), as one cuBLAS SGEMV with ``ones`` (B float32 ones) on
+    ``stream``: float32 sums rounded to nearest, unlike a tensor-core product's."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+
+    B, N = P.shape
+    scalars = np.array([1.0, 0.0], dtype=np.float32)
+    one, zero = scalars.ctypes.data, scalars.ctypes.data + 4
+
+    def gemv() -> None:
+        with stream:
+            handle = cupy.cuda.device.get_cublas_handle()
+            cublas.setStream(handle, stream.ptr)
+            cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+            # Row-major P (B x N) is column-major N x B: out = P_col @ ones.
+            cublas.sgemv(handle, cublas.CUBLAS_OP_N, N, B, one, P.data.ptr, N, ones.data.ptr, 1,
+                         zero, out.data.ptr, 1)
+    gemv.keep = (scalars, P, ones, out)  # type: ignore[attr-defined]
+    return gemv

@@ -20,7 +20,16 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import knn_precision as precisions
-from ._launch import array_module, on_gpu
+from ._launch import (
+    CUBLAS_COMPUTE,
+    CUDA_R_8I,
+    CUDA_R_16BF,
+    CUDA_R_32F,
+    CUDA_R_32I,
+    array_module,
+    cublas_library,
+    on_gpu,
+)
 
 PAD = 16  # rows and features are padded to multiples of this
 
@@ -217,37 +226,6 @@ def prepare_queries(Q: Any, train: TrainBlock, out: Any = None) -> Queries:
 
 # -- tile products -------------------------------------------------------------------------
 
-_CUDA_R_32F, _CUDA_R_8I, _CUDA_R_32I, _CUDA_R_16BF = 0, 3, 10, 14
-_COMPUTE = {"int8": 72, "bf16": 68, "tf32": 77, "fp32": 69}  # cublasComputeType_t
-
-
-def _cublas_library() -> Any:
-    """cuBLAS as loaded by CuPy, through ctypes (its calls can be captured in a CUDA graph,
-    which CuPy's own wrappers refuse)."""
-    global _CUBLAS
-    if _CUBLAS is None:
-        import ctypes
-
-        import cupy
-
-        cupy.cuda.device.get_cublas_handle()  # makes CuPy load cuBLAS
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libcublas.so" in line}
-        lib = ctypes.CDLL(sorted(paths)[0])
-        lib.cublasGemmEx.restype = ctypes.c_int
-        lib.cublasGemmEx.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                     ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                                     ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                     ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        for name in ("cublasSetStream_v2", "cublasSetPointerMode_v2"):
-            getattr(lib, name).restype = ctypes.c_int
-            getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        _CUBLAS = lib
-    return _CUBLAS
-
-
-_CUBLAS: Any = None
 
 
 class TileProduct:
@@ -273,11 +251,11 @@ class TileProduct:
     def _bind_cublas(self, precision: str) -> None:
         import cupy
 
-        self._lib = _cublas_library()
+        self._lib = cublas_library()
         self._handle = cupy.cuda.device.get_cublas_handle()
-        in_type = {"int8": _CUDA_R_8I, "bf16": _CUDA_R_16BF}.get(precision, _CUDA_R_32F)
-        self._types = (in_type, _CUDA_R_32I if precision == "int8" else _CUDA_R_32F,
-                       _COMPUTE[precision])
+        in_type = {"int8": CUDA_R_8I, "bf16": CUDA_R_16BF}.get(precision, CUDA_R_32F)
+        self._types = (in_type, CUDA_R_32I if precision == "int8" else CUDA_R_32F,
+                       CUBLAS_COMPUTE[precision])
         scalars = np.array([1, 0], np.int32) if precision == "int8" else np.array([1, 0], np.float32)
         self._scalars = scalars
         self._one, self._zero = scalars.ctypes.data, scalars.ctypes.data + 4

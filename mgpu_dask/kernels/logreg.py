@@ -1,11 +1,10 @@
 """Launch helpers for logistic regression: loss and gradient of one shard.
 
 On a GPU one evaluation is a few operations queued on the shard's own
-stream: upload the coefficients (or copy them from another GPU), then either
-our two passes over X (logits, softmax residual and loss per row; then
-``X^T @ residual``; then the blocks' partial sums) or, for shapes those
-kernels do not take, ``X @ W`` (cuBLAS), our softmax kernel and
-``X^T @ residual`` (cuBLAS); then one download of the gradient and the sums.
+stream: upload the coefficients (or copy them from another GPU), then
+``X @ W`` (cuBLAS, float32 or bf16 tensor cores for 8-bit levels), our
+softmax kernel and ``X^T @ residual`` (cuBLAS) -- or our own two passes
+over X -- then one download of the gradient and the sums.
 :class:`ShardObjective` keeps every buffer between evaluations and binds
 those operations once, so a launch costs little host time and one host
 thread keeps several GPUs busy at once.  On the CPU: BLAS products and a
@@ -18,7 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from ._launch import array_module, bound_gemm, bound_launch, launch, on_gpu, thread_grid
+from ._launch import (
+    array_module,
+    bound_gemm,
+    bound_launch,
+    bound_row_sum,
+    launch,
+    on_gpu,
+    thread_grid,
+)
 
 
 def softmax_xent(logits: np.ndarray, labels: np.ndarray,
@@ -51,7 +58,14 @@ def softmax_xent_sums(logits: Any, labels: Any, bias: Any) -> tuple[Any, np.ndar
     return resid, acc[:k], float(acc[k])
 
 
-METHODS = ("auto", "fused", "cublas")
+METHODS = ("auto", "bf16", "cublas", "fused")
+GRADIENT_ROWS = 256
+"""bf16 method: ``levels^T R`` is one tensor-core product per block of this
+many rows, and the blocks' products are added by an SGEMV.  Tensor cores
+add in float32 without rounding to nearest: a sum along many rows drifts
+(measured on an H200 against float64, largest entry: 2e-4 off for blocks of
+65,536 rows and up to 5e-3 for one product over 4 million, where float32
+cuBLAS is off by 3e-6); short blocks keep the drift at float32's level."""
 
 
 def fused_fits(d: int, k: int) -> bool:
@@ -86,6 +100,52 @@ def fused_loss_grad(X: Any, labels: Any, coef: Any, intercept: Any, *, row_block
     return float(sums[k]), grad.reshape(d, k), sums[:k]
 
 
+def bf16_loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
+                   intercept: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """The bf16 evaluation once, NumPy products standing in for cuBLAS's (exact products,
+    float64 sums) and our kernels in the CUDA simulator: for tests of the kernels' logic.
+
+    Returns ``(loss, grad_coef (d x k), grad_intercept (k,))`` as unscaled
+    sums, or None where X is not 8-bit levels.
+    """
+    from . import logreg_cuda as C
+
+    n, d = X.shape
+    k = len(intercept)
+    top = float(max(abs(X.max()), abs(X.min())))
+    step = np.array([top / 255.0 if top > 0 else 1.0])
+    levels = np.empty(n * d, dtype=np.uint16)
+    bad = np.zeros(1, dtype=np.int32)
+    launch(C.to_levels, 2, 32, np.ascontiguousarray(X, dtype=np.float32).reshape(-1),
+           1.0 / step, levels, bad)
+    if bad[0]:
+        return None
+    width = -(-C.TERMS * k // 8) * 8
+    params = np.concatenate([np.asarray(coef, dtype=np.float32).ravel(),
+                             np.asarray(intercept, dtype=np.float32)])
+    w2 = np.zeros((d, width), dtype=np.uint16)
+    launch(C.split_coef, -(-d * k // 32), 32, params, step, w2)
+
+    def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return (_bf16_values(a) @ _bf16_values(b)).astype(np.float32)
+
+    levels = levels.reshape(n, d)
+    logits2 = product(levels, w2)
+    resid2 = np.zeros((n, width), dtype=np.uint16)
+    sums = np.zeros(k + 1, dtype=np.float64)
+    launch(C.softmax_xent_split, thread_grid(n, C.THREADS)[0], C.THREADS, logits2,
+           np.asarray(labels, dtype=np.int32), params[d * k:], resid2, sums)
+    grad = np.empty(d * k, dtype=np.float32)
+    g2 = sum(product(levels[r:r + GRADIENT_ROWS].T, resid2[r:r + GRADIENT_ROWS]).astype(np.float64)
+             for r in range(0, n, GRADIENT_ROWS)).astype(np.float32)
+    launch(C.combine_split, -(-d * k // 32), 32, g2, step, grad)
+    return float(sums[k]), grad.reshape(d, k), sums[:k]
+
+
+def _bf16_values(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+
+
 class ShardObjective:
     """Summed cross-entropy and gradient over one shard's rows, buffers kept between calls.
 
@@ -98,16 +158,20 @@ class ShardObjective:
     X : array of shape (n, d), float32 (CuPy or NumPy)
     labels : array of shape (n,), int32 class indices
     n_classes : int
-    method : {"auto", "fused", "cublas"}
-        On a GPU: ``"fused"``, our two passes over X (row pass: logits,
-        softmax, loss; column pass: ``X^T resid``; then the blocks' sums);
-        ``"cublas"``, two cuBLAS products around our softmax kernel;
-        ``"auto"``, cuBLAS: the fused passes are exact but not yet fast
-        (measured on an H200, MNIST's shape, 52,500 rows: 0.58 ms per
-        evaluation against cuBLAS's 0.24 ms; ``benchmarks/NOTES-logreg.md``).
+    method : {"cublas", "bf16", "auto", "fused"}, default "cublas"
+        On a GPU: ``"cublas"``, two float32 cuBLAS products around our softmax
+        kernel; ``"bf16"``, the products on bf16 tensor cores for rows of 8-bit
+        levels (``logreg_cuda``: levels exact, coefficients and residuals in
+        TERMS bf16 terms, ``X^T R`` per block of GRADIENT_ROWS rows, the
+        blocks added by an SGEMV), a ValueError for other rows or a GPU of
+        compute capability below 8.0; ``"auto"``, bf16 where it applies, else
+        cublas (``method`` then says which); ``"fused"``, our two passes over
+        X, exact but not fast (0.58 ms per MNIST-sized evaluation on an H200
+        against cuBLAS's 0.24 ms; ``benchmarks/NOTES-logreg.md``).  The CPU
+        path is float32 products whatever the method.
     """
 
-    def __init__(self, X: Any, labels: Any, n_classes: int, method: str = "auto") -> None:
+    def __init__(self, X: Any, labels: Any, n_classes: int, method: str = "cublas") -> None:
         if method not in METHODS:
             raise ValueError(f"method={method!r} is not one of {', '.join(METHODS)}")
         self.X, self.labels, self.k, self.method = X, labels, int(n_classes), method
@@ -147,12 +211,20 @@ class ShardObjective:
             self.out = out
             self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
             self.sums = out[self._sums_at:].view(np.float64)
-            self.resid = cupy.empty((n, k), dtype=np.float32)
-            if self.method == "fused":
-                self.method = "fused"
+            if self.method in ("auto", "bf16"):
+                found = self._levels(n, d)
+                if found is None and self.method == "bf16":
+                    raise ValueError("method='bf16' needs rows of 8-bit levels (integer "
+                                     "multiples of max|X| / 255, such as pixels / 255) on a "
+                                     "GPU of compute capability 8.0 or newer; use 'auto'")
+                self.method = "cublas" if found is None else "bf16"
+            if self.method == "bf16":
+                self._ops = self._bf16_ops(n, d, *found)
+            elif self.method == "fused":
+                self.resid = cupy.empty((n, k), dtype=np.float32)
                 self._ops = self._fused_ops(n, d)
             else:
-                self.method = "cublas"
+                self.resid = cupy.empty((n, k), dtype=np.float32)
                 self.logits = cupy.empty((n, k), dtype=np.float32)
                 W = self.params[: d * k].reshape(d, k)
                 blocks, threads = thread_grid(n, logreg_cuda.THREADS)
@@ -162,6 +234,64 @@ class ShardObjective:
                                  [self.logits, self.labels, self.params[d * k:], self.resid,
                                   self.sums], (blocks,), threads, self.stream),
                     bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)]
+
+    def _levels(self, n: int, d: int) -> tuple[Any, float] | None:
+        """X as bf16 levels and their step (``X = step * levels``), or None where X is not
+        8-bit levels or the GPU has no bf16 tensor cores (compute capability < 8.0).
+
+        The levels get zero rows up to a whole number of GRADIENT_ROWS blocks.
+        """
+        import cupy
+
+        from . import logreg_cuda as C
+
+        if n == 0 or int(self.device.compute_capability) < 80:
+            return None
+        with self.stream:
+            top = float(cupy.maximum(cupy.abs(self.X.max()), cupy.abs(self.X.min())))
+            step = top / 255.0 if top > 0 else 1.0
+            rows = -(-n // GRADIENT_ROWS) * GRADIENT_ROWS
+            levels = cupy.zeros((rows, d), dtype=np.uint16)
+            bad = cupy.zeros(1, dtype=np.int32)
+            sms = self.device.attributes["MultiProcessorCount"]
+            launch(C.to_levels, min(-(-n * d // 256), 32 * sms), 256, self.X.reshape(-1),
+                   cupy.asarray([1.0 / step]), levels[:n].reshape(-1), bad)
+            if int(bad.get()[0]):
+                return None
+        return levels, step
+
+    def _bf16_ops(self, n: int, d: int, levels: Any, step: float) -> list:
+        """Split coefficients, ``levels @ w2`` (bf16 tensor cores), softmax with the residual
+        split, ``levels^T @ resid2`` per block of GRADIENT_ROWS rows, the blocks added
+        (SGEMV), the terms added and scaled: see ``logreg_cuda``."""
+        import cupy
+
+        from . import logreg_cuda as C
+
+        k = self.k
+        width = -(-C.TERMS * k // 8) * 8  # terms, zeros: a multiple of 8 columns (tensor cores)
+        blocks = levels.shape[0] // GRADIENT_ROWS
+        self.levels, self.step = levels, float(step)
+        self._step = cupy.asarray([step], dtype=np.float64)
+        self.w2 = cupy.zeros((d, width), dtype=np.uint16)
+        self.logits = cupy.empty((n, width), dtype=np.float32)
+        self.resid = cupy.zeros((levels.shape[0], width), dtype=np.uint16)
+        self.grad2 = cupy.empty((blocks, d * width), dtype=np.float32)
+        self.grad2_sum = cupy.empty((d, width), dtype=np.float32)
+        self._ones = cupy.ones(blocks, dtype=np.float32)
+        coef_blocks = -(-d * k // 256)
+        return [
+            bound_launch(C.split_coef, [self.params, self._step, self.w2], (coef_blocks,), 256,
+                         self.stream),
+            bound_gemm(self.logits, levels[:n], self.w2, self.stream, operands="bf16"),
+            bound_launch(C.softmax_xent_split, [self.logits, self.labels, self.params[d * k:],
+                                                self.resid[:n], self.sums],
+                         (thread_grid(n, C.THREADS)[0],), C.THREADS, self.stream),
+            bound_gemm(self.grad2.reshape(blocks, d, width), levels, self.resid, self.stream,
+                       trans_a=True, operands="bf16", batches=blocks),
+            bound_row_sum(self.grad2_sum.reshape(-1), self.grad2, self._ones, self.stream),
+            bound_launch(C.combine_split, [self.grad2_sum, self._step, self.grad.reshape(-1)],
+                         (coef_blocks,), 256, self.stream)]
 
     def _fused_ops(self, n: int, d: int) -> list:
         """Row pass, column pass, block sums: X read twice at full width, no cuBLAS."""
