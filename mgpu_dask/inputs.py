@@ -19,7 +19,7 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from . import config, placement
 from .exceptions import DataError, DataTypeError, MgpuDaskError
-from .kernels._launch import array_module, on_gpu
+from .kernels._launch import all_entries_finite, on_gpu
 
 
 class NotFittedError(MgpuDaskError, _SklearnNotFitted):
@@ -178,9 +178,8 @@ def device_of(array: Any) -> str:
     return "gpu" if type(meta).__module__.startswith("cupy") else "cpu"
 
 
-def _block_finite(block: Any) -> Any:
-    xp = array_module(block)
-    return xp.isfinite(block).all().reshape(1)
+def _block_finite(block: Any) -> np.ndarray:
+    return np.array([all_entries_finite(block)])
 
 
 def all_finite(X: Any) -> bool:
@@ -192,7 +191,7 @@ def all_finite(X: Any) -> bool:
                                      name=placement.fresh_name("finite"),
                                      chunks=((1,) * X.numblocks[0],), meta=np.empty(0, bool))
         return bool(to_host(flags).all())
-    return bool(np.isfinite(X).all())
+    return all_entries_finite(np.asarray(X))
 
 
 def as_numpy(block: Any) -> np.ndarray:

@@ -27,7 +27,7 @@ from .data.shard import meta_for, shard, worker_addresses
 from .exceptions import DataError
 from .kernels import knn as kernels
 from .kernels import knn_products as products
-from .kernels._launch import array_module, finished
+from .kernels._launch import all_entries_finite, array_module, finished
 from .placement import Pinned
 
 
@@ -180,7 +180,7 @@ def _placed_or_raise(futures: list, n_rows: int, timeout: float) -> None:
 
 def _check_queries(Qb: Any, xp: Any) -> Any:
     Qb = xp.asarray(Qb)
-    if not np.issubdtype(Qb.dtype, np.integer) and not bool(xp.isfinite(Qb).all()):
+    if not np.issubdtype(Qb.dtype, np.integer) and not all_entries_finite(Qb):
         raise DataError("the query rows contain NaN or infinity; clean or impute them first")
     return Qb
 

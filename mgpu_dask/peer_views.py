@@ -26,7 +26,7 @@ import numpy as np
 
 from ._compat import is_installed
 from .exceptions import MgpuDaskError
-from .kernels._launch import array_module, on_gpu
+from .kernels._launch import all_entries_finite, array_module, on_gpu
 
 # Exports this process keeps alive for its readers: token -> [(export id, arrays, owners)].
 _EXPORTS: dict[str, list[tuple[str, list[Any], list[Any]]]] = {}
@@ -123,7 +123,7 @@ def export(token: str, groups: list[list[Any]], in_place: bool = False) -> dict[
         owners.append(owner)
         entries.append({**entry, "shape": tuple(whole.shape), "dtype": whole.dtype.str,
                         "nbytes": int(whole.nbytes)})
-    finite = all(_finite(a) for a in arrays if np.issubdtype(a.dtype, np.floating))
+    finite = all(all_entries_finite(a) for a in arrays if np.issubdtype(a.dtype, np.floating))
     pci = None
     if gpu:
         import cupy
@@ -140,15 +140,6 @@ def export(token: str, groups: list[list[Any]], in_place: bool = False) -> dict[
     return {"token": token, "id": export_id, "host": _hostname(), "pid": os.getpid(),
             "address": address, "pci_bus_id": pci, "rows": int(arrays[0].shape[0]),
             "finite": finite, "arrays": entries}
-
-
-def _finite(a: Any) -> bool:
-    """Every entry finite: the smallest and the largest are (NaN propagates into both);
-    two reductions, no temporary array the size of ``a``."""
-    if a.size == 0:
-        return True
-    xp = array_module(a)
-    return bool(xp.isfinite(a.min())) and bool(xp.isfinite(a.max()))
 
 
 def release(token: str) -> int:

@@ -22,6 +22,15 @@ def on_gpu(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
+def all_entries_finite(a: Any) -> bool:
+    """No NaN or infinity in ``a`` (NumPy or CuPy): its smallest and largest entries are
+    finite (NaN propagates into both) -- two reductions, no temporary the size of ``a``."""
+    if a.size == 0:
+        return True
+    xp = array_module(a)
+    return bool(xp.isfinite(a.min())) and bool(xp.isfinite(a.max()))
+
+
 def finished(out: Any) -> Any:
     """``out`` once the GPU work queued for it is done (a task that returns it then reports
     an honest time); NumPy arrays as they are."""
@@ -254,6 +263,8 @@ def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False,
     """
     import cupy
 
+    if batches > 1 and operands != "bf16":
+        raise ValueError("batches > 1 takes bf16 operands")
     M, N = out.shape[-2:]
     K = B.shape[0] // batches
     op_a = 1 if trans_a else 0  # CUBLAS_OP_T / CUBLAS_OP_N
@@ -288,12 +299,8 @@ def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False,
         return gemm
 
     def gemm() -> None:
-        # CuPy's wrappers use the current stream, hence the ``with``.
         with stream:
-            handle = cupy.cuda.device.get_cublas_handle()
-            cublas.setStream(handle, stream.ptr)
-            cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-            cublas.sgemm(handle, cublas.CUBLAS_OP_N, op_a, N, M, K, one, b_ptr, N,
+            cublas.sgemm(_cublas_on(stream), cublas.CUBLAS_OP_N, op_a, N, M, K, one, b_ptr, N,
                          a_ptr, lda, zero, out_ptr, N)
     gemm.keep = (scalars, A, B, out)  # type: ignore[attr-defined]
     return gemm
@@ -303,7 +310,6 @@ def bound_row_sum(out: Any, P: Any, ones: Any, stream: Any) -> Any:
     """A no-argument callable: ``out = P.sum(axis=0)`` for a C-contiguous float32 CuPy
     matrix ``P`` (B x N), as one cuBLAS SGEMV with ``ones`` (B float32 ones) on
     ``stream``: float32 sums rounded to nearest, unlike a tensor-core product's."""
-    import cupy
     from cupy_backends.cuda.libs import cublas
 
     B, N = P.shape
@@ -312,11 +318,20 @@ def bound_row_sum(out: Any, P: Any, ones: Any, stream: Any) -> Any:
 
     def gemv() -> None:
         with stream:
-            handle = cupy.cuda.device.get_cublas_handle()
-            cublas.setStream(handle, stream.ptr)
-            cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
             # Row-major P (B x N) is column-major N x B: out = P_col @ ones.
-            cublas.sgemv(handle, cublas.CUBLAS_OP_N, N, B, one, P.data.ptr, N, ones.data.ptr, 1,
-                         zero, out.data.ptr, 1)
+            cublas.sgemv(_cublas_on(stream), cublas.CUBLAS_OP_N, N, B, one, P.data.ptr, N,
+                         ones.data.ptr, 1, zero, out.data.ptr, 1)
     gemv.keep = (scalars, P, ones, out)  # type: ignore[attr-defined]
     return gemv
+
+
+def _cublas_on(stream: Any) -> int:
+    """The current device's cuBLAS handle (CuPy's), set to ``stream`` and host scalars; call
+    it inside ``with stream`` (CuPy's cuBLAS wrappers use the current stream)."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, stream.ptr)
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    return handle
