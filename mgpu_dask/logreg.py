@@ -96,8 +96,8 @@ def _rows_by_worker(X: da.Array, y: da.Array, client: Any) -> tuple[list, list, 
 
 
 def _objective_for(X: Any, labels: Any, n_classes: int, loss_grad: Any,
-                   precision: str = "fp32") -> Any:
-    return (kernels.ShardObjective(X, labels, n_classes, _METHOD[precision])
+                   method: str = "cublas") -> Any:
+    return (kernels.ShardObjective(X, labels, n_classes, method)
             if loss_grad is None else _CallObjective(loss_grad, X, labels))
 
 
@@ -131,7 +131,7 @@ def _fit_on_device(arrays: list[tuple[Any, Any]], problem: _Problem) -> dict[str
     """The whole L-BFGS on this process's GPU over shards on any GPUs it sees."""
     started = time.perf_counter()
     backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n, problem.penalty,
-                                         method=_METHOD[problem.options.get("precision", "fp32")])
+                                         method=problem.options["method"])
     try:
         ready = time.perf_counter()
         result = lbfgs.run(backend, maxiter=problem.options["maxiter"],
@@ -182,8 +182,7 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: _Problem,
             result["profile"] = {"map": mapped - started, **result["profile"]}
             return {**result, "exporters": exporters}
         objectives = [_objective_for(X, labels, problem.n_classes, loss_grad,
-                                     problem.options.get("precision", "fp32"))
-                      for X, labels in arrays]
+                                     problem.options["method"]) for X, labels in arrays]
         ready = time.perf_counter()
 
         def evaluate(W: np.ndarray, b: np.ndarray) -> tuple:
@@ -217,9 +216,9 @@ class ShardLossGrad:
     """A Dask Actor holding one worker's row blocks; returns their summed loss and gradient."""
 
     def __init__(self, n_blocks: int, *blocks: Any, loss_grad: Any = None,
-                 precision: str = "fp32") -> None:
+                 method: str = "cublas") -> None:
         self._loss_grad = loss_grad
-        self._precision = precision
+        self._method = method
         xs, ys = blocks[:n_blocks], blocks[n_blocks:]
         xp = array_module(xs[0])
         self.X = xs[0] if n_blocks == 1 else xp.concatenate(xs)
@@ -229,7 +228,7 @@ class ShardLossGrad:
     def loss_grad(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         if self._objective is None:
             self._objective = _objective_for(self.X, self.y, len(intercept), self._loss_grad,
-                                             self._precision)
+                                             self._method)
         return self._objective(coef, intercept)
 
 
@@ -420,7 +419,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         n, d = int(X.shape[0]), int(X.shape[1])
         problem = _Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
                            {"maxiter": self.max_iter, "gtol": self.tol,
-                            "optimizer": self.optimizer, "precision": self.precision})
+                            "optimizer": self.optimizer, "method": _METHOD[self.precision]})
         self.n_recoveries_ = 0
         self.comm_note_ = None
         result = None
@@ -481,7 +480,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                             "'single-host', every shard on a GPU of one host)")
         if not all_finite(X):
             raise DataError(NOT_FINITE)
-        evaluate = (_ActorEvaluator(X, y, client, timeout, self.loss_grad, self.precision)
+        evaluate = (_ActorEvaluator(X, y, client, timeout, self.loss_grad,
+                                    problem.options["method"])
                     if client is not None
                     else _GraphEvaluator(X, y, self.loss_grad))
         try:
@@ -678,9 +678,9 @@ class _ActorEvaluator:
     """Loss and gradient through one Actor per worker holding its blocks."""
 
     def __init__(self, X: da.Array, y: da.Array, client: Any, timeout: float,
-                 loss_grad: Any, precision: str = "fp32") -> None:
+                 loss_grad: Any, method: str = "cublas") -> None:
         self._shard_fn = loss_grad
-        self._precision = precision
+        self._method = method
         self.timeout = timeout
         self.calls = 0
         self.rebuilds = 0
@@ -715,7 +715,7 @@ class _ActorEvaluator:
         # Loose placement: should that worker die now, the actor starts on another.
         started = [client.submit(ShardLossGrad, len(idx), *[placed[i][0] for i in idx],
                                  *[labels[i][0] for i in idx], loss_grad=self._shard_fn,
-                                 precision=self._precision, workers=[worker], allow_other_workers=True, actor=True,
+                                 method=self._method, workers=[worker], allow_other_workers=True, actor=True,
                                  key=f"logreg-shard-{uuid.uuid4().hex[:12]}")
                    for worker, idx in by_worker.items()]
         return [f.result(timeout=max(1.0, deadline - time.perf_counter())) for f in started]

@@ -100,6 +100,14 @@ def fused_loss_grad(X: Any, labels: Any, coef: Any, intercept: Any, *, row_block
     return float(sums[k]), grad.reshape(d, k), sums[:k]
 
 
+def level_step(X: Any) -> float:
+    """The step of 8-bit levels the rows would be (``max|X| / 255``; 1 for all-zero rows);
+    whether they are is ``logreg_cuda.to_levels``'s check."""
+    xp = array_module(X)
+    top = float(xp.maximum(xp.abs(X.max()), xp.abs(X.min())))
+    return top / 255.0 if top > 0 else 1.0
+
+
 def bf16_loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
                    intercept: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
     """The bf16 evaluation once, NumPy products standing in for cuBLAS's (exact products,
@@ -112,8 +120,7 @@ def bf16_loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
 
     n, d = X.shape
     k = len(intercept)
-    top = float(max(abs(X.max()), abs(X.min())))
-    step = np.array([top / 255.0 if top > 0 else 1.0])
+    step = np.array([level_step(X)])
     levels = np.empty(n * d, dtype=np.uint16)
     bad = np.zeros(1, dtype=np.int32)
     launch(C.to_levels, 2, 32, np.ascontiguousarray(X, dtype=np.float32).reshape(-1),
@@ -248,8 +255,7 @@ class ShardObjective:
         if n == 0 or int(self.device.compute_capability) < 80:
             return None
         with self.stream:
-            top = float(cupy.maximum(cupy.abs(self.X.max()), cupy.abs(self.X.min())))
-            step = top / 255.0 if top > 0 else 1.0
+            step = level_step(self.X)
             rows = -(-n // GRADIENT_ROWS) * GRADIENT_ROWS
             levels = cupy.zeros((rows, d), dtype=np.uint16)
             bad = cupy.zeros(1, dtype=np.int32)
