@@ -45,3 +45,25 @@ def test_row_bounds(n, shards, rows, expect):
 def test_bad_device(client):
     with pytest.raises(ValueError, match="device"):
         shard(np.ones((4, 2)), client, device="tpu")
+
+
+def test_a_cluster_without_workers_is_waited_for_then_a_clear_error():
+    import time
+
+    import dask
+    from distributed import Client, LocalCluster
+
+    from mgpu_dask.exceptions import ClusterError
+
+    X = np.arange(40, dtype=np.float32).reshape(10, 4)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as c:
+        started = time.perf_counter()
+        with dask.config.set({"mgpu-dask.cluster.start-timeout": "1s"}), \
+                pytest.raises(ClusterError, match=r"no workers \(waited 1 s\)"):
+            shard(X, c, device="cpu")
+        assert time.perf_counter() - started < 10
+        cluster.scale(2)  # not waited for here: shard waits for the first to join
+        Xd = shard(X, c, device="cpu")
+        np.testing.assert_array_equal(Xd.compute(), X)
+        assert len(worker_addresses(c)) >= 1

@@ -113,9 +113,9 @@ def deformed_train(X_src: np.ndarray, y_src: np.ndarray, client: Any, spec: Defo
         bounds = row_bounds(n_rows, max(1, n_rows // 1_000_000), None)
         where: list[str | None] = [None] * len(bounds)
     else:  # one block per worker, made there from the source images it receives once
+        where = list(worker_addresses(client))
         if device == "auto":
             device = detect_device(client)
-        where = list(worker_addresses(client))
         need, free = n_rows * d, _free_bytes(client, device)
         if need > headroom * free:
             raise DataError(

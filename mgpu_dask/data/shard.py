@@ -32,9 +32,23 @@ class ShardInfo(NamedTuple):
     device: str
 
 
-def worker_addresses(client: Client) -> list[str]:
-    """Worker addresses in a stable order (by worker name, then address)."""
+def worker_addresses(client: Client, timeout: float | None = None) -> list[str]:
+    """Worker addresses in a stable order (by worker name, then address).
+
+    A cluster with no worker at this moment (still starting, or its workers
+    registering again after the scheduler dropped them) is waited for, up to
+    ``timeout`` seconds (default ``mgpu-dask.cluster.start-timeout``); then
+    ClusterError.
+    """
     workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        wait_s = config.seconds("cluster.start-timeout") if timeout is None else timeout
+        try:
+            client.wait_for_workers(1, timeout=wait_s)
+        except TimeoutError:
+            raise ClusterError(f"the cluster has no workers (waited {wait_s:g} s); start some "
+                               "or check --scheduler-address") from None
+        workers = client.scheduler_info(n_workers=-1)["workers"]
     return sorted(workers, key=lambda a: (str(workers[a].get("name")), a))
 
 
@@ -121,13 +135,11 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
         Persisted, one block per shard, with ``_meta`` a CuPy array on GPU and
         a NumPy array on CPU.
     """
-    if device == "auto":
-        device = detect_device(client)
-    if device not in ("gpu", "cpu"):
+    if device not in ("auto", "gpu", "cpu"):
         raise ValueError(f"device={device!r} must be 'auto', 'gpu' or 'cpu'")
     workers = list(workers) if workers else worker_addresses(client)
-    if not workers:
-        raise ClusterError("the cluster has no workers; start some or check --scheduler-address")
+    if device == "auto":
+        device = detect_device(client)
     cast = np.dtype(dtype) if dtype is not None else None
     out_dtype = cast if cast is not None else array.dtype
     convert = _to_gpu if device == "gpu" else _to_cpu
