@@ -183,7 +183,8 @@ def _block_finite(block: Any) -> np.ndarray:
 
 
 def all_finite(X: Any) -> bool:
-    """No NaN or infinity in X; host arrays are checked here, dask arrays where they live."""
+    """No NaN or infinity in X: host arrays checked here, CuPy arrays on their GPU, dask arrays
+    where their blocks live."""
     if np.issubdtype(X.dtype, np.integer):
         return True
     if isinstance(X, da.Array):
@@ -191,7 +192,7 @@ def all_finite(X: Any) -> bool:
                                      name=placement.fresh_name("finite"),
                                      chunks=((1,) * X.numblocks[0],), meta=np.empty(0, bool))
         return bool(to_host(flags).all())
-    return all_entries_finite(np.asarray(X))
+    return all_entries_finite(X if hasattr(X, "__cuda_array_interface__") else np.asarray(X))
 
 
 def as_numpy(block: Any) -> np.ndarray:

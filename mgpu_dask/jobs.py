@@ -262,7 +262,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             with phases("fit"):
                 clf.fit(X_train, parts.y_train)
             with phases("predict"):
-                pred = to_host(clf.predict(X_test))
+                pred = to_host(clf.predict(X_test, on_host=True))
             if i == 0:
                 cold_total = time.perf_counter() - t0
             else:

@@ -33,7 +33,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from . import config, device_lbfgs, inputs, lbfgs, peer_views, placement
 from .data.shard import meta_for, shard
 from .exceptions import DataError, MgpuDaskError
-from .inputs import NotFittedError, accuracy, all_finite, device_of
+from .inputs import NotFittedError, accuracy, all_finite, as_numpy, device_of
 from .kernels import logreg as kernels
 from .kernels._launch import array_module, on_gpu
 from .lbfgs import minimize_lbfgs
@@ -237,17 +237,20 @@ def _encode(block: Any, classes: np.ndarray) -> Any:
     return xp.searchsorted(xp.asarray(classes), block).astype(np.int32)
 
 
-def _predict_block(X: Any, coef: np.ndarray, intercept: np.ndarray, classes: np.ndarray) -> Any:
+def _predict_block(X: Any, coef: np.ndarray, intercept: np.ndarray, classes: np.ndarray,
+                   host: bool = False) -> Any:
     xp = array_module(X)
-    return xp.asarray(classes)[kernels.decision(X, coef, intercept).argmax(axis=1)]
+    pred = xp.asarray(classes)[kernels.decision(X, coef, intercept).argmax(axis=1)]
+    return as_numpy(pred) if host else pred
 
 
-def _proba_block(X: Any, coef: np.ndarray, intercept: np.ndarray) -> Any:
+def _proba_block(X: Any, coef: np.ndarray, intercept: np.ndarray, host: bool = False) -> Any:
     xp = array_module(X)
     z = kernels.decision(X, coef, intercept).astype(np.float64)
     z -= z.max(axis=1, keepdims=True)
     p = xp.exp(z)
-    return p / p.sum(axis=1, keepdims=True)
+    p /= p.sum(axis=1, keepdims=True)
+    return as_numpy(p) if host else p
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):
@@ -582,33 +585,44 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             X = da.from_array(X, chunks=(-1, -1))
         return X.astype(np.float32).rechunk({1: -1})
 
-    def predict(self, X: Any) -> Any:
+    def predict(self, X: Any, *, on_host: bool = False) -> Any:
         """Most probable class per row, in the type of ``X``.
 
         For a dask array with a distributed client the work starts at once
         where each row block lives and the result is persisted; without a
         client it is lazy.  NumPy (or any array-like) rows give a NumPy array,
         CuPy rows a CuPy array (NumPy where the labels are strings).
+
+        Parameters
+        ----------
+        X : dask.array.Array, cupy.ndarray or array-like of shape (n_samples, n_features)
+        on_host : bool, default False
+            For dask rows: NumPy chunks even from GPU workers (copied there, in the same task).
         """
         like = X
         X = self._check_X(X)
+        host = on_host or inputs.kind_of(like) == "host"
         numeric = inputs.numeric_classes(self.classes_)
         labels = self.classes_ if numeric else np.arange(len(self.classes_))
         pred = placement.map_blocks(inputs.active_client(), _predict_block, X, self.coef_.T,
-                                    self.intercept_, labels,
+                                    self.intercept_, labels, host,
                                     name=placement.fresh_name("logreg-predict"),
                                     chunks=(X.chunks[0],),
-                                    meta=meta_for(device_of(X), 1, labels.dtype))
+                                    meta=meta_for("cpu" if host else device_of(X), 1,
+                                                  labels.dtype))
         return inputs.returned_like(pred, like, None if numeric else self.classes_)
 
     def predict_proba(self, X: Any) -> Any:
         """Class probabilities per row, columns ordered as ``classes_``, in the type of ``X``."""
         like = X
         X = self._check_X(X)
+        host = inputs.kind_of(like) == "host"
         proba = placement.map_blocks(inputs.active_client(), _proba_block, X, self.coef_.T,
-                                     self.intercept_, name=placement.fresh_name("logreg-proba"),
+                                     self.intercept_, host,
+                                     name=placement.fresh_name("logreg-proba"),
                                      chunks=(X.chunks[0], (len(self.classes_),)),
-                                     meta=meta_for(device_of(X), 2, np.float64))
+                                     meta=meta_for("cpu" if host else device_of(X), 2,
+                                                   np.float64))
         return inputs.returned_like(proba, like)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:

@@ -268,6 +268,7 @@ def test_single_host_logreg_maps_every_gpu_and_matches_actors():
 
     from mgpu_dask.cluster import connect
     from mgpu_dask.data import load_dataset, shard, split
+    from mgpu_dask.inputs import to_host
     from mgpu_dask.logreg import LogisticRegression
 
     ds = load_dataset("digits")
@@ -288,6 +289,11 @@ def test_single_host_logreg_maps_every_gpu_and_matches_actors():
         assert abs(one.loss_ - host.loss_) / host.loss_ < 1e-5
         Xt = shard(s.X_test, rc.client, dtype=np.float32, scale=1 / 16)
         assert abs(one.score(Xt, s.y_test) - msgs.score(Xt, s.y_test)) < 0.01
+        on_gpu, on_host = one.predict(Xt), one.predict(Xt, on_host=True)
+        assert isinstance(on_gpu._meta, cupy.ndarray) and isinstance(on_host._meta, np.ndarray)
+        assert all(isinstance(b, np.ndarray) for b in rc.client.gather(on_host.to_delayed()
+                                                                      .ravel().tolist()))
+        np.testing.assert_array_equal(to_host(on_host), to_host(on_gpu))
         assert set(rc.client.run(exports_held).values()) == {0}
 
 

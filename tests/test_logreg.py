@@ -193,6 +193,21 @@ def test_bad_input(client, kwargs, y_kind, match):
         LogisticRegression(**kwargs).fit(X, y)
 
 
+def test_predict_on_host_is_one_stage_of_numpy_blocks(client):
+    from mgpu_dask.data import shard
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((200, 4)).astype(np.float32)
+    y = np.array(["a", "b", "c"])[np.argmax(X[:, :3], axis=1)]
+    clf = LogisticRegression().fit(X, y)
+    Xd = shard(X, client, device="cpu")
+    lazy, host = clf.predict(Xd), clf.predict(Xd, on_host=True)
+    assert isinstance(host._meta, np.ndarray) and host.dtype == lazy.dtype
+    assert len(host.dask) == len(lazy.dask)  # the copy to the host is no extra task
+    np.testing.assert_array_equal(host.compute(), clf.predict(X))
+    np.testing.assert_array_equal(lazy.compute(), clf.predict(X))
+
+
 def test_predict_before_fit_and_wrong_width(client):
     with pytest.raises(NotFittedError):
         LogisticRegression().predict(np.zeros((2, 3)))

@@ -48,4 +48,4 @@ def logreg(run: BackendRun, loss_grad: Any = None) -> dict[str, Any]:
                                                   comm=o.get("comm", "auto"),
                                                   precision=o.get("precision", "fp32"),
                                                   loss_grad=loss_grad).fit(X, p.y_train),
-                  lambda model: to_host(model.predict(Xt), run.timeout))
+                  lambda model: to_host(model.predict(Xt, on_host=True), run.timeout))

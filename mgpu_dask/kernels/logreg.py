@@ -59,13 +59,16 @@ def softmax_xent_sums(logits: Any, labels: Any, bias: Any) -> tuple[Any, np.ndar
 
 
 METHODS = ("auto", "bf16", "cublas", "fused")
-GRADIENT_ROWS = 256
+GRADIENT_ROWS = 1024
 """bf16 method: ``levels^T R`` is one tensor-core product per block of this
 many rows, and the blocks' products are added by an SGEMV.  Tensor cores
 add in float32 without rounding to nearest: a sum along many rows drifts
 (measured on an H200 against float64, largest entry: 2e-4 off for blocks of
 65,536 rows and up to 5e-3 for one product over 4 million, where float32
-cuBLAS is off by 3e-6); short blocks keep the drift at float32's level."""
+cuBLAS is off by 3e-6).  Blocks of 1,024 rows were 6e-7 to 8e-7 off from
+52,500 to 4 million rows (256: 8e-7 to 9e-7, 4,096: up to 3e-6; cuBLAS
+4e-7 to 3e-6) and the fastest of the three (``benchmarks/results/
+logreg-1xH200-bf16/call4``)."""
 
 
 def fused_fits(d: int, k: int) -> bool:
