@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import __version__
+from .backends import BACKENDS
 from .exceptions import DataError, MgpuDaskError
 from .job_options import cluster_kwargs, run_comparison, run_task
 from .kernels.knn_precision import PRECISIONS
@@ -230,7 +231,7 @@ def print_job(result: dict) -> None:
               f"records): " + "; ".join(parts))
 
 
-BACKEND_CHOICES = ("numba", "cupy", "cuml", "cuml-single", "sklearn", "torch", "all")
+BACKEND_CHOICES = (*BACKENDS, "all")
 
 
 def print_comparison(result: dict) -> None:
@@ -277,7 +278,6 @@ def _list(text: str, kind: type) -> list:
 def cmd_bench(args: argparse.Namespace) -> int:
     import time
 
-    from .backends import BACKENDS
     from .bench import merge_rows, run_sweep, write_outputs
     from .jobs import _report, machine
 
@@ -429,8 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "error bound (rows it cannot certify are recomputed): no precision "
                         "changes a neighbour. int8 needs 8-bit integer data")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
-                   help="numba: our kernels; cupy, cuml (multi-GPU), cuml-single (one GPU), "
-                        "sklearn, torch: the comparison backends; "
+                   help="numba: our kernels; cupy, cuda-c (our algorithm as CUDA C kernels), "
+                        "cuml (multi-GPU), cuml-single (one GPU), sklearn, torch: the "
+                        "comparison backends; "
                         "all: every usable backend on the same split, one table")
     p.add_argument("--dtype", choices=("uint8", "float32"), default="uint8",
                    help="the pixels on the GPUs: uint8 as loaded (1 byte each), or float32 "
@@ -465,9 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "255 (compute capability 8.0+), coefficients and residuals in three "
                         "bf16 terms, the gradient summed in short row blocks")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
-                   help="numba: our fused kernel; cupy, cuml (multi-GPU), cuml-single (one GPU), "
-                        "sklearn, torch: the comparison "
-                        "backends; all: every usable backend on the same split, one table")
+                   help="numba: our kernels; cupy, cuda-c (our softmax as a CUDA C kernel), "
+                        "cuml (multi-GPU), cuml-single (one GPU), sklearn, torch: the "
+                        "comparison backends; all: every usable backend on the same split, one table")
     add_output_args(p, repeats=3)
     p.set_defaults(handler=cmd_task)
 
@@ -481,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list of worker counts, one cluster each (1,2,4)")
     p.add_argument("--fractions", default="0.25,1,4", help="comma list of data sizes (0.25,1,4)")
     p.add_argument("--backends", default="all",
-                   help="comma list of numba, cupy, cuml, cuml-single, sklearn, torch")
+                   help=f"comma list of {', '.join(BACKENDS)}")
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--weights", choices=("distance", "uniform"), default="distance")
     p.add_argument("--C", dest="C", type=float, default=1.0)

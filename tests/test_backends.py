@@ -66,7 +66,9 @@ def test_unavailable_reasons():
     assert "needs GPU workers" in unavailable("cuml", "cpu")
     assert "unknown backend" in unavailable("jax", "gpu")
     assert "needs GPU workers" in unavailable("cuml-single", "cpu")
-    assert set(BACKENDS) == {"numba", "cupy", "cuml", "cuml-single", "sklearn", "torch"}
+    assert "needs GPU workers" in unavailable("cuda-c", "cpu")
+    assert set(BACKENDS) == {"numba", "cupy", "cuda-c", "cuml", "cuml-single", "sklearn",
+                             "torch"}
     if importlib.util.find_spec("cuml") is None:
         assert unavailable("cuml-single", "gpu") == ("cuML is not installed "
                                                      "(pip install 'mgpu-dask[rapids13]')")
@@ -111,8 +113,9 @@ def test_cli_backend_all_table(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "backend     accuracy" in text and "cuml        cuml needs GPU workers" in text
     rows = json.loads(out.read_text())["backends"]
-    assert [r["backend"] for r in rows] == ["numba", "cupy", "cuml", "cuml-single", "sklearn",
-                                            "torch"]
+    assert [r["backend"] for r in rows] == ["numba", "cupy", "cuda-c", "cuml", "cuml-single",
+                                            "sklearn", "torch"]
+    assert "cuda-c needs GPU workers" in text
 
 
 def test_shared_vote_is_scikit_learns():
@@ -190,6 +193,26 @@ def test_cuml_single_backend_agrees_with_ours(task):
     tolerance = 0 if task == "knn" else 0.02  # the same neighbours and vote: the same labels
     assert abs(theirs["accuracy"] - ours["accuracy"]) <= tolerance
     assert "one GPU" in theirs["note"]
+
+
+def test_cuda_c_sources_define_the_kernels_launched():
+    """The .cu files ship with the package and hold every kernel the loader launches."""
+    import re
+
+    from mgpu_dask.kernels import cuda_c
+
+    for name, kernels in cuda_c.KERNELS.items():
+        text = cuda_c.source(name)
+        assert set(re.findall(r'extern "C" __global__ void (\w+)\(', text)) == set(kernels)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", ["knn", "logreg"])
+def test_cuda_c_backend_agrees_with_ours(task):
+    """Our algorithm in CUDA C against our Numba rows: the same neighbours, the same labels."""
+    ours, theirs = _beside_ours(task, "cuda-c", {"workers": 1})
+    tolerance = 0 if task == "knn" else 0.01
+    assert abs(theirs["accuracy"] - ours["accuracy"]) <= tolerance
 
 
 @pytest.mark.parametrize("task", ["knn", "logreg"])

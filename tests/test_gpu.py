@@ -414,3 +414,50 @@ def test_sklearn_api_with_cupy_inputs(Est):
         np.testing.assert_array_equal(cupy.asnumpy(lazy.compute()), expected)
         labelled = make().fit(Xg[:600], names[y[:600]])
         np.testing.assert_array_equal(labelled.predict(Xg[600:]), names[expected])
+
+
+def test_cuda_c_knn_kernels_find_the_exact_neighbours():
+    """knn_c.cu on the GPU: the k nearest by exact distance (ties to the smaller training
+    row) across several training tiles, and the vote of cupy_backend's reference."""
+    from mgpu_dask.backends.cupy_backend import vote
+    from mgpu_dask.kernels import cuda_c
+
+    rng = np.random.default_rng(0)
+    T = rng.integers(0, 4, (3000, 20)).astype(np.float32)  # small integers: many equal distances
+    Q = rng.integers(0, 4, (257, 20)).astype(np.float32)
+    Q[5] = T[17]  # an exact match takes the distance-weighted vote
+    labels = rng.integers(0, 7, 3000).astype(np.int32)
+    Tg, Qg = cupy.asarray(T), cupy.asarray(Q)
+    k = 5
+    cols = cuda_c.candidates(Qg, Tg, (Tg * Tg).sum(1), 3000, k + cuda_c.REFINE_MARGIN,
+                             tile_bytes=4 * 257 * 512)  # 512 training rows per tile: 6 tiles
+    sq, rows = cuda_c.refine(Qg, Tg, cols, 20, k)
+    exact = _exact(Q, T)
+    want = np.argsort(exact, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(rows.get(), want)
+    np.testing.assert_array_equal(sq.get(), np.take_along_axis(exact, want, axis=1))
+    for weights in ("distance", "uniform"):
+        got = cuda_c.vote(sq, rows, cupy.asarray(labels), 7, weights).get()
+        ref = vote(np.sqrt(np.take_along_axis(exact, want, axis=1)), labels[want], weights, 7)
+        np.testing.assert_array_equal(got, ref)
+        if weights == "distance":
+            assert got[5] == labels[17]
+
+
+def test_cuda_c_softmax_matches_float64():
+    """logreg_c.cu's loss and gradient against float64 NumPy."""
+    from conftest import softmax_reference
+
+    from mgpu_dask.kernels import cuda_c
+
+    rng = np.random.default_rng(1)
+    X = rng.random((3001, 40)).astype(np.float32)
+    y = rng.integers(0, 10, 3001).astype(np.int32)
+    W, b = rng.normal(0, 0.3, (40, 10)), rng.normal(0, 0.3, 10)
+    loss, gW, gb = cuda_c.loss_grad(cupy.asarray(X), cupy.asarray(y), W, b)
+    X64 = X.astype(np.float64)
+    resid, rows = softmax_reference(X64 @ W.astype(np.float32).astype(np.float64)
+                                    + b.astype(np.float32), y)
+    assert abs(loss - rows.sum()) <= 1e-5 * rows.sum()
+    np.testing.assert_allclose(gb, resid.sum(0), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(gW, X64.T @ resid, rtol=0, atol=1e-5 * np.abs(X64.T @ resid).max())

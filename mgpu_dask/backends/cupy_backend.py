@@ -91,13 +91,15 @@ def _array_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: 
 class ArrayKNN(KNeighborsClassifier):
     """Our KNN's data placement (training set replicated per worker), array-code compute."""
 
+    block_fn = staticmethod(_array_block)  # one query block against a worker's training copy
+
     def predict(self, X: Any, *, on_host: bool = False) -> Any:
         self._check_fitted()
         Q = self._as_queries(X)
         client = plans_client()
         vote = (len(self.classes_), self.weights, self._classes_out, on_host)
         return plans.candidates(Q, self.layout_, self.n_neighbors, margin=0, tile_bytes=None,
-                                client=client, vote=vote, block_fn=_array_block,
+                                client=client, vote=vote, block_fn=self.block_fn,
                                 timeout=config.seconds("cluster.compute-timeout"))
 
 
