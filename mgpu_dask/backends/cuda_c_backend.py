@@ -26,10 +26,11 @@ def _cuda_c_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes:
     import cupy
 
     n_classes, weights, classes, host = vote
-    queries = prepare_queries(cupy.asarray(Qb), train)
+    m = int(Qb.shape[0])
+    queries = prepare_queries(cupy.asarray(Qb), train)  # operands padded like ours: m rows used
     K = min(cuda_c.MAX_K, train.n, k + cuda_c.REFINE_MARGIN)
-    cols = cuda_c.candidates(queries.operand, train.operand, train.norms, train.n, K)
-    Qx = queries.exact if queries.exact is not None else queries.operand
+    cols = cuda_c.candidates(queries.operand[:m], train.operand, train.norms, train.n, K)
+    Qx = queries.exact if queries.exact is not None else queries.operand[:m]
     Tx = train.rows if train.rows is not None else train.operand
     sq, rows = cuda_c.refine(Qx, Tx, cols, train.d, k)
     pred = cuda_c.vote(sq, rows, yb, n_classes, weights)
