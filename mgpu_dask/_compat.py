@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .exceptions import BackendUnavailableError
 
@@ -140,3 +140,18 @@ def nvlink_topology() -> str | None:
         ).stdout.rstrip()
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def scheduler_workers(client: Any) -> dict[str, dict]:
+    """The scheduler's entry for every worker, asked for now (address -> info).
+
+    Not ``client.scheduler_info()["workers"]``: distributed (2025.x and later)
+    caches that answer, and the client's periodic refresh (cluster totals, no
+    workers) can replace the cache between the fetch and the return, so the
+    worker list comes back empty at random (it failed a CI run).
+    """
+    try:
+        info = client.sync(client.scheduler.identity, n_workers=-1)
+    except TypeError:  # distributed before n_workers: every worker, always
+        info = client.sync(client.scheduler.identity)
+    return dict(info["workers"])

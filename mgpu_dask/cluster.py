@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from distributed import Client, LocalCluster, WorkerPlugin
 
 from . import config, latency, worker_start
-from ._compat import gpu_count, is_installed, visible_gpus
+from ._compat import gpu_count, is_installed, scheduler_workers, visible_gpus
 from .exceptions import ClusterError
 
 
@@ -286,7 +286,7 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
         try:
             client.wait_for_workers(wanted, timeout=timeout)
         except TimeoutError:
-            have = len(client.scheduler_info(n_workers=-1)["workers"])
+            have = len(scheduler_workers(client))
             detail = "raise --timeout or check the workers' logs"
             if plan.kind in (ClusterKind.SLURM, ClusterKind.PBS):
                 from .hpc import job_ids

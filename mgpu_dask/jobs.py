@@ -18,7 +18,7 @@ import numpy as np
 from distributed import futures_of, performance_report, wait
 
 from . import __version__, config, transfers
-from ._compat import visible_gpus
+from ._compat import scheduler_workers, visible_gpus
 from .cluster import RunningCluster, connect
 from .data import Split, load_dataset, shard, shard_locations, split
 from .data.deformed import DeformedSpec, deformed_sources, deformed_spec, deformed_train
@@ -120,7 +120,7 @@ def _summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any
                               "lower than on the real data" if fraction > 1 and task == "knn" else None),
             "cluster": s.cluster.plan.kind.value, "dashboard": s.cluster.dashboard_link,
             "protocol": str(client.scheduler.address).split("://")[0],
-            "workers": len(client.scheduler_info(n_workers=-1)["workers"])}
+            "workers": len(scheduler_workers(client))}
 
 
 def _placement(client: Any, arrays: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +129,7 @@ def _placement(client: Any, arrays: dict[str, Any]) -> dict[str, Any]:
     ``shards`` lists the first array's blocks (the CLI prints them);
     ``placement`` all of them, one entry per (block, holder).
     """
-    n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    n_workers = len(scheduler_workers(client))
     placement, problems = {}, []
     for what, array in arrays.items():
         infos = shard_locations(array, client)

@@ -17,6 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from . import config, inputs, placement
 from . import knn_plans as plans
+from ._compat import scheduler_workers
 from .data.shard import detect_device, free_gpu_memory
 from .exceptions import DataError, MgpuDaskError
 from .inputs import NotFittedError, accuracy, to_host
@@ -34,7 +35,7 @@ def _worker_budget(client: Any, device: str) -> int:
         return int(0.8 * psutil.virtual_memory().available)
     if device == "gpu":
         return int(0.8 * min(free_gpu_memory(client)))
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+    limits = [w.get("memory_limit") or 0 for w in scheduler_workers(client).values()]
     import psutil
 
     return int(0.8 * min((x for x in limits if x), default=psutil.virtual_memory().total))
@@ -288,7 +289,7 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
                       and placement.locate(client, X) is not None)
             plan = "replicate" if train_bytes <= budget and not moving else "shard"
         if plan == "shard" and self.memory_budget:
-            n_workers = len(client.scheduler_info(n_workers=-1)["workers"]) if client else 1
+            n_workers = len(scheduler_workers(client)) if client else 1
             if train_bytes / n_workers > budget:
                 raise DataError(
                     f"the training set ({train_bytes / 2**30:.2f} GiB in {precision}) does not "

@@ -31,6 +31,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from . import config, device_lbfgs, inputs, lbfgs, peer_views, placement
+from ._compat import scheduler_workers
 from .data.shard import meta_for, shard
 from .exceptions import DataError, MgpuDaskError
 from .inputs import NotFittedError, accuracy, all_finite, as_numpy, device_of
@@ -758,7 +759,7 @@ class _ActorEvaluator:
                     parts.append(future.result(timeout=2.0))  # stops waiting, not the call
                     break
                 except TimeoutError:
-                    workers = self._client.scheduler_info(n_workers=-1)["workers"]
+                    workers = scheduler_workers(self._client)
                     if actor._address not in workers:
                         raise OSError(f"worker {actor._address} (holding a shard) was lost")
                     if time.perf_counter() > deadline:

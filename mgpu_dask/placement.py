@@ -43,6 +43,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from . import config
+from ._compat import scheduler_workers
 
 PIN = "mgpu-dask-pinned"  # annotation that marks our pinned tasks on the scheduler
 
@@ -149,7 +150,7 @@ def locate(client: Any, array: da.Array,
 
         wait(futures, timeout=config.seconds("cluster.compute-timeout"))  # lost ones are rebuilt
         where = holders(client, futures)
-        spare = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        spare = sorted(scheduler_workers(client))
         where = [w or spare[i % len(spare)] for i, w in enumerate(where)]
     return futures, where
 

@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import __version__
+from ._compat import scheduler_workers
 from .backends import BACKENDS
 from .exceptions import DataError, MgpuDaskError
 from .job_options import cluster_kwargs, run_comparison, run_task
@@ -167,7 +168,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         from .data import shard, shard_locations
 
         with connect(**cluster_kwargs(args)) as rc:
-            print(f"cluster: {rc.plan.kind.value}, {len(rc.client.scheduler_info()['workers'])} "
+            print(f"cluster: {rc.plan.kind.value}, {len(scheduler_workers(rc.client))} "
                   f"workers, started in {rc.start_seconds:.2f} s; dashboard {rc.dashboard_link}")
             X = shard(parts.X_train, rc.client, dtype=np.float32, timeout=args.timeout)
             print(f"train shards: {X.numblocks[0]} x float32, meta "
@@ -367,7 +368,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         address = rc.client.scheduler.address
         link = rc.dashboard_link or "(none: bokeh is not installed)"
         rc.client.register_plugin(IgnoreInterrupt(), name="mgpu-dask-ignore-sigint")
-        n = len(rc.client.scheduler_info(n_workers=-1)["workers"])
+        n = len(scheduler_workers(rc.client))
         print(f"cluster: {rc.plan.kind.value}, {n} workers ({rc.plan.device}), started in "
               f"{rc.start_seconds:.1f} s")
         print(f"scheduler: {address}")

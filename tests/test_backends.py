@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from sklearn.neighbors import KNeighborsClassifier as SkKNN
 
+from mgpu_dask._compat import scheduler_workers
 from mgpu_dask.backends import BACKENDS, cupy_backend, unavailable
 from mgpu_dask.data import load_dataset, shard, split
 from mgpu_dask.kernels import logreg as L
@@ -158,7 +159,7 @@ def test_single_gpu_frameworks_run_on_one_worker(digits):
         run = BackendRun(s, client, "cpu", {"k": 3, "repeats": 2}, 60)
         out = run_on_one_worker(run, _fake_single_gpu_script, "knn", *rows_for("knn", run),
                                 "a stand-in")
-        first = sorted(client.scheduler_info()["workers"])[0]
+        first = sorted(scheduler_workers(client))[0]
         assert out["where"] == first and out["dtype"] == "float32"
         assert len(out["warm"]) == 2 and out["cold"]["accuracy"] > 0.95
         assert all(r["accuracy"] == out["cold"]["accuracy"] for r in out["warm"])

@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 cupy = pytest.importorskip("cupy")
 
-from mgpu_dask._compat import has_gpu  # noqa: E402
+from mgpu_dask._compat import has_gpu, scheduler_workers  # noqa: E402
 
 if not has_gpu() or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
     pytest.skip("needs a CUDA GPU (not the simulator)", allow_module_level=True)
@@ -98,7 +98,7 @@ def test_local_cuda_cluster_shards_and_knn_match_cpu():
     cpu = to_host(cpu)
     with connect(device="gpu", dashboard_address=":0") as rc:
         client = rc.client
-        n = len(client.scheduler_info()["workers"])
+        n = len(scheduler_workers(client))
         Q = shard(s.X_test, client)
         assert type(Q._meta).__module__.startswith("cupy")
         where = shard_locations(Q, client)
@@ -279,7 +279,7 @@ def test_single_host_logreg_maps_every_gpu_and_matches_actors():
         msgs = LogisticRegression(max_iter=200, tol=1e-7, comm="actors").fit(X, s.y_train)
         host = LogisticRegression(max_iter=200, tol=1e-7, comm="single-host",
                                   optimizer="host").fit(X, s.y_train)
-        workers = len(rc.client.scheduler_info()["workers"])
+        workers = len(scheduler_workers(rc.client))
         assert one.comm_ == "single-host" and one.n_round_trips_ == (2 if workers > 1 else 1)
         assert set(rc.client.run(exports_held).values()) == {0}
         assert one.optimizer_ == "device" and host.optimizer_ == msgs.optimizer_ == "host"

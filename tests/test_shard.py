@@ -67,3 +67,15 @@ def test_a_cluster_without_workers_is_waited_for_then_a_clear_error():
         Xd = shard(X, c, device="cpu")
         np.testing.assert_array_equal(Xd.compute(), X)
         assert len(worker_addresses(c)) >= 1
+
+
+def test_the_worker_list_is_asked_for_not_read_from_the_clients_cache(client, monkeypatch):
+    """distributed's periodic refresh may leave ``scheduler_info()`` without workers
+    (it failed a CI run): the worker list comes from the scheduler itself."""
+    from distributed import Client
+
+    client.sync(client._update_scheduler_info)  # the refresh: cluster totals, no workers
+    monkeypatch.setattr(Client, "scheduler_info", lambda self, *a, **k: {"workers": {}})
+    assert len(worker_addresses(client)) == 2
+    X = np.arange(20, dtype=np.float32).reshape(10, 2)
+    np.testing.assert_array_equal(shard(X, client, device="cpu").compute(), X)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._compat import scheduler_workers
 from . import BackendRun, BackendSkipped, pixel_scale
 
 
@@ -49,7 +50,7 @@ def run_on_one_worker(run: BackendRun, on_worker: Callable[..., dict[str, Any]],
     repeats = max(1, int(run.options.get("repeats", 1)))
     if run.client is None:
         return on_worker(task, X, p.y_train, Xt, p.y_test, run.options, repeats)
-    worker = sorted(run.client.scheduler_info(n_workers=-1)["workers"])[0]
+    worker = sorted(scheduler_workers(run.client))[0]
     data = run.client.scatter([X, Xt], workers=[worker])
     future = run.client.submit(on_worker, task, data[0], p.y_train, data[1], p.y_test,
                                run.options, repeats, workers=[worker], pure=False)

@@ -18,6 +18,7 @@ import dask.array as da
 import numpy as np
 
 from .. import placement
+from .._compat import scheduler_workers
 from ..exceptions import DataError
 from ..kernels._launch import finished
 from ..kernels.deform import Deformation, deform_rows, parse_deformation
@@ -70,7 +71,7 @@ def _free_bytes(client: Any, device: str) -> int:
     """Memory the workers can give the rows: free GPU memory, or the workers' memory limits."""
     if device == "gpu":
         return sum(free_gpu_memory(client))
-    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    workers = scheduler_workers(client).values()
     import psutil
 
     return sum(w.get("memory_limit") or psutil.virtual_memory().total // max(1, len(workers))

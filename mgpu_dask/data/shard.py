@@ -18,7 +18,7 @@ import numpy as np
 from distributed import Client, futures_of, wait
 
 from .. import config, placement
-from .._compat import has_gpu
+from .._compat import has_gpu, scheduler_workers
 from ..exceptions import ClusterError
 
 _PREFIX = "mgpu-shard"
@@ -40,7 +40,7 @@ def worker_addresses(client: Client, timeout: float | None = None) -> list[str]:
     ``timeout`` seconds (default ``mgpu-dask.cluster.start-timeout``); then
     ClusterError.
     """
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = scheduler_workers(client)
     if not workers:
         wait_s = config.seconds("cluster.start-timeout") if timeout is None else timeout
         try:
@@ -48,7 +48,7 @@ def worker_addresses(client: Client, timeout: float | None = None) -> list[str]:
         except TimeoutError:
             raise ClusterError(f"the cluster has no workers (waited {wait_s:g} s); start some "
                                "or check --scheduler-address") from None
-        workers = client.scheduler_info(n_workers=-1)["workers"]
+        workers = scheduler_workers(client)
     return sorted(workers, key=lambda a: (str(workers[a].get("name")), a))
 
 
