@@ -223,3 +223,23 @@ def test_torch_backend_agrees_with_ours(task):
     ours, theirs = _beside_ours(task, "torch", {"workers": 2, "device": "cpu"})
     assert abs(theirs["accuracy"] - ours["accuracy"]) < 0.01
     assert theirs["warm"]["fit"] >= 0 and theirs["note"]
+
+
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_cuda_c_sources_compile_with_nvrtc_without_warnings(arch):
+    """NVRTC (the compiler behind CuPy's RawModule) needs no GPU: CI compiles our kernels
+    with the options CuPy is given, and the PTX holds every kernel the loader launches."""
+    import re
+
+    import nvrtc_compile
+
+    from mgpu_dask.kernels import cuda_c
+
+    if nvrtc_compile.library_path() is None:
+        pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
+    for name, kernels in cuda_c.KERNELS.items():
+        ok, log, ptx = nvrtc_compile.compile_source(
+            cuda_c.source(name), cuda_c.SOURCES[name],
+            [f"--gpu-architecture={arch}", *cuda_c.OPTIONS])
+        assert ok and not log.strip(), log
+        assert set(re.findall(rb"\.entry (\w+)", ptx)) == set(k.encode() for k in kernels)

@@ -30,6 +30,7 @@ REFINE_MARGIN = 8    # candidates kept beyond k for the exact re-rank, as in our
 NO_COLUMN = 2**31 - 1
 ROWS_PER_BLOCK = 8   # warps per block of the warp-per-row kernels
 THREADS = 256
+OPTIONS = ("--std=c++17",)  # NVRTC options besides the architecture, which CuPy adds
 
 _modules: dict[tuple[str, int], Any] = {}
 
@@ -46,7 +47,7 @@ def function(name: str, kernel: str) -> Any:
     key = (name, cupy.cuda.Device().id)
     module = _modules.get(key)
     if module is None:
-        module = _modules[key] = cupy.RawModule(code=source(name), options=("--std=c++17",))
+        module = _modules[key] = cupy.RawModule(code=source(name), options=OPTIONS)
     return module.get_function(kernel)
 
 
