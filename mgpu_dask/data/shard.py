@@ -35,8 +35,8 @@ class ShardInfo(NamedTuple):
 def worker_addresses(client: Client, timeout: float | None = None) -> list[str]:
     """Worker addresses in a stable order (by worker name, then address).
 
-    A cluster with no worker at this moment (still starting, or its workers
-    registering again after the scheduler dropped them) is waited for, up to
+    A cluster with no worker at this moment (still starting, or between its
+    last worker leaving and a replacement joining) is waited for, up to
     ``timeout`` seconds (default ``mgpu-dask.cluster.start-timeout``); then
     ClusterError.
     """
