@@ -264,11 +264,12 @@ def main() -> None:
     out["bare"] = suite(args.data_dir)
     json.dump(out, open(args.json, "w"), indent=1)
     if args.workers:
+        from mgpu_dask._compat import scheduler_workers
         from mgpu_dask.cluster import connect
 
         with connect(args.workers, device="gpu", dashboard_address=":0") as rc:
             c = rc.client
-            w0 = sorted(c.scheduler_info()["workers"])[0]
+            w0 = sorted(scheduler_workers(c))[0]
             for mode in ("task", "thread", "no-profiler"):
                 out[f"worker-{mode}"] = c.submit(in_worker, args.data_dir, mode, workers=[w0],
                                                  pure=False).result(timeout=300)
