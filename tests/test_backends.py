@@ -243,3 +243,38 @@ def test_cuda_c_sources_compile_with_nvrtc_without_warnings(arch):
             [f"--gpu-architecture={arch}", *cuda_c.OPTIONS])
         assert ok and not log.strip(), log
         assert set(re.findall(rb"\.entry (\w+)", ptx)) == set(k.encode() for k in kernels)
+
+
+def _reference_candidates(Q, T, norms, n, K, tile_bytes=None):
+    score = norms[None, :n] - np.float32(2) * (Q @ T[:n].T)
+    return np.argsort(score, axis=1, kind="stable")[:, :K].astype(np.int32)
+
+
+def _reference_refine(Q, T, cols, d, k):
+    diff = Q[:, None, :d].astype(np.float64) - T[cols][:, :, :d].astype(np.float64)
+    sq = (diff * diff).sum(-1)
+    order = np.lexsort((cols, sq), axis=1)[:, :k]  # by distance, then training row
+    return np.take_along_axis(sq, order, 1), np.take_along_axis(cols, order, 1)
+
+
+def test_cuda_c_block_feeds_the_kernels_our_operands(client, digits, monkeypatch):
+    """The cuda-c backend's host side on CPU: the kernels' contracts (NumPy stand-ins, the
+    same ones the GPU tests hold the kernels to) fed our padded operands give our KNN's labels."""
+    from mgpu_dask.backends.cuda_c_backend import CudaCKNN
+    from mgpu_dask.kernels import cuda_c
+    from mgpu_dask.knn import KNeighborsClassifier
+
+    monkeypatch.setattr(cuda_c, "candidates", _reference_candidates)
+    monkeypatch.setattr(cuda_c, "refine", _reference_refine)
+    monkeypatch.setattr(cuda_c, "vote", lambda sq, rows, labels, n_classes, weights: (
+        cupy_backend.vote(np.sqrt(sq), np.asarray(labels)[rows], weights, n_classes)))
+    s = digits
+    X, Q = shard(s.X_train, client, device="cpu"), shard(s.X_test, client, device="cpu")
+    names = np.array(list("abcdefghij"))
+    for weights in ("distance", "uniform"):
+        ours = KNeighborsClassifier(5, weights=weights).fit(X, names[s.y_train])
+        theirs = CudaCKNN(5, weights=weights, plan="replicate", precision="fp32").fit(
+            X, names[s.y_train])
+        want = to_host(ours.predict(Q))
+        np.testing.assert_array_equal(to_host(theirs.predict(Q, on_host=True)), want)
+        assert len(want) == len(s.X_test)

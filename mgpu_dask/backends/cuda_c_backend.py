@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ..inputs import as_numpy
 from ..kernels import cuda_c
+from ..kernels._launch import array_module
 from ..kernels.knn_products import prepare_queries
 from . import BackendRun, BackendSkipped, converted_note, numba_backend
 from .cupy_backend import ArrayKNN
@@ -22,12 +24,12 @@ from .cupy_backend import ArrayKNN
 
 def _cuda_c_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: Any,
                   vote: tuple) -> Any:
-    """One query block against this worker's prepared training copy, by the CUDA C kernels."""
-    import cupy
-
+    """One query block against this worker's prepared training copy, by the CUDA C kernels
+    (``train`` is our ``TrainBlock`` in fp32: padded operand, norms, exact rows if needed)."""
+    xp = array_module(train.norms)
     n_classes, weights, classes, host = vote
     m = int(Qb.shape[0])
-    queries = prepare_queries(cupy.asarray(Qb), train)  # operands padded like ours: m rows used
+    queries = prepare_queries(xp.asarray(Qb), train)  # operands padded like ours: m rows used
     K = min(cuda_c.MAX_K, train.n, k + cuda_c.REFINE_MARGIN)
     cols = cuda_c.candidates(queries.operand[:m], train.operand, train.norms, train.n, K)
     Qx = queries.exact if queries.exact is not None else queries.operand[:m]
@@ -35,8 +37,8 @@ def _cuda_c_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes:
     sq, rows = cuda_c.refine(Qx, Tx, cols, train.d, k)
     pred = cuda_c.vote(sq, rows, yb, n_classes, weights)
     if classes is not None:
-        pred = cupy.asarray(classes)[pred]
-    return pred.get() if host else pred
+        pred = xp.asarray(classes)[pred]
+    return as_numpy(pred) if host else pred
 
 
 class CudaCKNN(ArrayKNN):

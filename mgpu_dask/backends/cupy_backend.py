@@ -98,9 +98,10 @@ class ArrayKNN(KNeighborsClassifier):
         Q = self._as_queries(X)
         client = plans_client()
         vote = (len(self.classes_), self.weights, self._classes_out, on_host)
-        return plans.candidates(Q, self.layout_, self.n_neighbors, margin=0, tile_bytes=None,
+        pred = plans.candidates(Q, self.layout_, self.n_neighbors, margin=0, tile_bytes=None,
                                 client=client, vote=vote, block_fn=self.block_fn,
                                 timeout=config.seconds("cluster.compute-timeout"))
+        return self._returned(pred, X, codes=self._host_classes)  # string labels, X's type
 
 
 def knn(run: BackendRun) -> dict[str, Any]:
