@@ -373,7 +373,7 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Mean accuracy on ``(X, y)`` (weighted by ``sample_weight`` when given)."""
-        pred = self.predict(X)
+        pred = self.predict(X, on_host=True)  # NumPy blocks: one Dask stage for dask rows
         if sample_weight is None:
             return accuracy(pred, y)
         from sklearn.metrics import accuracy_score
