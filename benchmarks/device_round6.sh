@@ -12,13 +12,6 @@
 set -u
 source benchmarks/device_env.sh
 R=/tmp/runs
-logreg_runs() {
-  for f in 1 4; do for p in ${PRECISIONS:-fp32 bf16}; do
-    log "logreg f$f w1 --precision $p"
-    timeout 150 python3 -m mgpu_dask.run logreg --repeats 5 --quiet --workers 1 --fraction $f --precision $p --json $R/logreg_f${f}_$p${TAG:-}.json 2>&1 | grep -E "accuracy|warm|products|rror" | tee -a "$OUT/summary.log"
-    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['warm_fit_predict_median'], r['warm'], {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" $R/logreg_f${f}_$p${TAG:-}.json | tee -a "$OUT/summary.log"
-  done; done
-}
 case "${PHASE:-none}" in
 bf16)
   nvidia-smi -L | tee -a "$OUT/summary.log"

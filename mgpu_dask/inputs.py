@@ -192,7 +192,7 @@ def all_finite(X: Any) -> bool:
                                      name=placement.fresh_name("finite"),
                                      chunks=((1,) * X.numblocks[0],), meta=np.empty(0, bool))
         return bool(to_host(flags).all())
-    return all_entries_finite(X if hasattr(X, "__cuda_array_interface__") else np.asarray(X))
+    return all_entries_finite(X if on_gpu(X) else np.asarray(X))
 
 
 def as_numpy(block: Any) -> np.ndarray:

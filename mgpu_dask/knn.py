@@ -166,6 +166,10 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
     array([1])
     """
 
+    # The replicate plan's function for one query block against a worker's training copy;
+    # None: ours.  The comparison backends' subclasses set theirs (knn_plans.candidates).
+    block_fn: Any = None
+
     def __init__(self, n_neighbors: int = 3, *, weights: str = "distance", plan: str = "auto",
                  precision: str = "auto", method: str = "gemm", margin: int = 8,
                  memory_budget: int | str | None = None,
@@ -319,7 +323,8 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         tile = parse_bytes(self.tile_bytes) if self.tile_bytes is not None else None
         return plans.candidates(Q, self._layout(), k, margin=self.margin, tile_bytes=tile,
                                 client=inputs.active_client(),
-                                timeout=config.seconds("cluster.compute-timeout"), vote=vote)
+                                timeout=config.seconds("cluster.compute-timeout"), vote=vote,
+                                block_fn=self.block_fn)
 
     def kneighbors(self, X: Any, n_neighbors: int | None = None,
                    return_distance: bool = True) -> Any:

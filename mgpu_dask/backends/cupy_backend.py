@@ -12,9 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import config
-from .. import knn_plans as plans
-from ..inputs import active_client as plans_client
 from ..kernels._launch import array_module
 from ..knn import KNeighborsClassifier
 from . import BackendRun, BackendSkipped, converted_note, numba_backend
@@ -92,16 +89,6 @@ class ArrayKNN(KNeighborsClassifier):
     """Our KNN's data placement (training set replicated per worker), array-code compute."""
 
     block_fn = staticmethod(_array_block)  # one query block against a worker's training copy
-
-    def predict(self, X: Any, *, on_host: bool = False) -> Any:
-        self._check_fitted()
-        Q = self._as_queries(X)
-        client = plans_client()
-        vote = (len(self.classes_), self.weights, self._classes_out, on_host)
-        pred = plans.candidates(Q, self.layout_, self.n_neighbors, margin=0, tile_bytes=None,
-                                client=client, vote=vote, block_fn=self.block_fn,
-                                timeout=config.seconds("cluster.compute-timeout"))
-        return self._returned(pred, X, codes=self._host_classes)  # string labels, X's type
 
 
 def knn(run: BackendRun) -> dict[str, Any]:

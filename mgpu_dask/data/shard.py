@@ -32,17 +32,16 @@ class ShardInfo(NamedTuple):
     device: str
 
 
-def worker_addresses(client: Client, timeout: float | None = None) -> list[str]:
+def worker_addresses(client: Client) -> list[str]:
     """Worker addresses in a stable order (by worker name, then address).
 
     A cluster with no worker at this moment (still starting, or between its
     last worker leaving and a replacement joining) is waited for, up to
-    ``timeout`` seconds (default ``mgpu-dask.cluster.start-timeout``); then
-    ClusterError.
+    ``mgpu-dask.cluster.start-timeout``; then ClusterError.
     """
     workers = scheduler_workers(client)
     if not workers:
-        wait_s = config.seconds("cluster.start-timeout") if timeout is None else timeout
+        wait_s = config.seconds("cluster.start-timeout")
         try:
             client.wait_for_workers(1, timeout=wait_s)
         except TimeoutError:
