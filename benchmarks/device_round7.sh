@@ -6,6 +6,8 @@
 #            --backend all on one GPU (fraction 1)
 #   logreg   logreg CLI at fractions 1 and 4, --precision fp32 and bf16 (TAG names files)
 #   table    --backend all for knn and logreg at fraction FRACTION (default 4)
+#   cold     whole-process knn --workers WORKERS (default: the GPUs present), four runs
+#            (the first fills the kernel cache), then logreg_runs with TAG
 set -u
 source benchmarks/device_env.sh
 R=/tmp/runs
@@ -29,6 +31,15 @@ logreg)
 table)
   table knn ${FRACTION:-4}
   table logreg ${FRACTION:-4}
+  ;;
+cold)
+  w=${WORKERS:-$(nvidia-smi -L | wc -l)}
+  for i in 0 1 2 3; do
+    s=$(date +%s%N)
+    python3 -m mgpu_dask.run knn --workers $w --quiet --json $R/knn_cold_w${w}_$i.json > /dev/null 2>&1
+    log "cold whole process knn --workers $w (run $i): rc $? $(( ($(date +%s%N) - s) / 1000000 )) ms"
+  done
+  logreg_runs
   ;;
 esac
 tar czf "$OUT/runs.tgz" -C /tmp runs
