@@ -245,9 +245,16 @@ def test_cuda_c_sources_compile_with_nvrtc_without_warnings(arch):
         assert set(re.findall(rb"\.entry (\w+)", ptx)) == set(k.encode() for k in kernels)
 
 
-def _reference_candidates(Q, T, norms, n, K, tile_bytes=None):
-    score = norms[None, :n] - np.float32(2) * (Q @ T[:n].T)
-    return np.argsort(score, axis=1, kind="stable")[:, :K].astype(np.int32)
+def _reference_scan(G, ld, m, width, norms, col0, keys, cols):
+    """scan_topk's contract: fold a tile's keys (float64) into each row's sorted list."""
+    tile = np.asarray(G)[:m * ld].reshape(m, ld)[:, :width].astype(np.float64)
+    new = norms[col0:col0 + width].astype(np.float64)[None, :] - 2.0 * tile
+    all_keys = np.concatenate([keys, new], axis=1)
+    all_cols = np.concatenate([cols, np.broadcast_to(
+        np.arange(col0, col0 + width, dtype=np.int32), (m, width))], axis=1)
+    order = np.lexsort((all_cols, all_keys), axis=1)[:, :keys.shape[1]]
+    keys[...] = np.take_along_axis(all_keys, order, 1)
+    cols[...] = np.take_along_axis(all_cols, order, 1)
 
 
 def _reference_refine(Q, T, cols, d, k):
@@ -257,24 +264,32 @@ def _reference_refine(Q, T, cols, d, k):
     return np.take_along_axis(sq, order, 1), np.take_along_axis(cols, order, 1)
 
 
-def test_cuda_c_block_feeds_the_kernels_our_operands(client, digits, monkeypatch):
+@pytest.mark.parametrize("data", ["8-bit", "float"])
+def test_cuda_c_block_feeds_the_kernels_our_operands(client, digits, monkeypatch, data):
     """The cuda-c backend's host side on CPU: the kernels' contracts (NumPy stand-ins, the
-    same ones the GPU tests hold the kernels to) fed our padded operands give our KNN's labels."""
+    same ones the GPU tests hold the kernels to) fed our padded operands and tile products
+    give our KNN's labels: exact keys for 8-bit data, the float64 re-rank for other data."""
     from mgpu_dask.backends.cuda_c_backend import CudaCKNN
     from mgpu_dask.kernels import cuda_c
     from mgpu_dask.knn import KNeighborsClassifier
 
-    monkeypatch.setattr(cuda_c, "candidates", _reference_candidates)
-    monkeypatch.setattr(cuda_c, "refine", _reference_refine)
+    refined = []
+    monkeypatch.setattr(cuda_c, "scan", _reference_scan)
+    monkeypatch.setattr(cuda_c, "refine", lambda *a: refined.append(1) or _reference_refine(*a))
     monkeypatch.setattr(cuda_c, "vote", lambda sq, rows, labels, n_classes, weights: (
         cupy_backend.vote(np.sqrt(sq), np.asarray(labels)[rows], weights, n_classes)))
+    monkeypatch.setattr(cuda_c, "tile_step", lambda m, n: 96)  # several tiles, the last short
     s = digits
-    X, Q = shard(s.X_train, client, device="cpu"), shard(s.X_test, client, device="cpu")
+    scale = 1.0 if data == "8-bit" else 0.37  # digits' pixels are integers 0..16
+    X = shard(s.X_train * scale, client, device="cpu")
+    Q = shard(s.X_test * scale, client, device="cpu")
     names = np.array(list("abcdefghij"))
     for weights in ("distance", "uniform"):
         ours = KNeighborsClassifier(5, weights=weights).fit(X, names[s.y_train])
-        theirs = CudaCKNN(5, weights=weights, plan="replicate", precision="fp32").fit(
+        theirs = CudaCKNN(5, weights=weights, plan="replicate",
+                          precision="auto" if data == "8-bit" else "fp32").fit(
             X, names[s.y_train])
         want = to_host(ours.predict(Q))
         np.testing.assert_array_equal(to_host(theirs.predict(Q, on_host=True)), want)
         assert len(want) == len(s.X_test)
+    assert bool(refined) == (data == "float")

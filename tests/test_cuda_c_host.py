@@ -57,16 +57,18 @@ def _warp_grid(rows: int) -> tuple:
     return _u(-(-rows // cuda_c.ROWS_PER_BLOCK)), _u(32 * cuda_c.ROWS_PER_BLOCK)
 
 
-def _candidates(lib, Q, T, K, tile):
-    """cuda_c.candidates' loop: a product per tile of ``tile`` training rows, scan_topk each."""
+def _candidates(lib, Q, T, K, tile, products=np.float32):
+    """cuda_c.candidates_by's loop: a product per tile of ``tile`` training rows (float32,
+    or int32 as int8 products give), scan_topk (scan_topk_i32) each."""
     m, n = len(Q), len(T)
     norms = (T * T).sum(1).astype(np.float32)
-    keys = np.full((m, K), np.inf, np.float32)
+    keys = np.full((m, K), np.inf)
     cols = np.full((m, K), cuda_c.NO_COLUMN, np.int32)
+    scan = lib.launch_scan_topk_i32 if products == np.int32 else lib.launch_scan_topk
     for c0 in range(0, n, tile):
-        G = np.ascontiguousarray(Q @ T[c0:c0 + tile].T, dtype=np.float32)
-        lib.launch_scan_topk(*_warp_grid(m), _p(G), _ll(G.shape[1]), _i(m), _i(G.shape[1]),
-                             _p(norms), _i(c0), _p(keys), _p(cols), _i(K))
+        G = np.ascontiguousarray(Q @ T[c0:c0 + tile].T).astype(products)
+        scan(*_warp_grid(m), _p(G), _ll(G.shape[1]), _i(m), _i(G.shape[1]), _p(norms), _i(c0),
+             _p(keys), _p(cols), _i(K))
     return keys, cols
 
 
@@ -90,13 +92,28 @@ def _small_integer_rows(seed):
     return Q, T, rng.integers(0, 5, 600).astype(np.int32)
 
 
+@pytest.mark.parametrize("products", [np.float32, np.int32])
 @pytest.mark.parametrize("tile", [128, 600])
-def test_scan_topk_keeps_each_rows_smallest_scores_across_tiles(lib, tile):
+def test_scan_topk_keeps_each_rows_smallest_scores_across_tiles(lib, tile, products):
     Q, T, _ = _small_integer_rows(0)
     K = 3 + cuda_c.REFINE_MARGIN
-    keys, cols = _candidates(lib, Q, T, K, tile)  # 128: five tiles, the last one short
+    keys, cols = _candidates(lib, Q, T, K, tile, products)  # 128: five tiles, the last short
     score = (T * T).sum(1)[None, :] - 2.0 * (Q @ T.T)  # integers: exact in float32
     want = np.argsort(score, axis=1, kind="stable")[:, :K]  # ties: the smaller row first
+    np.testing.assert_array_equal(cols, want)
+    np.testing.assert_array_equal(keys, np.take_along_axis(score, want, 1))
+
+
+def test_scan_topk_keys_are_exact_beyond_float32(lib):
+    """Keys in float64, as our Numba scan: 8-bit rows of 784 features give keys above 2^24,
+    which float32 would round (ties and order would then differ from the exact ones)."""
+    rng = np.random.default_rng(3)
+    T = rng.integers(-128, -100, (300, 784)).astype(np.float64)  # every row far from Q's
+    Q = rng.integers(120, 128, (9, 784)).astype(np.float64)
+    keys, cols = _candidates(lib, Q, T, 8, 100, np.int32)
+    score = (T * T).sum(1)[None, :] - 2.0 * (Q @ T.T)
+    assert score.min() > 2 ** 24  # the nearest keys too: float32 steps of 2 or more there
+    want = np.argsort(score, axis=1, kind="stable")[:, :8]
     np.testing.assert_array_equal(cols, want)
     np.testing.assert_array_equal(keys, np.take_along_axis(score, want, 1))
 

@@ -291,8 +291,8 @@ def test_single_host_logreg_maps_every_gpu_and_matches_actors():
         assert abs(one.score(Xt, s.y_test) - msgs.score(Xt, s.y_test)) < 0.01
         on_gpu, on_host = one.predict(Xt), one.predict(Xt, on_host=True)
         assert isinstance(on_gpu._meta, cupy.ndarray) and isinstance(on_host._meta, np.ndarray)
-        assert all(isinstance(b, np.ndarray) for b in rc.client.gather(on_host.to_delayed()
-                                                                      .ravel().tolist()))
+        blocks = rc.client.compute(on_host.to_delayed().ravel().tolist())
+        assert all(isinstance(b, np.ndarray) for b in rc.client.gather(blocks))
         np.testing.assert_array_equal(to_host(on_host), to_host(on_gpu))
         assert set(rc.client.run(exports_held).values()) == {0}
 
@@ -429,8 +429,11 @@ def test_cuda_c_knn_kernels_find_the_exact_neighbours():
     labels = rng.integers(0, 7, 3000).astype(np.int32)
     Tg, Qg = cupy.asarray(T), cupy.asarray(Q)
     k = 5
-    cols = cuda_c.candidates(Qg, Tg, (Tg * Tg).sum(1), 3000, k + cuda_c.REFINE_MARGIN,
-                             tile_bytes=4 * 257 * 512)  # 512 training rows per tile: 6 tiles
+    norms = (Tg * Tg).sum(1)
+    keys, cols = cuda_c.candidates(Qg, Tg, norms, 3000, k + cuda_c.REFINE_MARGIN,
+                                   tile_bytes=4 * 257 * 512)  # 512 rows per tile: 6 tiles
+    np.testing.assert_array_equal(  # integer keys, exact: what the columns say
+        keys.get(), (norms.get()[cols.get()] - 2.0 * np.einsum("md,mkd->mk", Q, T[cols.get()])))
     sq, rows = cuda_c.refine(Qg, Tg, cols, 20, k)
     exact = _exact(Q, T)
     want = np.argsort(exact, axis=1, kind="stable")[:, :k]

@@ -17,24 +17,36 @@ import numpy as np
 from ..inputs import as_numpy
 from ..kernels import cuda_c
 from ..kernels._launch import array_module
-from ..kernels.knn_products import prepare_queries
+from ..kernels.knn_precision import eight_bit_of, eight_bit_stats
+from ..kernels.knn_products import TileProduct, prepare_queries
 from . import BackendRun, BackendSkipped, converted_note, numba_backend
 from .cupy_backend import ArrayKNN
 
 
 def _cuda_c_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: Any,
                   vote: tuple) -> Any:
-    """One query block against this worker's prepared training copy, by the CUDA C kernels
-    (``train`` is our ``TrainBlock`` in fp32: padded operand, norms, exact rows if needed)."""
+    """One query block against this worker's prepared training copy, by the CUDA C kernels.
+
+    ``train`` is our ``TrainBlock``: the padded operand in the precision ours
+    chose (bf16 bits on tensor-core GPUs for 8-bit data), norms, and exact
+    rows where keys are not exact.  The products are our cuBLAS calls
+    (``TileProduct``), everything after them the CUDA C kernels.
+    """
     xp = array_module(train.norms)
     n_classes, weights, classes, host = vote
-    m = int(Qb.shape[0])
+    m, n = int(Qb.shape[0]), train.n
     queries = prepare_queries(xp.asarray(Qb), train)  # operands padded like ours: m rows used
-    K = min(cuda_c.MAX_K, train.n, k + cuda_c.REFINE_MARGIN)
-    cols = cuda_c.candidates(queries.operand[:m], train.operand, train.norms, train.n, K)
-    Qx = queries.exact if queries.exact is not None else queries.operand[:m]
-    Tx = train.rows if train.rows is not None else train.operand
-    sq, rows = cuda_c.refine(Qx, Tx, cols, train.d, k)
+    exact = train.rows is None  # 8-bit data: every key exact, no re-rank (as ours)
+    K = min(cuda_c.MAX_K, n, k if exact else k + cuda_c.REFINE_MARGIN)
+    step = cuda_c.tile_step(m, n)
+    product = TileProduct(queries.operand, train, m * step)
+    keys, cols = cuda_c.candidates_by(lambda c0, width: product(0, m, c0, width), m, n,
+                                      train.norms, K, step)
+    if exact:
+        sq = keys[:, :k] + queries.norms[:, None]
+        rows = xp.ascontiguousarray(cols[:, :k])
+    else:
+        sq, rows = cuda_c.refine(queries.exact, train.rows, cols, train.d, k)
     pred = cuda_c.vote(sq, rows, yb, n_classes, weights)
     if classes is not None:
         pred = xp.asarray(classes)[pred]
@@ -48,15 +60,20 @@ class CudaCKNN(ArrayKNN):
 
 
 def knn(run: BackendRun) -> dict[str, Any]:
-    if not isinstance(run.parts.X_train, np.ndarray):
+    X = run.parts.X_train
+    if not isinstance(X, np.ndarray):
         raise BackendSkipped("the CUDA C KNN replicates the training set on every worker; "
                              "rows generated on the workers stay where they are")
     if run.options["k"] > cuda_c.MAX_K:
         raise BackendSkipped(f"the CUDA C kernels keep at most {cuda_c.MAX_K} neighbours per row")
+    # 8-bit data: our precision (exact keys on tensor cores); other data: fp32 products and
+    # the exact re-rank of k + REFINE_MARGIN candidates
+    eight_bit = eight_bit_of(X.dtype, *eight_bit_stats(X)).exact
+    precision = "auto" if eight_bit else "fp32"
     out = numba_backend.knn(
         run, cls=lambda k, weights: CudaCKNN(k, weights=weights, plan="replicate",
-                                             precision="fp32"))
-    return {**out, "note": converted_note(run)}
+                                             precision=precision))
+    return {**out, "note": None if eight_bit else converted_note(run)}
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:

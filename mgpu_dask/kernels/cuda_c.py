@@ -6,10 +6,12 @@ algorithms of the Numba kernels (``knn_cuda.py``, ``logreg_cuda.py``), so a
 table row compares the frameworks, not the algorithms: cuBLAS products
 through CuPy, then
 
-* KNN: per tile of training rows one product and ``scan_topk`` (each query
-  row's running top ``k + REFINE_MARGIN`` by ``|t|^2 - 2 q.t``), then
-  ``refine_rows`` (exact float64 distances, ``k`` best, ties to the smaller
-  index) and ``vote_rows``;
+* KNN: per tile of training rows one product (our operands and cuBLAS call,
+  ``knn_products.TileProduct``: bf16 or int8 tensor cores for 8-bit data)
+  and ``scan_topk`` (each query row's running top-K by ``|t|^2 - 2 q.t`` in
+  float64), then -- where keys are not exact, data that are not 8-bit --
+  ``refine_rows`` over ``k + REFINE_MARGIN`` candidates (exact float64
+  distances, ``k`` best, ties to the smaller index), and ``vote_rows``;
 * logistic regression: ``X W``, ``softmax_xent`` (residuals, the intercept's
   gradient and the loss in float64), ``X^T R``.
 
@@ -24,7 +26,8 @@ from typing import Any
 import numpy as np
 
 SOURCES = {"knn": "knn_c.cu", "logreg": "logreg_c.cu"}
-KERNELS = {"knn": ("scan_topk", "refine_rows", "vote_rows"), "logreg": ("softmax_xent",)}
+KERNELS = {"knn": ("scan_topk", "scan_topk_i32", "refine_rows", "vote_rows"),
+           "logreg": ("softmax_xent",)}
 MAX_K = 32           # a row's candidate list lives in one warp, one entry per lane
 REFINE_MARGIN = 8    # candidates kept beyond k for the exact re-rank, as in our Numba path
 NO_COLUMN = 2**31 - 1
@@ -55,34 +58,59 @@ def _warp_grid(rows: int) -> tuple[tuple[int], tuple[int]]:
     return (-(-rows // ROWS_PER_BLOCK),), (32 * ROWS_PER_BLOCK,)
 
 
-def candidates(Q: Any, T: Any, norms: Any, n: int, K: int, tile_bytes: int = 1 << 29) -> Any:
-    """``(m, K)`` int32 training rows with the smallest ``norms - 2 Q T^T`` per query row
-    (ascending, ties to the smaller row), over training rows ``[0, n)``.
+def scan(G: Any, ld: int, m: int, width: int, norms: Any, col0: int, keys: Any,
+         cols: Any) -> None:
+    """Fold one tile of products ``G`` (m rows of ``width``, row stride ``ld``; float32,
+    or int32 from int8 products) into each row's running lists ``keys`` (float64) and
+    ``cols`` (int32), both (m, K) sorted ascending, ties to the smaller row."""
+    kernel = function("knn", "scan_topk_i32" if G.dtype == np.int32 else "scan_topk")
+    grid, block = _warp_grid(m)
+    kernel(grid, block, (G, np.int64(ld), np.int32(m), np.int32(width), norms, np.int32(col0),
+                         keys, cols, np.int32(keys.shape[1])))
 
-    ``Q`` (m, D) and ``T`` (>= n, D) float32 CuPy arrays of the same width;
-    the products go in tiles of training rows whose output stays under
-    ``tile_bytes``.
+
+def candidates_by(product: Any, m: int, n: int, norms: Any, K: int, step: int) -> tuple[Any, Any]:
+    """``(keys (m, K) float64, cols (m, K) int32)``: each query row's smallest
+    ``norms - 2 q.t`` over training rows ``[0, n)``, ascending, ties to the smaller row.
+
+    ``product(col0, width)`` returns a buffer whose first ``m * width`` entries are
+    the products of the m query rows with training rows ``[col0, col0 + width)``
+    (row-major); it is called for tiles of ``step`` training rows.
     """
-    import cupy
+    from ._launch import array_module
 
     if not 1 <= K <= MAX_K:
         raise ValueError(f"the CUDA C kernels keep 1 to {MAX_K} candidates per row, not {K}")
-    m = int(Q.shape[0])
-    keys = cupy.full((m, K), np.inf, dtype=np.float32)
-    cols = cupy.full((m, K), NO_COLUMN, dtype=np.int32)
-    if m == 0 or n == 0:
-        return cols
-    step = min(n, max(32, tile_bytes // (4 * m) // 32 * 32))
-    buffer = cupy.empty(m * step, dtype=np.float32)
-    scan = function("knn", "scan_topk")
-    grid, block = _warp_grid(m)
-    for c0 in range(0, n, step):
+    xp = array_module(norms)
+    keys = xp.full((m, K), np.inf, dtype=np.float64)
+    cols = xp.full((m, K), NO_COLUMN, dtype=np.int32)
+    for c0 in range(0, n if m else 0, step):
         width = min(step, n - c0)
-        G = buffer[:m * width].reshape(m, width)
-        cupy.matmul(Q, T[c0:c0 + width].T, out=G)
-        scan(grid, block, (G, np.int64(width), np.int32(m), np.int32(width), norms,
-                           np.int32(c0), keys, cols, np.int32(K)))
-    return cols
+        scan(product(c0, width), width, m, width, norms, c0, keys, cols)
+    return keys, cols
+
+
+def tile_step(m: int, n: int, tile_bytes: int = 1 << 29) -> int:
+    """Training rows per product tile: the tile's (m x step) output under ``tile_bytes``."""
+    return max(1, min(n, max(32, tile_bytes // (4 * max(1, m)) // 32 * 32)))
+
+
+def candidates(Q: Any, T: Any, norms: Any, n: int, K: int, tile_bytes: int = 1 << 29) -> tuple:
+    """:func:`candidates_by` with float32 products ``Q T^T`` by ``cupy.matmul``.
+
+    ``Q`` (m, D) and ``T`` (>= n, D) float32 CuPy arrays of the same width.
+    """
+    import cupy
+
+    m = int(Q.shape[0])
+    step = tile_step(m, n, tile_bytes)
+    buffer = cupy.empty(m * step, dtype=np.float32)
+
+    def product(c0: int, width: int) -> Any:
+        cupy.matmul(Q, T[c0:c0 + width].T, out=buffer[:m * width].reshape(m, width))
+        return buffer
+
+    return candidates_by(product, m, n, norms, K, step)
 
 
 def refine(Q: Any, T: Any, cols: Any, d: int, k: int) -> tuple[Any, Any]:

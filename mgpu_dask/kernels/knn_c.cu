@@ -1,10 +1,13 @@
 // k-nearest neighbours in CUDA C: the algorithm of knn_cuda.py (Numba), written
 // for CuPy's RawModule (the cuda-c comparison backend, kernels/cuda_c.py).
 //
-// Scores |t|^2 - 2 q.t come from a cuBLAS product per training tile; then
+// Scores |t|^2 - 2 q.t come from a cuBLAS product per training tile (our
+// operands: bf16 or int8 tensor cores for 8-bit data, fp32 otherwise); then
 //   scan_topk    folds one tile of scores into each query row's running top-K
-//                (one warp per row; lane j holds entry j of the sorted list),
-//   refine_rows  exact float64 distances of the K candidates, k best kept,
+//                (one warp per row; lane j holds entry j of the sorted list;
+//                scan_topk_i32 for int8 products),
+//   refine_rows  exact float64 distances of the K candidates, k best kept
+//                (where the keys are not exact: data that are not 8-bit),
 //   vote_rows    uniform or 1/d weighted vote (exact matches take it).
 // Ties go to the smaller training index everywhere, as in the Numba kernels.
 
@@ -14,45 +17,50 @@
 #define F_INF __int_as_float(0x7f800000)
 #define D_INF __longlong_as_double(0x7ff0000000000000LL)
 
-__device__ __forceinline__ bool before(float key_a, int col_a, float key_b, int col_b) {
+__device__ __forceinline__ bool before(double key_a, int col_a, double key_b, int col_b) {
     return key_a < key_b || (key_a == key_b && col_a < col_b);
 }
 
-// keys/cols: (nrows, K) sorted lists, updated in place; K <= 32.
-// G: (nrows, ncols) products of this tile, row stride ld; the tile's first
-// training row is col0 and norms holds |t|^2 for every training row.
-extern "C" __global__ void scan_topk(const float* __restrict__ G, long long ld, int nrows,
-                                     int ncols, const float* __restrict__ norms, int col0,
-                                     float* __restrict__ keys, int* __restrict__ cols, int K) {
+// keys/cols: (nrows, K) sorted lists, updated in place; K <= 32.  Keys are
+// float64, as in the Numba kernels: for 8-bit data every key is an integer
+// that float64 holds exactly, whatever its size.
+// G: (nrows, ncols) products of this tile, row stride ld (float32 from fp32,
+// tf32 and bf16 products, int32 from int8 ones); the tile's first training
+// row is col0 and norms holds |t|^2 for every training row.
+template <typename Product>
+__device__ __forceinline__ void scan_rows(const Product* __restrict__ G, long long ld, int nrows,
+                                          int ncols, const float* __restrict__ norms, int col0,
+                                          double* __restrict__ keys, int* __restrict__ cols,
+                                          int K) {
     const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (row >= nrows) return;  // the whole warp: one row per warp
-    float key = F_INF;
+    double key = D_INF;
     int col = NO_COLUMN;
     if (lane < K) {
         key = keys[(long long)row * K + lane];
         col = cols[(long long)row * K + lane];
     }
-    float worst_key = __shfl_sync(FULL_MASK, key, K - 1);
+    double worst_key = __shfl_sync(FULL_MASK, key, K - 1);
     int worst_col = __shfl_sync(FULL_MASK, col, K - 1);
-    const float* g = G + (long long)row * ld;
+    const Product* g = G + (long long)row * ld;
     for (int j0 = 0; j0 < ncols; j0 += 32) {
         const int j = j0 + lane;
-        float v = F_INF;
+        double v = D_INF;
         int c = NO_COLUMN;
         if (j < ncols) {
-            v = norms[col0 + j] - 2.0f * g[j];
+            v = (double)norms[col0 + j] - 2.0 * (double)g[j];
             c = col0 + j;
         }
         unsigned better = __ballot_sync(FULL_MASK, before(v, c, worst_key, worst_col));
         while (better) {  // rare once the list has filled: one insertion per candidate
             const int src = __ffs(better) - 1;
             better &= better - 1;
-            const float cv = __shfl_sync(FULL_MASK, v, src);
+            const double cv = __shfl_sync(FULL_MASK, v, src);
             const int cc = __shfl_sync(FULL_MASK, c, src);
             if (!before(cv, cc, worst_key, worst_col)) continue;
             const int pos = __popc(__ballot_sync(FULL_MASK, lane < K && before(key, col, cv, cc)));
-            const float up_key = __shfl_up_sync(FULL_MASK, key, 1);
+            const double up_key = __shfl_up_sync(FULL_MASK, key, 1);
             const int up_col = __shfl_up_sync(FULL_MASK, col, 1);
             if (lane == pos) {
                 key = cv;
@@ -69,6 +77,19 @@ extern "C" __global__ void scan_topk(const float* __restrict__ G, long long ld, 
         keys[(long long)row * K + lane] = key;
         cols[(long long)row * K + lane] = col;
     }
+}
+
+extern "C" __global__ void scan_topk(const float* __restrict__ G, long long ld, int nrows,
+                                     int ncols, const float* __restrict__ norms, int col0,
+                                     double* __restrict__ keys, int* __restrict__ cols, int K) {
+    scan_rows(G, ld, nrows, ncols, norms, col0, keys, cols, K);
+}
+
+extern "C" __global__ void scan_topk_i32(const int* __restrict__ G, long long ld, int nrows,
+                                         int ncols, const float* __restrict__ norms, int col0,
+                                         double* __restrict__ keys, int* __restrict__ cols,
+                                         int K) {
+    scan_rows(G, ld, nrows, ncols, norms, col0, keys, cols, K);
 }
 
 // Exact squared distances (float64) of each row's K candidate training rows;

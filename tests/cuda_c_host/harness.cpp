@@ -10,8 +10,15 @@ double block_sums[4096];  // logreg_c.cu's dynamic shared memory (k + 1 doubles)
 extern "C" {
 
 void launch_scan_topk(unsigned grid, unsigned block, const float* G, long long ld, int nrows,
-                      int ncols, const float* norms, int col0, float* keys, int* cols, int K) {
+                      int ncols, const float* norms, int col0, double* keys, int* cols, int K) {
     cuda_host::launch(grid, block, [&] { scan_topk(G, ld, nrows, ncols, norms, col0, keys, cols, K); });
+}
+
+void launch_scan_topk_i32(unsigned grid, unsigned block, const int* G, long long ld, int nrows,
+                          int ncols, const float* norms, int col0, double* keys, int* cols,
+                          int K) {
+    cuda_host::launch(grid, block,
+                      [&] { scan_topk_i32(G, ld, nrows, ncols, norms, col0, keys, cols, K); });
 }
 
 void launch_refine_rows(unsigned grid, unsigned block, const float* Q, long long ldq,
