@@ -239,15 +239,15 @@ BACKEND_CHOICES = (*BACKENDS, "all")
 def print_comparison(result: dict) -> None:
     print(f"{result['task']} on {result['dataset']}: train {result['n_train']}, test "
           f"{result['n_test']}; {result['workers']} {result['device']} workers")
-    head = f"{'backend':<11} {'accuracy':>8} {'cold fit':>9} {'cold pred':>9} " \
+    head = f"{'backend':<12} {'accuracy':>8} {'cold fit':>9} {'cold pred':>9} " \
            f"{'warm fit':>9} {'warm pred':>9} {'vs cuML':>8}"
     print(head)
     for r in result["backends"]:
         if r["status"] != "ok":
-            print(f"{r['backend']:<11} {r['status']}")
+            print(f"{r['backend']:<12} {r['status']}")
             continue
         vs = f"{r['speedup_vs_cuml']:.2f}x" if "speedup_vs_cuml" in r else "n/a"
-        print(f"{r['backend']:<11} {r['accuracy']:>8.4f} {r['cold']['fit']:>8.3f}s "
+        print(f"{r['backend']:<12} {r['accuracy']:>8.4f} {r['cold']['fit']:>8.3f}s "
               f"{r['cold']['predict']:>8.3f}s {r['warm']['fit']:>8.3f}s "
               f"{r['warm']['predict']:>8.3f}s {vs:>8}" + (f"  ({r['note']})" if r.get("note") else ""))
 
@@ -318,11 +318,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     ok = [r for r in rows if r["status"] == "ok"]
     for r in ok:
-        print(f"{r['task']:<7} {r['backend']:<11} workers {r['workers']:<2} fraction "
+        print(f"{r['task']:<7} {r['backend']:<12} workers {r['workers']:<2} fraction "
               f"{r['fraction']:<5} accuracy {r['accuracy']:.4f} warm {r['warm_total']:.3f} s")
     for r in rows:
         if r["status"] != "ok":
-            print(f"{r['task']:<7} {r['backend']:<11} workers {r['workers']:<2} {r['status']}")
+            print(f"{r['task']:<7} {r['backend']:<12} workers {r['workers']:<2} {r['status']}")
     return 0
 
 

@@ -69,15 +69,16 @@ def test_unavailable_reasons():
     assert "needs GPU workers" in unavailable("cuml-single", "cpu")
     assert "needs GPU workers" in unavailable("cuda-c", "cpu")
     assert set(BACKENDS) == {"numba", "cupy", "cuda-c", "cuml", "cuml-single", "sklearn",
-                             "torch"}
+                             "torch", "torch-script"}
     if importlib.util.find_spec("cuml") is None:
         assert unavailable("cuml-single", "gpu") == ("cuML is not installed "
                                                      "(pip install 'mgpu-dask[rapids13]')")
-    torch_reason = unavailable("torch", "gpu")
-    if importlib.util.find_spec("torch") is None:
-        assert torch_reason == "PyTorch is not installed (pip install 'mgpu-dask[torch]')"
-    else:
-        assert torch_reason is None
+    for name in ("torch", "torch-script"):
+        torch_reason = unavailable(name, "gpu")
+        if importlib.util.find_spec("torch") is None:
+            assert torch_reason == "PyTorch is not installed (pip install 'mgpu-dask[torch]')"
+        else:
+            assert torch_reason is None
 
 
 def test_compare_job_rows(digits, monkeypatch):
@@ -112,10 +113,10 @@ def test_cli_backend_all_table(tmp_path, capsys):
                  "--device", "cpu", "--repeats", "1", "--quiet", "--dashboard-address", ":0",
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "backend     accuracy" in text and "cuml        cuml needs GPU workers" in text
+    assert "backend      accuracy" in text and "cuml         cuml needs GPU workers" in text
     rows = json.loads(out.read_text())["backends"]
     assert [r["backend"] for r in rows] == ["numba", "cupy", "cuda-c", "cuml", "cuml-single",
-                                            "sklearn", "torch"]
+                                            "sklearn", "torch", "torch-script"]
     assert "cuda-c needs GPU workers" in text
 
 
@@ -216,13 +217,52 @@ def test_cuda_c_backend_agrees_with_ours(task):
     assert abs(theirs["accuracy"] - ours["accuracy"]) <= tolerance
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", ["knn", "logreg"])
+def test_torch_backend_on_gpu_shards_agrees_with_ours(task):
+    """PyTorch on the GPU worker's CuPy shards through DLPack, against our rows."""
+    pytest.importorskip("torch")
+    ours, theirs = _beside_ours(task, "torch", {"workers": 1})
+    assert abs(theirs["accuracy"] - ours["accuracy"]) <= (0.002 if task == "knn" else 0.01)
+
+
 @pytest.mark.parametrize("task", ["knn", "logreg"])
 def test_torch_backend_agrees_with_ours(task):
-    """The PyTorch scripts (run where torch is installed: the GPU machine) against our rows."""
+    """PyTorch on both workers' shards (DLPack views; logistic regression as a Gloo group of
+    two on CPU workers) against our rows, where torch is installed."""
     pytest.importorskip("torch")
     ours, theirs = _beside_ours(task, "torch", {"workers": 2, "device": "cpu"})
     assert abs(theirs["accuracy"] - ours["accuracy"]) < 0.01
-    assert theirs["warm"]["fit"] >= 0 and theirs["note"]
+    assert theirs["warm"]["fit"] >= 0
+    if task == "logreg":
+        assert theirs["note"] == "torch.distributed over 2 workers"
+
+
+@pytest.mark.parametrize("task", ["knn", "logreg"])
+def test_torch_script_backend_agrees_with_ours(task):
+    """The PyTorch scripts on one worker against our rows, where torch is installed."""
+    pytest.importorskip("torch")
+    ours, theirs = _beside_ours(task, "torch-script", {"workers": 2, "device": "cpu"})
+    assert abs(theirs["accuracy"] - ours["accuracy"]) < 0.01
+    assert theirs["warm"]["fit"] >= 0 and "the CPU of one worker" in theirs["note"]
+
+
+def test_torch_lbfgs_over_blocks_is_the_one_block_fit(digits):
+    """Rows in several blocks (a worker's shards, and what an all-reduce adds up) give the
+    fit of the rows in one block; the all-reduce hook sees every evaluation."""
+    torch = pytest.importorskip("torch")
+    from mgpu_dask.backends.torch_ops import lbfgs_fit
+
+    X = torch.as_tensor(digits.X_train / 16.0, dtype=torch.float64)
+    y = torch.as_tensor(digits.y_train, dtype=torch.int64)
+    one = lbfgs_fit([X], [y], len(X), 10, 1.0, 60, 1e-6)
+    calls = []
+    parts = lbfgs_fit([X[:500], X[500:500], X[500:]], [y[:500], y[500:500], y[500:]], len(X),
+                      10, 1.0, 60, 1e-6, all_reduce=calls.append)
+    assert len(calls) >= parts[2] > 10  # one evaluation or more per iteration
+    torch.testing.assert_close(parts[0], one[0], rtol=0, atol=1e-9)
+    torch.testing.assert_close(parts[1], one[1], rtol=0, atol=1e-9)
+    assert parts[2] == one[2]
 
 
 @pytest.mark.parametrize("arch", ["compute_80", "compute_90"])

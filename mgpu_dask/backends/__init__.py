@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 
 from .._compat import is_installed
 
-BACKENDS = ("numba", "cupy", "cuda-c", "cuml", "cuml-single", "sklearn", "torch")
+BACKENDS = ("numba", "cupy", "cuda-c", "cuml", "cuml-single", "sklearn", "torch",
+            "torch-script")
 
 
 class BackendSkipped(Exception):
@@ -39,7 +40,7 @@ def unavailable(name: str, device: str) -> str | None:
         return "CuPy is not installed (pip install 'mgpu-dask[cuda13]')"
     if name in ("cuml", "cuml-single") and not is_installed("cuml"):
         return "cuML is not installed (pip install 'mgpu-dask[rapids13]')"
-    if name == "torch" and not is_installed("torch"):
+    if name in ("torch", "torch-script") and not is_installed("torch"):
         return "PyTorch is not installed (pip install 'mgpu-dask[torch]')"
     return None
 

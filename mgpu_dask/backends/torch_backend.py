@@ -1,128 +1,178 @@
-"""PyTorch on one worker's GPU: the seed study's PyTorch scripts, timed where they run.
+"""PyTorch on every worker's device, on our dask shards handed over through DLPack.
 
-A single-GPU framework, as users run it: the host rows go to one worker once
-(not timed, like the script loading its arrays), become tensors on that
-worker's GPU (its CPU on CPU workers), and every repetition is timed inside
-the worker with the device synchronised:
+The multi-GPU PyTorch a Dask user would write, on the same shards as ours
+(no copy: each block becomes a tensor through DLPack where it lives):
 
-* KNN: per query tile one GEMM (``|t|^2 - 2 q.t``, fp32, no TF32),
-  ``torch.topk``, then the distance-weighted (or uniform) vote by
-  ``scatter_add`` -- the 20-line script;
-* logistic regression: full-batch ``torch.optim.LBFGS`` (strong-Wolfe line
-  search, 10 pairs) on scikit-learn's objective, mean cross-entropy plus
-  ``||W||^2 / (2 C n)`` with the intercept unpenalised, float32.
-
-Its row is one GPU whatever the cluster size (``one_worker``); predictions
-come to the host inside the timed predict.
+* KNN: our placement (test rows sharded, the training set prepared once per
+  worker as float32 rows, like the CuPy row); per query block the PyTorch
+  script's GEMM (fp32, no TF32), ``torch.topk`` and vote
+  (``torch_ops.knn_predict``) on the block's worker.
+* Logistic regression: one task per worker holding training rows runs
+  full-batch ``torch.optim.LBFGS`` on its rows; with several workers they
+  form a ``torch.distributed`` group (NCCL on GPUs, Gloo on CPUs; rendezvous
+  on the first worker's host) and every evaluation all-reduces the data
+  term and gradient, so all take the same steps -- data parallelism as in
+  PyTorch's DDP, with L-BFGS.  The group is made once per run (its cold fit)
+  and kept for the warm ones.  Prediction: ``argmax(X W + b)`` per test block
+  where it lives.
 """
 
 from __future__ import annotations
 
+import socket
+import uuid
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
-from . import BackendRun, converted_note
-from .one_worker import repeat_here, rows_for, run_on_one_worker
+from .. import placement
+from ..data import shard
+from ..data.shard import as_worker_rows
+from ..inputs import to_host
+from ..kernels._launch import array_module
+from . import BackendRun, BackendSkipped, converted_note, numba_backend, pixel_scale
+from .cupy_backend import ArrayKNN
+from .torch_ops import knn_predict, lbfgs_fit, predict_block, tensor
+
+_GROUP: dict[str, Any] = {"token": None}  # this worker process's torch.distributed group
 
 
-def _sync(torch: Any, device: Any) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _torch_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: Any,
+                 vote: tuple) -> Any:
+    """One query block against this worker's training copy, in PyTorch (DLPack views).
 
-
-def knn_predict(T: Any, norms: Any, labels: Any, Q: Any, k: int, weights: str,
-                n_classes: int, tile_bytes: int = 1 << 30) -> Any:
-    """Class indices for the rows of ``Q`` (tensors on one device), query tiles under ``tile_bytes``."""
+    The copy is our fp32 operand (8-bit data shifted by ``train.shift``, which
+    changes no distance), so the queries are shifted alike.
+    """
     import torch
 
-    step = max(1, tile_bytes // (4 * max(1, T.shape[0])))
-    out = []
-    for i in range(0, Q.shape[0], step):
-        q = Q[i:i + step]
-        score = norms[None, :] - 2.0 * (q @ T.T)
-        top, nearest = torch.topk(score, k, dim=1, largest=False)
-        dist = (top + (q * q).sum(dim=1, keepdim=True)).clamp_min(0.0).sqrt().double()
-        if weights == "uniform":
-            w = torch.ones_like(dist)
-        else:
-            exact = dist == 0
-            w = torch.where(exact.any(dim=1, keepdim=True), exact.double(),
-                            1.0 / torch.where(exact, torch.ones_like(dist), dist))
-        votes = torch.zeros((q.shape[0], n_classes), dtype=torch.float64, device=q.device)
-        votes.scatter_add_(1, labels[nearest], w)
-        out.append(votes.argmax(dim=1))
-    return torch.cat(out)
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 products, as the script
+    n_classes, weights, classes, host = vote
+    T = tensor(train.operand)[:train.n, :train.d]
+    Q = tensor(Qb).float() - float(train.shift if train.eight_bit else 0)
+    labels = tensor(yb).long()
+    pred = knn_predict(T, tensor(train.norms)[:train.n], labels, Q, k, weights, n_classes)
+    xp = array_module(train.norms)
+    pred = pred.cpu().numpy() if host or xp is np else xp.from_dlpack(pred)
+    if classes is not None:
+        pred = (np if host else xp).asarray(classes)[pred]
+    return pred
 
 
-def lbfgs_fit(X: Any, y: Any, n_classes: int, C: float, max_iter: int, tol: float) -> tuple:
-    """``(coef (d x k), intercept, iterations)`` by full-batch ``torch.optim.LBFGS``."""
-    import torch
+class TorchKNN(ArrayKNN):
+    """Our KNN's data placement, PyTorch's compute on every worker."""
 
-    n, d = X.shape
-    W = torch.zeros((d, n_classes), dtype=X.dtype, device=X.device, requires_grad=True)
-    b = torch.zeros(n_classes, dtype=X.dtype, device=X.device, requires_grad=True)
-    opt = torch.optim.LBFGS([W, b], lr=1.0, max_iter=max_iter, tolerance_grad=tol,
-                            tolerance_change=1e-12, history_size=10,
-                            line_search_fn="strong_wolfe")
-    penalty = 1.0 / (2.0 * C * n)
-
-    def closure() -> Any:
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(X @ W + b, y) + penalty * (W * W).sum()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    return W.detach(), b.detach(), int(opt.state[W].get("n_iter", 0))
-
-
-def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.ndarray,
-               options: dict[str, Any], repeats: int) -> dict[str, Any]:
-    """Runs on one worker: tensors there once, then one cold and ``repeats`` warm repetitions."""
-    import torch
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 products, as every other row
-    classes = np.unique(y)
-    T = torch.as_tensor(np.ascontiguousarray(X, dtype=np.float32), device=device)
-    Q = torch.as_tensor(np.ascontiguousarray(Xt, dtype=np.float32), device=device)
-    codes = torch.as_tensor(np.searchsorted(classes, y), dtype=torch.int64, device=device)
-    _sync(torch, device)
-
-    def fit() -> tuple:
-        if task == "knn":
-            return T, (T * T).sum(dim=1)
-        return lbfgs_fit(T, codes, len(classes), options["C"], options["max_iter"],
-                         options["tol"])
-
-    def predict(model: tuple) -> np.ndarray:
-        if task == "knn":
-            pred = knn_predict(model[0], model[1], codes, Q, options["k"], options["weights"],
-                               len(classes))
-        else:
-            pred = (Q @ model[0] + model[1]).argmax(dim=1)
-        return pred.cpu().numpy()
-
-    out = repeat_here(fit, predict, np.searchsorted(classes, yt), repeats,
-                      lambda: _sync(torch, device))
-    out["where"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    return out
-
-
-def _run(task: str, run: BackendRun, X: np.ndarray, Xt: np.ndarray) -> dict[str, Any]:
-    out = run_on_one_worker(run, _on_worker, task, X, Xt, "the PyTorch script")
-    where = out.pop("where")
-    note = (f"one GPU ({where}), timed inside the worker" if where != "CPU"
-            else "the CPU of one worker, timed inside it")
-    if task == "knn":
-        note = "; ".join(n for n in (note, converted_note(run)) if n)
-    return {**out, "note": note}
+    block_fn = staticmethod(_torch_block)
 
 
 def knn(run: BackendRun) -> dict[str, Any]:
-    return _run("knn", run, *rows_for("knn", run))
+    if not isinstance(run.parts.X_train, np.ndarray):
+        raise BackendSkipped("the PyTorch KNN replicates the training set on every worker; "
+                             "rows generated on the workers stay where they are")
+    out = numba_backend.knn(
+        run, cls=lambda k, weights: TorchKNN(k, weights=weights, plan="replicate",
+                                             precision="fp32"))
+    return {**out, "note": converted_note(run)}
+
+
+# -- logistic regression --------------------------------------------------------------------
+
+
+def _free_port(host: str) -> int:
+    """A port free just now on ``host`` (this worker's), for the group's rendezvous."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _join(token: str, rank: int, world: int, address: str, device: Any,
+          timeout: float) -> None:
+    """This process in the run's group (once per run: warm fits reuse it)."""
+    import torch.distributed as dist
+
+    if _GROUP["token"] == token and dist.is_initialized():
+        return
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=address,
+                            rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+    _GROUP["token"] = token
+
+
+def _fit_here(blocks: list, codes: list, token: str, rank: int, world: int, address: str,
+              n_total: int, n_classes: int, options: dict[str, Any], timeout: float) -> Any:
+    """One worker's part of the fit: its blocks as tensors, L-BFGS in step with the others.
+    Rank 0 returns ``(coef, intercept, iterations)`` as NumPy, the others None."""
+    import torch
+
+    Xs = [tensor(b) for b in blocks]
+    ys = [tensor(c).long() for c in codes]
+    device = Xs[0].device
+    reduce = None
+    if world > 1:
+        import torch.distributed as dist
+
+        _join(token, rank, world, address, device, timeout)
+        reduce = dist.all_reduce
+    W, b, iterations = lbfgs_fit(Xs, ys, n_total, n_classes, options["C"],
+                                 options["max_iter"], options["tol"], reduce)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (W.cpu().numpy(), b.cpu().numpy(), iterations) if rank == 0 else None
+
+
+def _predict_here(X: Any, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+    """Class indices of one test block where it lives, to the host."""
+    import torch
+
+    Xt = tensor(X)
+    pred = predict_block(Xt, torch.as_tensor(coef, device=Xt.device),
+                         torch.as_tensor(intercept, device=Xt.device))
+    return pred.cpu().numpy()
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:
-    return _run("logreg", run, *rows_for("logreg", run))
+    client, o, p = run.client, run.options, run.parts
+    if client is None:
+        raise BackendSkipped("the PyTorch row runs on the cluster's workers; start one")
+    scale = pixel_scale(p.X_train)
+    X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale,
+                             timeout=run.timeout)
+    Xt = shard(p.X_test, client, dtype=np.float32, scale=scale, timeout=run.timeout)
+    classes = np.unique(p.y_train)
+    codes = shard(np.searchsorted(classes, p.y_train), client, dtype=np.int64,
+                        timeout=run.timeout, like=X)
+    (blocks, where), (labels, _) = (placement.locate(client, a) for a in (X, codes))
+    by_worker: dict[str, list[int]] = {}
+    for i, worker in enumerate(where):
+        if X.chunks[0][i]:
+            by_worker.setdefault(worker, []).append(i)
+    ranks = sorted(by_worker)
+    world, token = len(ranks), uuid.uuid4().hex
+    host = ranks[0].split("://")[-1].rsplit(":", 1)[0].strip("[]")
+    address = ""
+    if world > 1:
+        port = client.submit(_free_port, host, workers=[ranks[0]], pure=False).result(
+            timeout=run.timeout)
+        address = f"tcp://{host}:{port}"
+    options = {"C": o["C"], "max_iter": o["max_iter"], "tol": o["tol"]}
+
+    def fit() -> tuple:
+        futures = [client.submit(_fit_here, [blocks[i] for i in by_worker[w]],
+                                 [labels[i] for i in by_worker[w]], token, rank, world,
+                                 address, int(X.shape[0]), len(classes), options, run.timeout,
+                                 workers=[w], allow_other_workers=False, pure=False)
+                   for rank, w in enumerate(ranks)]
+        return [f.result(timeout=run.timeout) for f in futures][0]  # every rank done
+
+    def predict(model: tuple) -> np.ndarray:
+        coef, intercept, _ = model
+        pred = placement.map_blocks(client, _predict_here, Xt, coef, intercept,
+                                    name=placement.fresh_name("torch-predict"),
+                                    chunks=(Xt.chunks[0],), meta=np.empty(0, np.int64))
+        return classes[to_host(pred, run.timeout)]
+
+    out = numba_backend.repeat(run, fit, predict)
+    return {**out, "note": (f"torch.distributed over {world} workers" if world > 1
+                            else "one worker")}
