@@ -6,6 +6,7 @@
 #            --backend all on one GPU (fraction 1)
 #   logreg   logreg CLI at fractions 1 and 4, --precision fp32 and bf16 (TAG names files)
 #   table    --backend all for knn and logreg at fraction FRACTION (default 4)
+#   tiles    benchmarks/knn_tiles_probe.py at fractions 4 and 1 (our tile shapes, cuda-c's)
 #   cold     whole-process knn --workers WORKERS (default: the GPUs present), four runs
 #            (the first fills the kernel cache), then logreg_runs with TAG
 set -u
@@ -31,6 +32,12 @@ logreg)
 table)
   table knn ${FRACTION:-4}
   table logreg ${FRACTION:-4}
+  ;;
+tiles)
+  for f in 4 1; do
+    log "tiles probe f$f"
+    timeout 250 python3 benchmarks/knn_tiles_probe.py --data-dir /tmp/mnist --fraction $f --json $R/tiles_f$f.json 2>&1 | tee -a "$OUT/summary.log" | tail -3
+  done
   ;;
 cold)
   w=${WORKERS:-$(nvidia-smi -L | wc -l)}
