@@ -132,8 +132,9 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         80% of the smallest worker's free GPU / host memory.  A training set
         above it is sharded; one that does not fit even sharded is an error.
     tile_bytes : int, str or None, default None
-        Largest product tile; ``None`` is twice the GPU's L2 cache (8 MiB on a
-        CPU), so each tile is ranked while it is still largely in cache.
+        Largest product tile; ``None`` is eight times the GPU's L2 cache (8 MiB
+        on a CPU): big enough for efficient products, each tile ranked as soon
+        as it is made.
 
     Attributes
     ----------

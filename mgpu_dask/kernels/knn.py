@@ -75,12 +75,14 @@ def _pack(xp: Any, sq: Any, columns: Any, labels: Any, index: Any) -> Any:
 
 
 _L2_BYTES: dict[int, int] = {}
-# Product tile on a GPU: 8192 training columns and twice the L2 cache in all.
-# Measured on an H100 (MNIST, bf16, tile loop per predict): L2-sized tiles
-# (1600 x 4096) 6.9 ms, 3200 x 4096 6.2 ms, 3200 x 8192 5.7 ms: past L2 the
-# product's efficiency gains more than the scan loses (benchmarks/NOTES-knn.md).
+# Product tile on a GPU: 8192 training columns and eight times the L2 cache in
+# all (400 MiB on an H100/H200).  Past L2 the product's efficiency gains more
+# than the scan loses.  H100 (MNIST, bf16): 1600 x 4096 6.9 ms, 3200 x 8192
+# 5.7 ms.  H200, tile loop alone (benchmarks/knn_tiles_probe.py, round 7):
+# twice the L2 6.37 / 83.9 ms at fractions 1 / 4, eight times 5.76 / 74.7,
+# sixteen times 5.43 / 72.7 (benchmarks/NOTES-knn.md).
 TILE_COLS = {"gpu": 8192, "cpu": 2048}
-TILE_L2_SHARE = 2.0
+TILE_L2_SHARE = 8.0
 
 
 def _tile_shape(m_pad: int, n_pad: int, gpu: bool, tile_bytes: int | None) -> tuple[int, int]:
@@ -308,7 +310,7 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
     margin : int, default 8
         Extra candidates for the exact re-rank where keys are approximate.
     tile_bytes : int or None
-        Cap on one product tile (default: twice the GPU's L2, 8 MiB on a CPU).
+        Cap on one product tile (default: eight times the GPU's L2, 8 MiB on a CPU).
     target : {None, "cuda", "cpu"}
         Kernel family for the scan and re-rank; None follows the array type.
     stats : dict or None
