@@ -7,6 +7,7 @@
 #   logreg   logreg CLI at fractions 1 and 4, --precision fp32 and bf16 (TAG names files)
 #   table    --backend all for knn and logreg at fraction FRACTION (default 4)
 #   tiles    benchmarks/knn_tiles_probe.py at fractions 4 and 1 (our tile shapes, cuda-c's)
+#   knn      knn CLI on one GPU at fractions 1 and 4 (--repeats 10), then PHASE=cold's runs
 #   cold     whole-process knn --workers WORKERS (default: the GPUs present), four runs
 #            (the first fills the kernel cache), then logreg_runs with TAG
 set -u
@@ -39,6 +40,13 @@ tiles)
     timeout 250 python3 benchmarks/knn_tiles_probe.py --data-dir /tmp/mnist --fraction $f --json $R/tiles_f$f.json 2>&1 | tee -a "$OUT/summary.log" | tail -3
   done
   ;;
+knn)
+  for f in 1 4; do
+    log "knn f$f w1"
+    timeout 150 python3 -m mgpu_dask.run knn --repeats 10 --quiet --workers 1 --fraction $f --json $R/knn_f${f}_w1.json 2>&1 | grep -E "accuracy|warm|rror" | tee -a "$OUT/summary.log"
+  done
+  PRECISIONS=${PRECISIONS:-none}
+  ;&
 cold)
   w=${WORKERS:-$(nvidia-smi -L | wc -l)}
   for i in 0 1 2 3; do
@@ -46,7 +54,7 @@ cold)
     python3 -m mgpu_dask.run knn --workers $w --quiet --json $R/knn_cold_w${w}_$i.json > /dev/null 2>&1
     log "cold whole process knn --workers $w (run $i): rc $? $(( ($(date +%s%N) - s) / 1000000 )) ms"
   done
-  logreg_runs
+  [ "${PRECISIONS:-}" = none ] || logreg_runs
   ;;
 esac
 tar czf "$OUT/runs.tgz" -C /tmp runs
