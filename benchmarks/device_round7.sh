@@ -7,6 +7,7 @@
 #   logreg   logreg CLI at fractions 1 and 4, --precision fp32 and bf16 (TAG names files)
 #   table    --backend all for knn and logreg at fraction FRACTION (default 4)
 #   tiles    benchmarks/knn_tiles_probe.py at fractions 4 and 1 (our tile shapes, cuda-c's)
+#   gputests every GPU test (pytest -m gpu tests/)
 #   knn      knn CLI on one GPU at fractions 1 and 4 (--repeats 10), then PHASE=cold's runs
 #   cold     whole-process knn --workers WORKERS (default: the GPUs present), four runs
 #            (the first fills the kernel cache), then logreg_runs with TAG
@@ -26,6 +27,11 @@ cudac)
   grep -E "passed|failed|Error|error" "$R/gpu-tests.log" | tail -14 | tee -a "$OUT/summary.log"
   table knn 1
   table logreg 1
+  ;;
+gputests)
+  log "pytest -m gpu tests/"
+  timeout 540 python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests-all.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-all.log" | tail -20 | tee -a "$OUT/summary.log"
   ;;
 logreg)
   logreg_runs
