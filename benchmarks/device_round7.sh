@@ -7,6 +7,8 @@
 #   logreg   logreg CLI at fractions 1 and 4, --precision fp32 and bf16 (TAG names files)
 #   table    --backend all for knn and logreg at fraction FRACTION (default 4)
 #   tiles    benchmarks/knn_tiles_probe.py at fractions 4 and 1 (our tile shapes, cuda-c's)
+#   deformed mnist-deformed (COPIES, default 155: 8,137,500 rows) on one GPU: knn, and
+#            logreg --precision fp32 and bf16
 #   gputests every GPU test (pytest -m gpu tests/)
 #   knn      knn CLI on one GPU at fractions 1 and 4 (--repeats 10), then PHASE=cold's runs
 #   cold     whole-process knn --workers WORKERS (default: the GPUs present), four runs
@@ -27,6 +29,15 @@ cudac)
   grep -E "passed|failed|Error|error" "$R/gpu-tests.log" | tail -14 | tee -a "$OUT/summary.log"
   table knn 1
   table logreg 1
+  ;;
+deformed)
+  c=${COPIES:-155}
+  log "knn mnist-deformed copies $c w1"
+  timeout 200 python3 -m mgpu_dask.run knn --dataset mnist-deformed --copies $c --workers 1 --repeats 3 --quiet --json $R/deformed_knn_c${c}_w1.json 2>&1 | grep -E "accuracy|warm|deformed|rror" | tee -a "$OUT/summary.log"
+  for p in fp32 bf16; do
+    log "logreg mnist-deformed copies $c w1 --precision $p"
+    timeout 200 python3 -m mgpu_dask.run logreg --dataset mnist-deformed --copies $c --workers 1 --repeats 2 --quiet --precision $p --json $R/deformed_logreg_c${c}_w1_$p.json 2>&1 | grep -E "accuracy|warm|model|rror" | tee -a "$OUT/summary.log"
+  done
   ;;
 gputests)
   log "pytest -m gpu tests/"
