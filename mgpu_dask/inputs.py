@@ -89,11 +89,13 @@ def fit_inputs(estimator: Any, X: Any, y: Any, *,
         estimator.n_features_in_ = int(X.shape[1])
         if hasattr(estimator, "feature_names_in_"):
             del estimator.feature_names_in_
-    try:
-        check_classification_targets(labels)
-    except ValueError as exc:
-        raise DataError(str(exc)) from exc
-    return X, np.asarray(labels)
+    labels = np.asarray(labels)
+    if not (labels.ndim == 1 and labels.dtype.kind in "biu"):  # those are always classes
+        try:  # (the check sorts the labels: 0.24 s for 8 million)
+            check_classification_targets(labels)
+        except ValueError as exc:
+            raise DataError(str(exc)) from exc
+    return X, labels
 
 
 def predict_inputs(estimator: Any, X: Any) -> Any:

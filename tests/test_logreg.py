@@ -483,3 +483,16 @@ def test_precision_is_checked_and_cloned():
     a = LogisticRegression(max_iter=30).fit(X / 16.0, y)
     b = clone(clf).set_params(max_iter=30).fit(X / 16.0, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+def test_label_codes_travel_in_their_smallest_type():
+    """The class indices sent with the export tasks: uint8 up to 256 classes, uint16 up to
+    65,536, int32 beyond; the values unchanged."""
+    from mgpu_dask.logreg import _label_codes
+
+    for n_classes, dtype in ((2, np.uint8), (256, np.uint8), (257, np.uint16),
+                             (65536, np.uint16), (65537, np.int32)):
+        codes = np.arange(n_classes, dtype=np.int32)[::-1].copy()
+        out = _label_codes(codes, n_classes)
+        assert out.dtype == dtype
+        np.testing.assert_array_equal(out.astype(np.int64), codes)
