@@ -12,8 +12,8 @@ The multi-GPU PyTorch a Dask user would write, on the same shards as ours
   form a ``torch.distributed`` group (NCCL on GPUs, Gloo on CPUs; rendezvous
   on the first worker's host) and every evaluation all-reduces the data
   term and gradient, so all take the same steps -- data parallelism as in
-  PyTorch's DDP, with L-BFGS.  The group is made once per run (its cold fit)
-  and kept for the warm ones.  Prediction: ``argmax(X W + b)`` per test block
+  PyTorch's DDP, with L-BFGS.  The group is made once per run (its cold fit),
+  kept for the warm ones and closed at the end.  Prediction: ``argmax(X W + b)`` per test block
   where it lives.
 """
 
@@ -100,6 +100,15 @@ def _join(token: str, rank: int, world: int, address: str, device: Any,
     _GROUP["token"] = token
 
 
+def _leave(token: str) -> None:
+    """Close the run's group on this worker (its store's port and the NCCL communicators)."""
+    import torch.distributed as dist
+
+    if _GROUP["token"] == token and dist.is_initialized():
+        dist.destroy_process_group()
+    _GROUP["token"] = None
+
+
 def _fit_here(blocks: list, codes: list, token: str, rank: int, world: int, address: str,
               n_total: int, n_classes: int, options: dict[str, Any], timeout: float) -> Any:
     """One worker's part of the fit: its blocks as tensors, L-BFGS in step with the others.
@@ -137,12 +146,11 @@ def logreg(run: BackendRun) -> dict[str, Any]:
     if client is None:
         raise BackendSkipped("the PyTorch row runs on the cluster's workers; start one")
     scale = pixel_scale(p.X_train)
-    X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale,
-                             timeout=run.timeout)
+    X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale, timeout=run.timeout)
     Xt = shard(p.X_test, client, dtype=np.float32, scale=scale, timeout=run.timeout)
     classes = np.unique(p.y_train)
     codes = shard(np.searchsorted(classes, p.y_train), client, dtype=np.int64,
-                        timeout=run.timeout, like=X)
+                  timeout=run.timeout, like=X)
     (blocks, where), (labels, _) = (placement.locate(client, a) for a in (X, codes))
     by_worker: dict[str, list[int]] = {}
     for i, worker in enumerate(where):
@@ -173,6 +181,11 @@ def logreg(run: BackendRun) -> dict[str, Any]:
                                     chunks=(Xt.chunks[0],), meta=np.empty(0, np.int64))
         return classes[to_host(pred, run.timeout)]
 
-    out = numba_backend.repeat(run, fit, predict)
+    try:
+        out = numba_backend.repeat(run, fit, predict)
+    finally:
+        if world > 1:
+            client.gather([client.submit(_leave, token, workers=[w], pure=False)
+                           for w in ranks])
     return {**out, "note": (f"torch.distributed over {world} workers" if world > 1
                             else "one worker")}
