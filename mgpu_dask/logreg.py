@@ -152,12 +152,15 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
     With every shard on a GPU the optimiser's vectors stay on this worker's
     GPU (``device_lbfgs``); otherwise each evaluation queues every shard's
     work on its own GPU first and then waits for them all, so the GPUs
-    compute at the same time.  This process's own exports are released here;
-    ``exporters`` in the result names the other processes' (the client
-    releases those).
+    compute at the same time.  The leader's own rows come as ``{"own rows",
+    "labels", "token"}`` and are exported in place here.  This process's own
+    exports are released here; ``exporters`` in the result names the other
+    processes' (the client releases those).
     """
     began = time.time()
     try:
+        shards = [_export_rows(s["token"], s["own rows"], s["labels"], in_place=True)
+                  if "own rows" in s else s for s in shards]
         result = _fit_mapped(shards, problem, loss_grad)
     finally:
         if shards:
@@ -532,16 +535,21 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         leader = max(rows, key=rows.get)
         # The exports' futures are the fit's only: their small descriptions travel to
         # the leader, nothing else does (and a lost export is made again for a rerun).
-        fit = client.submit(
-            _fit_on_leader,
-            [client.submit(_export_rows, token, [futures[i] for i in idx],
-                           np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx]),
-                           worker == leader, workers=[worker], allow_other_workers=True,
-                           pure=False,
-                           key=f"logreg-export-{token[:12]}-{j}")
-             for j, (worker, idx) in enumerate(by_worker.items())],
-            problem, self.loss_grad, workers=[leader], allow_other_workers=True, pure=False,
-            key=f"logreg-fit-{token[:12]}")
+        # The leader's own rows are exported in place by the fit task itself: no task
+        # of their own to wait for before it starts.
+        shards: list[Any] = []
+        for j, (worker, idx) in enumerate(by_worker.items()):
+            blocks = [futures[i] for i in idx]
+            codes = np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx])
+            if worker == leader:
+                shards.append({"own rows": blocks, "labels": codes, "token": token})
+            else:
+                shards.append(client.submit(_export_rows, token, blocks, codes, False,
+                                            workers=[worker], allow_other_workers=True,
+                                            pure=False, key=f"logreg-export-{token[:12]}-{j}"))
+        fit = client.submit(_fit_on_leader, shards, problem, self.loss_grad, workers=[leader],
+                            allow_other_workers=True, pure=False,
+                            key=f"logreg-fit-{token[:12]}")
         started, submitted = time.perf_counter(), time.time()
         exporters: set[str] | None = None
         try:
