@@ -333,3 +333,20 @@ def test_cuda_c_block_feeds_the_kernels_our_operands(client, digits, monkeypatch
         np.testing.assert_array_equal(to_host(theirs.predict(Q, on_host=True)), want)
         assert len(want) == len(s.X_test)
     assert bool(refined) == (data == "float")
+
+
+def test_torch_tensor_shares_memory_and_copies_only_read_only_arrays():
+    """DLPack hands NumPy blocks to PyTorch without a copy; a read-only block (DLPack cannot
+    mark it so) comes over as a copy, and the original stays untouched."""
+    torch = pytest.importorskip("torch")
+    from mgpu_dask.backends.torch_ops import tensor
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = tensor(a)
+    t[0, 0] = 42.0
+    assert a[0, 0] == 42.0 and t.dtype == torch.float32 and tuple(t.shape) == (3, 4)
+    b = np.arange(6, dtype=np.int64)
+    b.setflags(write=False)
+    u = tensor(b)
+    u[0] = 7
+    assert b[0] == 0 and u.tolist() == [7, 1, 2, 3, 4, 5]

@@ -15,13 +15,18 @@ from typing import Any, Callable, Sequence
 
 def tensor(block: Any) -> Any:
     """``block`` (CuPy or NumPy) as a torch tensor on its device, sharing its memory
-    through DLPack; a copy only for what DLPack cannot export (read-only NumPy)."""
+    through DLPack; a copy for read-only NumPy blocks (PyTorch tensors are always
+    writable, and some NumPy versions export read-only memory all the same) and for what
+    DLPack cannot export."""
+    import numpy as np
     import torch
 
+    if isinstance(block, np.ndarray) and not block.flags.writeable:
+        return torch.from_numpy(block.copy())
     try:
         return torch.from_dlpack(block)
     except (BufferError, TypeError, RuntimeError):
-        return torch.as_tensor(block.copy() if hasattr(block, "copy") else block)
+        return torch.as_tensor(np.array(block) if isinstance(block, np.ndarray) else block)
 
 
 def knn_predict(T: Any, norms: Any, labels: Any, Q: Any, k: int, weights: str,
