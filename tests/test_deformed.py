@@ -13,7 +13,8 @@ from conftest import digits_xy
 from mgpu_dask.data import split
 from mgpu_dask.data.deformed import DeformedSpec, deformed_sources, deformed_train
 from mgpu_dask.exceptions import DataError
-from mgpu_dask.kernels.deform import Deformation, deform_rows, parse_deformation
+from mgpu_dask.kernels.deform import deform_rows
+from mgpu_dask.kernels.deform_params import Deformation, parse_deformation
 from mgpu_dask.run import main
 
 

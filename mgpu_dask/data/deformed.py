@@ -21,7 +21,7 @@ from .. import placement
 from .._compat import scheduler_workers
 from ..exceptions import DataError
 from ..kernels._launch import finished
-from ..kernels.deform import Deformation, deform_rows, parse_deformation
+from ..kernels.deform_params import Deformation, parse_deformation
 from .registry import deformed_base
 from .shard import (
     detect_device,
@@ -64,6 +64,8 @@ def _generate(src: Any, row0: int, n_rows: int, seed: int, deformation: Deformat
         import cupy
 
         src = cupy.asarray(src)
+    from ..kernels.deform import deform_rows  # Numba: on the workers, not the client
+
     return finished(deform_rows(src, row0, n_rows, seed, deformation))
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from ..files import atomic_file
-from ..kernels.deform import Deformation, deform_rows
+from ..kernels.deform import deform_rows
+from ..kernels.deform_params import Deformation
 
 
 def preview_png(path: str | Path, images: np.ndarray, *, copies: int = 6, seed: int = 0,

@@ -16,12 +16,12 @@ samples the source bilinearly at the mapped point (zero outside).
 
 from __future__ import annotations
 
+from .deform_params import Q14
 from .jitable import both_targets
 
 M31 = 0x7FFFFFFF
 GRID = 4                      # elastic control points per side
 N_DRAWS = 5 + 2 * GRID * GRID  # tx, ty, rotation, scale, shear, then the elastic grid
-Q14 = 16384
 
 
 @both_targets
