@@ -21,7 +21,7 @@ from .files import atomic_file, write_json, write_text_atomic
 
 COLUMNS = ("task", "backend", "workers", "fraction", "n_train", "n_test", "status", "accuracy",
            "warm_fit", "warm_predict", "warm_total", "cold_fit", "cold_predict",
-           "speedup_vs_cuml", "note")
+           "speedup_vs_cuml", "differ_from_sklearn", "note")
 CPU_BACKENDS = ("sklearn",)
 # One colour per backend in every plot (matplotlib's and bokeh's category palette).
 COLORS = {"numba": "#1f77b4", "cupy": "#ff7f0e", "cuml": "#2ca02c", "sklearn": "#d62728",
@@ -44,7 +44,8 @@ def flatten(result: dict[str, Any], workers: int) -> list[dict[str, Any]]:
             "warm_total": r.get("warm_total"),
             "cold_fit": r["cold"]["fit"] if ok else None,
             "cold_predict": r["cold"]["predict"] if ok else None,
-            "speedup_vs_cuml": r.get("speedup_vs_cuml"), "note": r.get("note"),
+            "speedup_vs_cuml": r.get("speedup_vs_cuml"),
+            "differ_from_sklearn": r.get("differ_from_sklearn"), "note": r.get("note"),
         })
     return rows
 

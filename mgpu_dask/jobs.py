@@ -312,6 +312,7 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
         device = "gpu" if s.cluster.plan.device == "gpu" else "cpu"
         run = BackendRun(s.data, s.cluster.client, device, dict(options or {}), s.wait_timeout)
         rows = []
+        predictions: dict[str, Any] = {}  # each row's last test predictions (not written)
         for name in backends:
             reason = unavailable(name, device)
             if reason is None:
@@ -326,13 +327,18 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
                 rows.append({"backend": name, "status": reason})
                 continue
             warm = {k: statistics.median(r[k] for r in out["warm"]) for k in ("fit", "predict")}
+            predictions[name] = out.get("predictions")
             rows.append({"backend": name, "status": "ok", "note": out.get("note"),
                          "accuracy": out["cold"]["accuracy"], "cold": out["cold"], "warm": warm,
                          "warm_total": warm["fit"] + warm["predict"]})
         reference = next((r for r in rows if r["backend"] == "cuml" and r["status"] == "ok"), None)
+        exact = predictions.get("sklearn")
         for r in rows:
             if r["status"] == "ok" and reference:
                 r["speedup_vs_cuml"] = reference["warm_total"] / r["warm_total"]
+            mine = predictions.get(r["backend"])
+            if r["status"] == "ok" and exact is not None and mine is not None:
+                r["differ_from_sklearn"] = int((np.asarray(mine) != exact).sum())
         return {**_summary(s, task, fraction, seed), "options": options, "device": device,
                 "classes": classes,
                 "setup": phases.seconds, "backends": rows}

@@ -240,16 +240,20 @@ def print_comparison(result: dict) -> None:
     print(f"{result['task']} on {result['dataset']}: train {result['n_train']}, test "
           f"{result['n_test']}; {result['workers']} {result['device']} workers")
     head = f"{'backend':<12} {'accuracy':>8} {'cold fit':>9} {'cold pred':>9} " \
-           f"{'warm fit':>9} {'warm pred':>9} {'vs cuML':>8}"
+           f"{'warm fit':>9} {'warm pred':>9} {'vs cuML':>8} {'!=sklearn':>9}"
     print(head)
     for r in result["backends"]:
         if r["status"] != "ok":
             print(f"{r['backend']:<12} {r['status']}")
             continue
         vs = f"{r['speedup_vs_cuml']:.2f}x" if "speedup_vs_cuml" in r else "n/a"
+        differ = r.get("differ_from_sklearn", "n/a")
         print(f"{r['backend']:<12} {r['accuracy']:>8.4f} {r['cold']['fit']:>8.3f}s "
               f"{r['cold']['predict']:>8.3f}s {r['warm']['fit']:>8.3f}s "
-              f"{r['warm']['predict']:>8.3f}s {vs:>8}" + (f"  ({r['note']})" if r.get("note") else ""))
+              f"{r['warm']['predict']:>8.3f}s {vs:>8} {differ:>9}"
+              + (f"  ({r['note']})" if r.get("note") else ""))
+    if any("differ_from_sklearn" in r for r in result["backends"]):
+        print("!=sklearn: test predictions that differ from the scikit-learn row's")
 
 
 def cmd_task(args: argparse.Namespace) -> int:

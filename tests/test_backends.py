@@ -95,6 +95,9 @@ def test_compare_job_rows(digits, monkeypatch):
     assert "needs GPU" in rows["cupy"]["status"] and "needs GPU" in rows["cuml"]["status"]
     assert "speedup_vs_cuml" not in rows["numba"]
     assert rows["numba"]["warm"]["predict"] > 0
+    # exact KNN: our predictions are scikit-learn's brute force, test row for test row
+    assert rows["numba"]["differ_from_sklearn"] == 0 == rows["sklearn"]["differ_from_sklearn"]
+    assert all("predictions" not in r for r in result["backends"])
 
     def broken(run):
         raise RuntimeError("backend exploded\nsecond line")
@@ -114,7 +117,11 @@ def test_cli_backend_all_table(tmp_path, capsys):
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "backend      accuracy" in text and "cuml         cuml needs GPU workers" in text
+    assert "!=sklearn: test predictions that differ" in text
     rows = json.loads(out.read_text())["backends"]
+    n_test = json.loads(out.read_text())["n_test"]
+    assert all(0 <= r["differ_from_sklearn"] <= n_test for r in rows if r["status"] == "ok")
+    assert next(r for r in rows if r["backend"] == "sklearn")["differ_from_sklearn"] == 0
     assert [r["backend"] for r in rows] == ["numba", "cupy", "cuda-c", "cuml", "cuml-single",
                                             "sklearn", "torch", "torch-script"]
     assert "cuda-c needs GPU workers" in text

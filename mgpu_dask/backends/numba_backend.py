@@ -14,7 +14,8 @@ from . import BackendRun, pixel_scale
 
 
 def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:
-    """One cold and ``repeats`` warm (fit, predict) timings with the accuracy of each."""
+    """One cold and ``repeats`` warm (fit, predict) timings with the accuracy of each, and
+    the last repetition's host predictions (``predictions``: compared, never written)."""
     rows = []
     for _ in range(1 + max(1, int(run.options.get("repeats", 1)))):
         started = time.perf_counter()
@@ -24,7 +25,7 @@ def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:
         done = time.perf_counter()
         rows.append({"fit": fitted - started, "predict": done - fitted,
                      "accuracy": float((pred == run.parts.y_test).mean())})
-    return {"cold": rows[0], "warm": rows[1:]}
+    return {"cold": rows[0], "warm": rows[1:], "predictions": np.asarray(pred)}
 
 
 def knn(run: BackendRun, cls: Any = KNeighborsClassifier) -> dict[str, Any]:

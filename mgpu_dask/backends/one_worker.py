@@ -24,7 +24,8 @@ def repeat_here(fit: Callable[[], Any], predict: Callable[[Any], np.ndarray],
     """One cold and ``repeats`` warm (fit, predict) timings on this process's device.
 
     ``predict`` returns host predictions (so its time includes the copy home);
-    ``sync`` waits for the device after the fit.
+    ``sync`` waits for the device after the fit.  ``predictions`` holds the last
+    repetition's, in the form ``predict`` returns them (class indices for the scripts).
     """
     rows = []
     for _ in range(1 + repeats):
@@ -36,7 +37,7 @@ def repeat_here(fit: Callable[[], Any], predict: Callable[[Any], np.ndarray],
         done = time.perf_counter()
         rows.append({"fit": fitted - started, "predict": done - fitted,
                      "accuracy": float((pred == truth).mean())})
-    return {"cold": rows[0], "warm": rows[1:]}
+    return {"cold": rows[0], "warm": rows[1:], "predictions": pred}
 
 
 def run_on_one_worker(run: BackendRun, on_worker: Callable[..., dict[str, Any]], task: str,

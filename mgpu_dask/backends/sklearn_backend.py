@@ -39,7 +39,8 @@ def _run(make: Any, run: BackendRun, X_train: np.ndarray, X_test: np.ndarray) ->
         pred, predict_s = _timed(lambda: model.predict(X_test))
         rows.append({"fit": fit_s, "predict": predict_s,
                      "accuracy": float((pred == p.y_test).mean())})
-    return {"cold": rows[0], "warm": rows[1:], "note": converted_note(run)}
+    return {"cold": rows[0], "warm": rows[1:], "predictions": np.asarray(pred),
+            "note": converted_note(run)}
 
 
 def knn(run: BackendRun) -> dict[str, Any]:
