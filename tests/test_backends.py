@@ -357,3 +357,23 @@ def test_torch_tensor_shares_memory_and_copies_only_read_only_arrays():
     u = tensor(b)
     u[0] = 7
     assert b[0] == 0 and u.tolist() == [7, 1, 2, 3, 4, 5]
+
+
+def _torch_group_open() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_initialized()
+
+
+def test_torch_logreg_group_of_three_processes_is_closed_after_the_run(process_client, digits):
+    """Three worker processes: one Gloo group of three ranks takes the same L-BFGS steps
+    (the model predicts as well as ours); the group is gone from every worker afterwards."""
+    pytest.importorskip("torch")
+    from mgpu_dask.backends import BackendRun, torch_backend
+
+    run = BackendRun(digits, process_client, "cpu",
+                     {"C": 1.0, "max_iter": 100, "tol": 1e-4, "repeats": 1}, 120)
+    out = torch_backend.logreg(run)
+    assert out["note"] == "torch.distributed over 3 workers"
+    assert out["warm"][0]["accuracy"] > 0.93 and out["cold"]["accuracy"] > 0.93
+    assert set(process_client.run(_torch_group_open).values()) == {False}
