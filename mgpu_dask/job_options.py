@@ -57,7 +57,7 @@ def run_comparison(args: argparse.Namespace) -> dict:
     from .jobs import compare_job
     from .timing import stderr_echo
 
-    names = list(BACKENDS) if args.backend == "all" else [args.backend]
+    names = list(BACKENDS) if args.backend == "all" else args.backend.split(",")
     if args.command == "knn":
         options = {"k": args.k, "weights": args.weights, "repeats": args.repeats,
                    "dtype": args.dtype}

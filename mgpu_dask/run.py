@@ -236,6 +236,17 @@ def print_job(result: dict) -> None:
 BACKEND_CHOICES = (*BACKENDS, "all")
 
 
+def backend_option(text: str) -> str:
+    """``--backend``: one backend, ``all``, or several separated by commas (side by side)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BACKEND_CHOICES or (n == "all" and len(names) > 1)]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{(unknown or [text])[0]!r}: choose from {', '.join(BACKEND_CHOICES)}, or several "
+            "backends separated by commas")
+    return ",".join(dict.fromkeys(names))  # each once, in the order given
+
+
 def print_comparison(result: dict) -> None:
     print(f"{result['task']} on {result['dataset']}: train {result['n_train']}, test "
           f"{result['n_test']}; {result['workers']} {result['device']} workers")
@@ -434,11 +445,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "float data, whose ranking is re-ranked in float64 and certified by an "
                         "error bound (rows it cannot certify are recomputed): no precision "
                         "changes a neighbour. int8 needs 8-bit integer data")
-    p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
+    p.add_argument("--backend", type=backend_option, default="numba",
                    help="numba: our kernels; cupy, cuda-c (our algorithm as CUDA C kernels), "
-                        "cuml (multi-GPU), cuml-single (one GPU), sklearn, torch: the "
-                        "comparison backends; "
-                        "all: every usable backend on the same split, one table")
+                        "cuml (multi-GPU), cuml-single (one GPU), sklearn, torch (PyTorch on "
+                        "every worker's shards), torch-script (the PyTorch script on one "
+                        "GPU): the comparison backends; all: every usable backend on the same "
+                        "split, one table; several separated by commas (numba,cuda-c): those, "
+                        "side by side")
     p.add_argument("--dtype", choices=("uint8", "float32"), default="uint8",
                    help="the pixels on the GPUs: uint8 as loaded (1 byte each), or float32 "
                         "(the study's Float32 axis; same predictions, 4x the bytes); "
@@ -471,10 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "bf16, tensor cores where the rows are 8-bit levels such as pixels / "
                         "255 (compute capability 8.0+), coefficients and residuals in three "
                         "bf16 terms, the gradient summed in short row blocks")
-    p.add_argument("--backend", choices=BACKEND_CHOICES, default="numba",
+    p.add_argument("--backend", type=backend_option, default="numba",
                    help="numba: our kernels; cupy, cuda-c (our softmax as a CUDA C kernel), "
-                        "cuml (multi-GPU), cuml-single (one GPU), sklearn, torch: the "
-                        "comparison backends; all: every usable backend on the same split, one table")
+                        "cuml (multi-GPU), cuml-single (one GPU), sklearn, torch (PyTorch "
+                        "L-BFGS on every worker's shards, a torch.distributed group), "
+                        "torch-script (one GPU): the comparison backends; all: every usable "
+                        "backend on the same split, one table; several separated by commas: "
+                        "those, side by side")
     add_output_args(p, repeats=3)
     p.set_defaults(handler=cmd_task)
 

@@ -377,3 +377,23 @@ def test_torch_logreg_group_of_three_processes_is_closed_after_the_run(process_c
     assert out["note"] == "torch.distributed over 3 workers"
     assert out["warm"][0]["accuracy"] > 0.93 and out["cold"]["accuracy"] > 0.93
     assert set(process_client.run(_torch_group_open).values()) == {False}
+
+
+def test_backend_list_runs_those_side_by_side(tmp_path, capsys):
+    """``--backend sklearn,numba,sklearn``: those two rows, in the order given, once each."""
+    out = tmp_path / "two.json"
+    assert main(["knn", "--dataset", "digits", "--backend", "sklearn,numba,sklearn",
+                 "--workers", "2", "--device", "cpu", "--repeats", "1", "--quiet",
+                 "--dashboard-address", ":0", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["backends"]
+    assert [r["backend"] for r in rows] == ["sklearn", "numba"]
+    assert [r["differ_from_sklearn"] for r in rows] == [0, 0]
+
+
+@pytest.mark.parametrize("value", ["numba,jax", "all,numba", ","])
+def test_bad_backend_list_is_one_error(capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["knn", "--dataset", "digits", "--backend", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "argument --backend" in err[-1] and "choose from numba, cupy" in err[-1]
