@@ -20,7 +20,7 @@ from ..kernels._launch import array_module
 from ..kernels.knn_precision import eight_bit_of, eight_bit_stats
 from ..kernels.knn_products import TileProduct, prepare_queries
 from . import BackendRun, BackendSkipped, converted_note, numba_backend
-from .cupy_backend import ArrayKNN
+from .cupy_backend import ArrayKNN, replicated_knn
 
 
 def _cuda_c_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: Any,
@@ -61,18 +61,13 @@ class CudaCKNN(ArrayKNN):
 
 def knn(run: BackendRun) -> dict[str, Any]:
     X = run.parts.X_train
-    if not isinstance(X, np.ndarray):
-        raise BackendSkipped("the CUDA C KNN replicates the training set on every worker; "
-                             "rows generated on the workers stay where they are")
-    if run.options["k"] > cuda_c.MAX_K:
+    host = isinstance(X, np.ndarray)  # rows generated on the workers: replicated_knn declines
+    if host and run.options["k"] > cuda_c.MAX_K:
         raise BackendSkipped(f"the CUDA C kernels keep at most {cuda_c.MAX_K} neighbours per row")
     # 8-bit data: our precision (exact keys on tensor cores); other data: fp32 products and
     # the exact re-rank of k + REFINE_MARGIN candidates
-    eight_bit = eight_bit_of(X.dtype, *eight_bit_stats(X)).exact
-    precision = "auto" if eight_bit else "fp32"
-    out = numba_backend.knn(
-        run, cls=lambda k, weights: CudaCKNN(k, weights=weights, plan="replicate",
-                                             precision=precision))
+    eight_bit = host and eight_bit_of(X.dtype, *eight_bit_stats(X)).exact
+    out = replicated_knn(run, CudaCKNN, "the CUDA C KNN", "auto" if eight_bit else "fp32")
     return {**out, "note": None if eight_bit else converted_note(run)}
 
 

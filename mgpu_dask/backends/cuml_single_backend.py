@@ -69,7 +69,6 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
 
 def _run(task: str, run: BackendRun, X: np.ndarray, Xt: np.ndarray) -> dict[str, Any]:
     out = run_on_one_worker(run, _on_worker, task, X, Xt, "cuML's single-GPU estimator")
-    out["predictions"] = np.unique(run.parts.y_train)[out["predictions"]]  # indices to labels
     note = f"one GPU ({out.pop('where')}), timed inside the worker"
     if task == "knn":
         vote_note = ("cuML's KNeighborsClassifier" if run.options.get("weights") == "uniform"

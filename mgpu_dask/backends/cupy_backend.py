@@ -91,14 +91,21 @@ class ArrayKNN(KNeighborsClassifier):
     block_fn = staticmethod(_array_block)  # one query block against a worker's training copy
 
 
-def knn(run: BackendRun) -> dict[str, Any]:
+def replicated_knn(run: BackendRun, cls: type, framework: str,
+                   precision: str = "fp32") -> dict[str, Any]:
+    """``cls`` (an :class:`ArrayKNN`) timed like ours on the replicate plan: the host
+    training set prepared once per worker in ``precision``; ``framework`` names the row
+    in the reason it declines rows generated on the workers."""
     if not isinstance(run.parts.X_train, np.ndarray):
-        raise BackendSkipped("the plain CuPy KNN replicates the training set on every worker; "
+        raise BackendSkipped(f"{framework} replicates the training set on every worker; "
                              "rows generated on the workers stay where they are")
-    out = numba_backend.knn(
-        run, cls=lambda k, weights: ArrayKNN(k, weights=weights, plan="replicate",
-                                             precision="fp32"))
-    return {**out, "note": converted_note(run)}
+    return numba_backend.knn(
+        run, cls=lambda k, weights: cls(k, weights=weights, plan="replicate",
+                                        precision=precision))
+
+
+def knn(run: BackendRun) -> dict[str, Any]:
+    return {**replicated_knn(run, ArrayKNN, "the plain CuPy KNN"), "note": converted_note(run)}
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:

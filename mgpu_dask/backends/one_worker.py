@@ -43,19 +43,24 @@ def repeat_here(fit: Callable[[], Any], predict: Callable[[Any], np.ndarray],
 def run_on_one_worker(run: BackendRun, on_worker: Callable[..., dict[str, Any]], task: str,
                       X: np.ndarray, Xt: np.ndarray, framework: str) -> dict[str, Any]:
     """``on_worker(task, X, y, Xt, y_test, options, repeats)`` on the cluster's first worker
-    (here without a cluster), the rows sent there first."""
+    (here without a cluster), the rows sent there first.  Its ``predictions``, class
+    indices (the scripts' form), come back as labels."""
     p = run.parts
     if not isinstance(p.X_train, np.ndarray):
         raise BackendSkipped(f"{framework} takes host rows; rows generated on the workers "
                              "stay where they are")
     repeats = max(1, int(run.options.get("repeats", 1)))
     if run.client is None:
-        return on_worker(task, X, p.y_train, Xt, p.y_test, run.options, repeats)
-    worker = sorted(scheduler_workers(run.client))[0]
-    data = run.client.scatter([X, Xt], workers=[worker])
-    future = run.client.submit(on_worker, task, data[0], p.y_train, data[1], p.y_test,
-                               run.options, repeats, workers=[worker], pure=False)
-    return future.result(timeout=run.timeout)
+        out = on_worker(task, X, p.y_train, Xt, p.y_test, run.options, repeats)
+    else:
+        worker = sorted(scheduler_workers(run.client))[0]
+        data = run.client.scatter([X, Xt], workers=[worker])
+        future = run.client.submit(on_worker, task, data[0], p.y_train, data[1], p.y_test,
+                                   run.options, repeats, workers=[worker], pure=False)
+        out = future.result(timeout=run.timeout)
+    if "predictions" in out:
+        out["predictions"] = np.unique(p.y_train)[out["predictions"]]
+    return out
 
 
 def rows_for(task: str, run: BackendRun) -> tuple[Any, Any]:

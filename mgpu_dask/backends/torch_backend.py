@@ -25,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
+from distributed.comm import get_address_host
 
 from .. import placement
 from ..data import shard
@@ -32,7 +33,7 @@ from ..data.shard import as_worker_rows
 from ..inputs import to_host
 from ..kernels._launch import array_module
 from . import BackendRun, BackendSkipped, converted_note, numba_backend, pixel_scale
-from .cupy_backend import ArrayKNN
+from .cupy_backend import ArrayKNN, replicated_knn
 from .torch_ops import knn_predict, lbfgs_fit, predict_block, tensor
 
 _GROUP: dict[str, Any] = {"token": None}  # this worker process's torch.distributed group
@@ -67,13 +68,7 @@ class TorchKNN(ArrayKNN):
 
 
 def knn(run: BackendRun) -> dict[str, Any]:
-    if not isinstance(run.parts.X_train, np.ndarray):
-        raise BackendSkipped("the PyTorch KNN replicates the training set on every worker; "
-                             "rows generated on the workers stay where they are")
-    out = numba_backend.knn(
-        run, cls=lambda k, weights: TorchKNN(k, weights=weights, plan="replicate",
-                                             precision="fp32"))
-    return {**out, "note": converted_note(run)}
+    return {**replicated_knn(run, TorchKNN, "the PyTorch KNN"), "note": converted_note(run)}
 
 
 # -- logistic regression --------------------------------------------------------------------
@@ -158,7 +153,7 @@ def logreg(run: BackendRun) -> dict[str, Any]:
             by_worker.setdefault(worker, []).append(i)
     ranks = sorted(by_worker)
     world, token = len(ranks), uuid.uuid4().hex
-    host = ranks[0].split("://")[-1].rsplit(":", 1)[0].strip("[]")
+    host = get_address_host(ranks[0])
     address = ""
     if world > 1:
         port = client.submit(_free_port, host, workers=[ranks[0]], pure=False).result(

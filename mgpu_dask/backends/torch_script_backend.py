@@ -67,7 +67,6 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
 
 def _run(task: str, run: BackendRun, X: np.ndarray, Xt: np.ndarray) -> dict[str, Any]:
     out = run_on_one_worker(run, _on_worker, task, X, Xt, "the PyTorch script")
-    out["predictions"] = np.unique(run.parts.y_train)[out["predictions"]]  # indices to labels
     where = out.pop("where")
     note = (f"one GPU ({where}), timed inside the worker" if where != "CPU"
             else "the CPU of one worker, timed inside it")
