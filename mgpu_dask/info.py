@@ -26,16 +26,20 @@ def versions() -> dict[str, str]:
 
 
 def backends() -> dict[str, bool]:
-    """Which compute backends can be used here (found, not imported: no CUDA context)."""
+    """Which compute backends can be used here (found, not imported: no CUDA context): our
+    kernels on CPU and GPU, dask-cuda, and every ``--backend`` comparison backend, by the
+    same rule ``--backend all`` uses (``backends.unavailable``)."""
+    from .backends import BACKENDS, unavailable
+
     gpus = bool(visible_gpus())
-    return {
+    found = {
         "numba-cpu": is_installed("numba"),
         "numba-cuda": gpus and is_installed("numba") and is_installed("cupy"),
-        "cupy": gpus and is_installed("cupy"),
-        "cuml": gpus and is_installed("cuml"),
-        "sklearn": is_installed("sklearn"),
         "dask-cuda": gpus and is_installed("dask_cuda"),
     }
+    found.update({name: unavailable(name, "gpu" if gpus else "cpu") is None
+                  for name in BACKENDS if name != "numba"})
+    return found
 
 
 def describe(workers: int | None = None, scheduler_address: str | None = None,

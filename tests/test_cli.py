@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -24,6 +25,11 @@ def test_info(capsys):
     assert main(["info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["versions"]["dask"] and "numba-cpu" in info["backends"]
+    from mgpu_dask.backends import BACKENDS
+
+    assert set(BACKENDS) - {"numba"} <= set(info["backends"])  # every --backend row, by name
+    assert info["backends"]["torch"] == info["backends"]["torch-script"] == (
+        importlib.util.find_spec("torch") is not None)
 
 
 def test_data_summary(capsys):
