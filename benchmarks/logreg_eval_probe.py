@@ -4,9 +4,10 @@ Rows of MNIST's shape as 8-bit levels (random pixels / 255: 52,500, 210,000
 and 4,068,750 x 784, 10 classes) on GPU 0; median of 50 evaluations timed
 with CUDA events, each operation of the evaluation timed alone the same way,
 and every method's gradient compared with float64's (error relative to its
-largest entry); ``bf16:ROWS`` sums the bf16 gradient over blocks of ROWS rows.
+largest entry); ``bf16:ROWS`` sums the bf16 gradient over blocks of ROWS rows,
+``int8:ROWS`` takes int8 products over blocks of ROWS rows.
 
-    python benchmarks/logreg_eval_probe.py --json FILE [--methods cublas,bf16,bf16:4096,fused]
+    python benchmarks/logreg_eval_probe.py --json FILE [--methods cublas,bf16,int8:4096,fused]
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main() -> None:
 
     from mgpu_dask.kernels import logreg as L
 
-    default_rows = L.GRADIENT_ROWS
+    default_rows = L.GRADIENT_ROWS, L.INT8_GRADIENT_ROWS
     rng = np.random.default_rng(0)
     out = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "command": "python " + " ".join(sys.argv), "rows": []}
@@ -54,15 +55,16 @@ def main() -> None:
         row = {"rows": n}
         results = {}
         for method in args.methods.split(","):
-            if ":" in method:  # bf16:ROWS, the rows per block of the gradient's sums
-                L.GRADIENT_ROWS = int(method.split(":")[1])
+            if ":" in method:  # bf16:ROWS or int8:ROWS, the rows per block of the gradient
+                setattr(L, "INT8_GRADIENT_ROWS" if method.startswith("int8") else
+                        "GRADIENT_ROWS", int(method.split(":")[1]))
             o = L.ShardObjective(X, y, 10, method.split(":")[0])
             results[method] = o(W, b)
             row[f"{method}_ms"] = _median_ms(o.stream, lambda: o.launch(W, b))
             with o.device:
                 row[f"{method}_ops_ms"] = [round(_median_ms(o.stream, op), 4) for op in o._ops]
             o = None  # its buffers go before the next method's
-        L.GRADIENT_ROWS = default_rows
+        L.GRADIENT_ROWS, L.INT8_GRADIENT_ROWS = default_rows
         X64 = X.astype(np.float64)  # the float64 gradient: what each method is off by
         z = X64 @ cupy.asarray(W) + cupy.asarray(b)
         p = cupy.exp(z - z.max(axis=1, keepdims=True))

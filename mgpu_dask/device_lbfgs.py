@@ -71,8 +71,9 @@ class DeviceBackend:
         ``1 / (C n)``: the L2 weight on the coefficients.
     memory : int
         Curvature pairs kept (at most ``kernels.lbfgs_cuda.MAX_MEMORY``).
-    method : {"cublas", "bf16", "auto", "fused"}
-        How each shard is evaluated (see ``kernels.logreg.ShardObjective``).
+    method : str
+        How each shard is evaluated: a ``kernels.logreg.ShardObjective`` method
+        (``"cublas"``, ``"int8"``, ``"auto"``, ...).
     run_ahead : int or None
         Iterations queued per look at the scalars; None: from the device time
         of the first evaluation (``AHEAD_SECONDS`` of work, 1 to ``MAX_AHEAD``).

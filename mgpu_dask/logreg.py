@@ -41,8 +41,9 @@ from .lbfgs import minimize_lbfgs
 
 COMMS = ("auto", "single-host", "actors")
 OPTIMIZERS = ("auto", "device", "host")
-PRECISIONS = ("fp32", "bf16")
-_METHOD = {"fp32": "cublas", "bf16": "auto"}  # ShardObjective's name for each precision
+PRECISIONS = ("auto", "fp32", "int8", "bf16")
+# ShardObjective's name for each precision
+_METHOD = {"auto": "auto", "fp32": "cublas", "int8": "int8-or-cublas", "bf16": "bf16-or-cublas"}
 
 
 class _Problem(NamedTuple):
@@ -311,16 +312,21 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         on the host, one gradient download per evaluation; ``"auto"``: the
         device where it can, else the host.
 
-    precision : {"fp32", "bf16"}, default "fp32"
+    precision : {"auto", "fp32", "int8", "bf16"}, default "fp32"
         The products of each evaluation on a GPU.  ``"fp32"``: float32 cuBLAS
-        products.  ``"bf16"``: bf16 tensor cores where the rows are 8-bit
-        levels (integer multiples of ``max|X| / 255``, such as pixels / 255)
-        and the GPU has them (compute capability 8.0 or newer), half the bytes
-        of X read per product; the coefficients and residuals go in as three
-        bf16 terms each, and ``X^T R`` is summed in blocks of
+        products.  ``"int8"``: int8 tensor cores where the rows are 8-bit
+        levels in [0, 255] times one step (integer multiples of
+        ``max|X| / 255``, such as pixels / 255) and the GPU has them (compute
+        capability 7.5 or newer): X is read at one byte per value, the
+        coefficients and residuals go in as four int8 terms each, and the
+        int32 sums are exact, so the loss and gradient are closer to float64's
+        than float32 products get.  ``"bf16"``: bf16 tensor cores for such
+        rows (compute capability 8.0 or newer), half the bytes of float32, three
+        bf16 terms, ``X^T R`` summed in blocks of
         ``kernels.logreg.GRADIENT_ROWS`` rows (tensor cores do not round their
-        float32 sums to nearest; ``benchmarks/NOTES-logreg.md``, sixth round);
-        float32 products elsewhere.  The CPU path is float32 either way.
+        float32 sums to nearest; ``benchmarks/NOTES-logreg.md``, sixth round).
+        ``"auto"``: int8 where it applies.  Float32 products wherever the
+        chosen one does not apply; the CPU path is float32 always.
         ``fit_profile_["evaluation"]`` says which ran.
 
     Attributes

@@ -183,7 +183,9 @@ def test_cupy_backend_matches_numba_on_gpu():
 @pytest.mark.parametrize("n, d, k, method", [(3001, 150, 20, "cublas"), (60000, 784, 10, "cublas"),
                                              (60000, 784, 10, "fused"), (3001, 150, 12, "fused"),
                                              (5, 1000, 3, "fused"), (60000, 784, 10, "bf16"),
-                                             (3001, 150, 20, "bf16"), (5, 1000, 3, "bf16")])
+                                             (3001, 150, 20, "bf16"), (5, 1000, 3, "bf16"),
+                                             (60000, 784, 10, "int8"), (3001, 150, 20, "int8"),
+                                             (5, 1000, 3, "int8"), (40000, 31, 7, "int8")])
 def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k, method):
     """Every evaluation queued on every GPU, then collected, against float64 NumPy.
 
@@ -196,7 +198,7 @@ def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k, metho
 
     rng = np.random.default_rng()
     X = rng.random((n, d)).astype(np.float32)
-    if method == "bf16":  # 8-bit levels: pixels / 255
+    if method in ("bf16", "int8"):  # 8-bit levels: pixels / 255
         X = rng.integers(0, 256, (n, d)).astype(np.float32) * np.float32(1 / 255)
     y = rng.integers(0, k, n).astype(np.int32)
     objectives = []
@@ -218,26 +220,29 @@ def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k, metho
             np.testing.assert_allclose(got[2], gb, rtol=1e-3, atol=1e-3 * np.abs(gb).max())
 
 
-def test_shard_objective_auto_takes_bf16_for_levels_only():
-    """``auto``: bf16 tensor cores for pixels / 255 (same loss and gradient as float32
-    cuBLAS to float32's accuracy: the short row blocks of the gradient), float32 for other
-    rows; 'bf16' refuses other rows."""
+@pytest.mark.parametrize("method, wanted", [("auto", "int8"), ("int8-or-cublas", "int8"),
+                                            ("bf16-or-cublas", "bf16")])
+def test_shard_objective_takes_tensor_cores_for_levels_only(method, wanted):
+    """``auto`` (int8) and the ``-or-cublas`` methods: tensor cores for pixels / 255 (same
+    loss and gradient as float32 cuBLAS to float32's accuracy), float32 for other rows;
+    'int8' and 'bf16' refuse other rows."""
     from mgpu_dask.kernels import logreg as L
 
     rng = np.random.default_rng()
-    levels = rng.integers(0, 256, (20000, 784)).astype(np.float32) * np.float32(1 / 255)
-    y = cupy.asarray(rng.integers(0, 10, 20000).astype(np.int32))
-    auto = L.ShardObjective(cupy.asarray(levels), y, 10, "auto")
+    n = 3 * L.INT8_GRADIENT_ROWS + 5  # several int8 row blocks, the last one short
+    levels = rng.integers(0, 256, (n, 784)).astype(np.float32) * np.float32(1 / 255)
+    y = cupy.asarray(rng.integers(0, 10, n).astype(np.int32))
+    auto = L.ShardObjective(cupy.asarray(levels), y, 10, method)
     fp32 = L.ShardObjective(cupy.asarray(levels), y, 10, "cublas")
-    assert auto.method == "bf16"
+    assert auto.method == wanted
     W, b = rng.standard_normal((784, 10)) * 0.05, rng.standard_normal(10)
     got, want = auto(W, b), fp32(W, b)
     assert abs(got[0] - want[0]) / want[0] < 1e-6
     np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-5 * np.abs(want[1]).max())
     other = cupy.asarray(levels + np.float32(1e-3))
-    assert L.ShardObjective(other, y, 10, "auto").method == "cublas"
+    assert L.ShardObjective(other, y, 10, method).method == "cublas"
     with pytest.raises(ValueError, match="8-bit levels"):
-        L.ShardObjective(other, y, 10, "bf16")
+        L.ShardObjective(other, y, 10, wanted)
 
 
 def test_shard_objective_on_every_gpu_matches_cpu():

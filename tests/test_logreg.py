@@ -471,13 +471,49 @@ def test_bf16_split_evaluation_is_as_exact_as_float32(n, d, k, monkeypatch):
     assert L.bf16_loss_grad(X * np.float32(200 / 255) + np.float32(0.3), y, W, b) is None
 
 
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+@pytest.mark.parametrize("n, d, k", [(150, 40, 3), (37, 17, 10)])
+def test_int8_split_evaluation_is_more_exact_than_float32(n, d, k, monkeypatch):
+    """Levels shifted to int8, four-term int8 coefficient and residual splits, exact int32
+    products per row block (int64 NumPy products standing in for cuBLAS), blocks and terms
+    added: float64's loss and gradient to well below float32's rounding; rows that are not
+    8-bit levels in [0, 255] times one step are refused."""
+    monkeypatch.setattr(L, "INT8_GRADIENT_ROWS", 32)  # several row blocks, the last one short
+    rng = np.random.default_rng()
+    levels = rng.integers(0, 256, (n, d))
+    levels[0, 0] = 255
+    X = levels.astype(np.float32) * np.float32(1 / 255)
+    y = rng.integers(0, k, n).astype(np.int32)
+    W, b = rng.standard_normal((d, k)) * 0.3, rng.standard_normal(k) * 0.1
+    W[:, 0] *= 1e-4  # a column of small coefficients: scaled per column
+    loss, gW, gb = L.int8_loss_grad(X, y, W, b)
+    # The evaluation takes float32 coefficients (as every GPU path) and the levels exactly.
+    W, b = W.astype(np.float32).astype(np.float64), b.astype(np.float32).astype(np.float64)
+    X64 = levels / 255.0
+    z = X64 @ W + b
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    want_loss = -np.log(p[np.arange(n), y]).sum()
+    p[np.arange(n), y] -= 1.0
+    want = X64.T @ p
+    assert abs(loss - want_loss) <= 1e-9 * want_loss
+    # float32 keeps 2**-24 of each value: the gradient here is closer than that.
+    np.testing.assert_allclose(gW, want, rtol=2.0 ** -22, atol=1e-7 * np.abs(want).max())
+    np.testing.assert_allclose(gb, p.sum(axis=0), rtol=0, atol=1e-9 * n)
+    off = X.copy()
+    off[1, 1] = 0.5001  # between two levels
+    assert L.int8_loss_grad(off, y, W, b) is None
+    assert L.int8_loss_grad(X * np.float32(300), y, W, b) is not None  # any step
+    assert L.int8_loss_grad(X - np.float32(0.5), y, W, b) is None  # levels below 0
+
+
 def test_precision_is_checked_and_cloned():
     from sklearn.base import clone
 
     clf = LogisticRegression(precision="bf16")
     assert clone(clf).get_params()["precision"] == "bf16"
-    with pytest.raises(DataError, match="precision='int8' is not one of fp32, bf16"):
-        LogisticRegression(precision="int8").fit(np.eye(4), [0, 1, 0, 1])
+    with pytest.raises(DataError, match="precision='int4' is not one of auto, fp32, int8, bf16"):
+        LogisticRegression(precision="int4").fit(np.eye(4), [0, 1, 0, 1])
     # The CPU path is float32 whatever the precision: the same fit.
     X, y = digits_xy()
     a = LogisticRegression(max_iter=30).fit(X / 16.0, y)

@@ -306,6 +306,44 @@ def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False,
     return gemm
 
 
+def bound_int8_gemm(out: Any, A: Any, B: Any, K: int, stream: Any, *, batches: int = 1) -> Any:
+    """A no-argument callable: ``out[b] = B[:, bK:(b+1)K] @ A[:, bK:(b+1)K].T`` for each of
+    ``batches`` blocks of ``K`` columns, on int8 tensor cores with exact int32 sums.
+
+    ``A`` (m x L) and ``B`` (n x L) are C-contiguous int8 CuPy matrices whose
+    rows run along the summed dimension (the "TN" layout int8 tensor cores
+    take), ``out`` an int32 array of ``batches`` x n x m values; L, m and n
+    multiples of 16.  One ``cublasGemmStridedBatchedEx`` through ctypes on
+    ``stream``.  Call it with the arrays' device current.
+    """
+    import cupy
+
+    m, n, ld = int(A.shape[0]), int(B.shape[0]), int(A.shape[1])
+    if B.shape[1] != ld or batches * K > ld or out.size < batches * n * m:
+        raise ValueError(f"int8 product shapes do not fit: A {A.shape}, B {B.shape}, "
+                         f"{batches} blocks of {K}, out {out.shape}")
+    lib = cublas_library()
+    handle = cupy.cuda.device.get_cublas_handle()
+    scalars = np.array([1, 0], dtype=np.int32)
+    one, zero = scalars.ctypes.data, scalars.ctypes.data + 4
+    a_ptr, b_ptr, out_ptr = A.data.ptr, B.data.ptr, out.data.ptr
+
+    def gemm_ex() -> None:
+        # Row-major out (n x m) is column-major m x n: op(A) = A^T (A column-major L x m),
+        # B column-major L x n; block b starts b K values along L.
+        status = (lib.cublasSetStream_v2(handle, stream.ptr)
+                  or lib.cublasSetPointerMode_v2(handle, 0)
+                  or lib.cublasGemmStridedBatchedEx(
+                      handle, 1, 0, m, n, K, one, a_ptr, CUDA_R_8I, ld, K, b_ptr, CUDA_R_8I,
+                      ld, K, zero, out_ptr, CUDA_R_32I, m, n * m, batches,
+                      CUBLAS_COMPUTE["int8"], -1))
+        if status:
+            raise RuntimeError(f"cuBLAS returned status {status} for an int8 "
+                               f"{n}x{m}x{K} product ({batches} blocks)")
+    gemm_ex.keep = (scalars, A, B, out)  # type: ignore[attr-defined]
+    return gemm_ex
+
+
 def bound_row_sum(out: Any, P: Any, ones: Any, stream: Any) -> Any:
     """A no-argument callable: ``out = P.sum(axis=0)`` for a C-contiguous float32 CuPy
     matrix ``P`` (B x N), as one cuBLAS SGEMV with ``ones`` (B float32 ones) on

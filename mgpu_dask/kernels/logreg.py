@@ -20,6 +20,7 @@ import numpy as np
 from ._launch import (
     array_module,
     bound_gemm,
+    bound_int8_gemm,
     bound_launch,
     bound_row_sum,
     launch,
@@ -58,7 +59,7 @@ def softmax_xent_sums(logits: Any, labels: Any, bias: Any) -> tuple[Any, np.ndar
     return resid, acc[:k], float(acc[k])
 
 
-METHODS = ("auto", "bf16", "cublas", "fused")
+METHODS = ("auto", "int8", "bf16", "cublas", "fused", "int8-or-cublas", "bf16-or-cublas")
 GRADIENT_ROWS = 1024
 """bf16 method: ``levels^T R`` is one tensor-core product per block of this
 many rows, and the blocks' products are added by an SGEMV.  Tensor cores
@@ -69,6 +70,12 @@ cuBLAS is off by 3e-6).  Blocks of 1,024 rows were 6e-7 to 8e-7 off from
 52,500 to 4 million rows (256: 8e-7 to 9e-7, 4,096: up to 3e-6; cuBLAS
 4e-7 to 3e-6) and the fastest of the three (``benchmarks/results/
 logreg-1xH200-bf16/call4``)."""
+
+
+INT8_GRADIENT_ROWS = 16384
+"""int8 method: ``v^T R`` is one int8 tensor-core product per block of this many
+rows (int32 sums are exact up to ``logreg_cuda.I8_MAX_K`` rows; the blocks are
+added in int64, so the block size is about speed only)."""
 
 
 def fused_fits(d: int, k: int) -> bool:
@@ -152,6 +159,53 @@ def bf16_loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
     return float(sums[k]), grad.reshape(d, k), sums[:k]
 
 
+def int8_loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
+                   intercept: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """The int8 evaluation once, NumPy int64 products standing in for cuBLAS's int8 ones
+    (both exact) and our kernels in the CUDA simulator: for tests of the kernels' logic.
+
+    Returns ``(loss, grad_coef (d x k), grad_intercept (k,))`` as unscaled
+    sums, or None where X is not 8-bit levels in [0, 255] times one step.
+    """
+    from . import logreg_cuda as C
+
+    n, d = X.shape
+    k = len(intercept)
+    step = np.array([level_step(X)])
+    v = np.zeros((n, d), dtype=np.int8)
+    bad = np.zeros(1, dtype=np.int32)
+    launch(C.to_int8_levels, 2, 32, np.ascontiguousarray(X, dtype=np.float32), 1.0 / step, v,
+           bad)
+    if bad[0]:
+        return None
+    vt = np.zeros((d, n), dtype=np.int8)
+    launch(C.transpose_i8, (-(-n // C.TILE), -(-d // C.TILE)), (C.TILE, C.TILE_ROWS), v, vt)
+    width = _int8_width(k)
+    params = np.concatenate([np.asarray(coef, dtype=np.float32).ravel(),
+                             np.asarray(intercept, dtype=np.float32)])
+    w8 = np.zeros((width, d), dtype=np.int8)
+    colinfo = np.zeros(2 * k, dtype=np.float64)
+    launch(C.split_coef_i8, k, C.THREADS, params, step, w8, colinfo)
+    logits = (v.astype(np.int64) @ w8.T.astype(np.int64)).astype(np.int32)
+    resid8 = np.zeros((width, n), dtype=np.int8)
+    sums = np.zeros(k + 1, dtype=np.float64)
+    launch(C.softmax_xent_i8, thread_grid(n, C.THREADS)[0], C.THREADS, logits,
+           np.asarray(labels, dtype=np.int32), colinfo, resid8, sums)
+    rows = INT8_GRADIENT_ROWS
+    g32 = np.stack([(vt[:, r:r + rows].astype(np.int64) @ resid8[:, r:r + rows].T.astype(np.int64))
+                    .astype(np.int32) for r in range(0, n, rows)])
+    grad = np.empty(d * k, dtype=np.float32)
+    launch(C.combine_i8, -(-d * k // 32), 32, g32, step, sums, grad)
+    return float(sums[k]), grad.reshape(d, k), sums[:k]
+
+
+def _int8_width(k: int) -> int:
+    """Columns of the int8 terms: I8_TERMS per class, padded to a multiple of 16."""
+    from . import logreg_cuda as C
+
+    return -(-C.I8_TERMS * k // 16) * 16
+
+
 def _bf16_values(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
 
@@ -168,17 +222,24 @@ class ShardObjective:
     X : array of shape (n, d), float32 (CuPy or NumPy)
     labels : array of shape (n,), int32 class indices
     n_classes : int
-    method : {"cublas", "bf16", "auto", "fused"}, default "cublas"
+    method : {"cublas", "int8", "bf16", "auto", "fused", "int8-or-cublas", "bf16-or-cublas"}, \
+default "cublas"
         On a GPU: ``"cublas"``, two float32 cuBLAS products around our softmax
-        kernel; ``"bf16"``, the products on bf16 tensor cores for rows of 8-bit
-        levels (``logreg_cuda``: levels exact, coefficients and residuals in
-        TERMS bf16 terms, ``X^T R`` per block of GRADIENT_ROWS rows, the
-        blocks added by an SGEMV), a ValueError for other rows or a GPU of
-        compute capability below 8.0; ``"auto"``, bf16 where it applies, else
-        cublas (``method`` then says which); ``"fused"``, our two passes over
-        X, exact but not fast (0.58 ms per MNIST-sized evaluation on an H200
-        against cuBLAS's 0.24 ms; ``benchmarks/NOTES-logreg.md``).  The CPU
-        path is float32 products whatever the method.
+        kernel; ``"int8"``, the products on int8 tensor cores for rows of 8-bit
+        levels in [0, 255] times one step, such as pixels / 255 (``logreg_cuda``:
+        the levels shifted to int8, coefficients and residuals in I8_TERMS int8
+        terms, exact int32 sums combined in float64: X read at one byte per
+        value, more exact than float32 products), a ValueError for other rows
+        or a GPU of compute capability below 7.5; ``"bf16"``, the products on
+        bf16 tensor cores for rows of 8-bit levels (levels exact, coefficients
+        and residuals in TERMS bf16 terms, ``X^T R`` per block of
+        GRADIENT_ROWS rows, the blocks added by an SGEMV), a ValueError for
+        other rows or a GPU below 8.0; ``"A-or-cublas"``, A where it applies,
+        else cublas (``method`` then says which); ``"auto"`` is
+        ``"int8-or-cublas"``; ``"fused"``, our two passes over X, exact but not
+        fast (0.58 ms per MNIST-sized evaluation on an H200 against cuBLAS's
+        0.24 ms; ``benchmarks/NOTES-logreg.md``).  The CPU path is float32
+        products whatever the method.
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int, method: str = "cublas") -> None:
@@ -221,14 +282,21 @@ class ShardObjective:
             self.out = out
             self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
             self.sums = out[self._sums_at:].view(np.float64)
-            if self.method in ("auto", "bf16"):
-                found = self._levels(n, d)
-                if found is None and self.method == "bf16":
-                    raise ValueError("method='bf16' needs rows of 8-bit levels (integer "
-                                     "multiples of max|X| / 255, such as pixels / 255) on a "
-                                     "GPU of compute capability 8.0 or newer; use 'auto'")
-                self.method = "cublas" if found is None else "bf16"
-            if self.method == "bf16":
+            wanted, _, fallback = ("int8-or-cublas" if self.method == "auto"
+                                   else self.method).partition("-or-")
+            if wanted in ("int8", "bf16"):
+                found = self._int8_levels(n, d) if wanted == "int8" else self._levels(n, d)
+                if found is None and not fallback:
+                    need = "in [0, 255] " if wanted == "int8" else ""
+                    cc = "7.5" if wanted == "int8" else "8.0"
+                    raise ValueError(f"method={wanted!r} needs rows of 8-bit levels {need}"
+                                     "(integer multiples of max|X| / 255, such as pixels / "
+                                     f"255) on a GPU of compute capability {cc} or newer; use "
+                                     f"'{wanted}-or-cublas'")
+                self.method = wanted if found is not None else fallback
+            if self.method == "int8":
+                self._ops = self._int8_ops(n, d, *found)
+            elif self.method == "bf16":
                 self._ops = self._bf16_ops(n, d, *found)
             elif self.method == "fused":
                 self.resid = cupy.empty((n, k), dtype=np.float32)
@@ -268,6 +336,69 @@ class ShardObjective:
             if int(bad.get()[0]):
                 return None
         return levels, step
+
+    def _int8_levels(self, n: int, d: int) -> tuple[Any, Any, float] | None:
+        """X as int8 (``X = step * (v + 128)``) twice, ``v`` (n_pad x d_pad) and its
+        transpose ``vt``, and the step; None where X is not 8-bit levels in [0, 255], d
+        is too long for exact int32 sums, or the GPU has no int8 tensor cores (compute
+        capability < 7.5).  Rows are padded with zeros to whole blocks of
+        INT8_GRADIENT_ROWS (or of 16 when there is one block), features to 16."""
+        import cupy
+
+        from . import logreg_cuda as C
+
+        if (n == 0 or d > C.I8_MAX_K or int(self.device.compute_capability) < 75
+                or INT8_GRADIENT_ROWS > C.I8_MAX_K):
+            return None
+        with self.stream:
+            if float(self.X.min()) < 0.0:
+                return None
+            step = level_step(self.X)
+            block = INT8_GRADIENT_ROWS if n > INT8_GRADIENT_ROWS else -(-n // 16) * 16
+            rows, cols = -(-n // block) * block, -(-d // 16) * 16
+            v = cupy.zeros((rows, cols), dtype=np.int8)
+            bad = cupy.zeros(1, dtype=np.int32)
+            sms = self.device.attributes["MultiProcessorCount"]
+            launch(C.to_int8_levels, min(-(-n * d // 256), 32 * sms), 256, self.X,
+                   cupy.asarray([1.0 / step]), v[:n, :d], bad)
+            if int(bad.get()[0]):
+                return None
+            vt = cupy.empty((cols, rows), dtype=np.int8)
+            launch(C.transpose_i8, (-(-rows // C.TILE), -(-cols // C.TILE)),
+                   (C.TILE, C.TILE_ROWS), v, vt)
+        return v, vt, step
+
+    def _int8_ops(self, n: int, d: int, v: Any, vt: Any, step: float) -> list:
+        """Split coefficients, ``v @ w8^T`` (int8 tensor cores), softmax with the residual
+        split, ``vt @ resid8^T`` per block of rows, the blocks and terms added (int64,
+        float64) and scaled: see ``logreg_cuda``."""
+        import cupy
+
+        from . import logreg_cuda as C
+
+        k = self.k
+        rows, cols = v.shape
+        width = _int8_width(k)
+        block = min(rows, INT8_GRADIENT_ROWS)
+        blocks = rows // block
+        self.levels, self.levels_t, self.step = v, vt, float(step)
+        self._step = cupy.asarray([step], dtype=np.float64)
+        self.w8 = cupy.zeros((width, cols), dtype=np.int8)
+        self.colinfo = cupy.zeros(2 * k, dtype=np.float64)
+        self.logits = cupy.empty((rows, width), dtype=np.int32)
+        self.resid = cupy.zeros((width, rows), dtype=np.int8)
+        self.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
+        return [
+            bound_launch(C.split_coef_i8, [self.params, self._step, self.w8, self.colinfo],
+                         (k,), C.THREADS, self.stream),
+            bound_int8_gemm(self.logits, self.w8, v, cols, self.stream),
+            bound_launch(C.softmax_xent_i8, [self.logits, self.labels, self.colinfo,
+                                             self.resid, self.sums],
+                         (thread_grid(n, C.THREADS)[0],), C.THREADS, self.stream),
+            bound_int8_gemm(self.grad32, self.resid, vt, block, self.stream, batches=blocks),
+            bound_launch(C.combine_i8, [self.grad32[:, :d], self._step, self.sums,
+                                        self.grad.reshape(-1)],
+                         (-(-d * k // 256),), 256, self.stream)]
 
     def _bf16_ops(self, n: int, d: int, levels: Any, step: float) -> list:
         """Split coefficients, ``levels @ w2`` (bf16 tensor cores), softmax with the residual

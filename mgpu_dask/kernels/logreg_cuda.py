@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float32, float64, int64, uint16
+from numba import cuda, float32, float64, int8, int64, uint16
 
-from .cuda_blocks import block_sum
+from .cuda_blocks import block_max, block_sum
 
 THREADS = 128  # threads per block, one row each (the shared reduction is sized by it)
 
@@ -192,6 +192,174 @@ def combine_split(g2, step, grad):
         for t in range(TERMS):
             total += g2[f, t * k + c]
         grad[i] = step[0] * total
+
+
+# -- One evaluation on int8 tensor cores, exact for 8-bit levels ------------------------------
+# Rows of levels 0..255 times one step q (pixels / 255) are, shifted by 128,
+# int8 values v exactly: ``X = q (v + 128)``.  Then
+#   X @ W   = q (v @ W) + 128 q colsum(W)        (colsum: per class, float64)
+#   X^T R   = q (v^T R) + 128 q colsum(R)        (colsum(R): the intercept gradient)
+# and ``v @ W``, ``v^T R`` run on int8 tensor cores with int32 sums, which are
+# exact (no rounding at all).  W and R go in as I8_TERMS int8 terms per column:
+# W's column c scaled so its largest entry is 127, R's entries (softmax -
+# onehot, within [-1, 1]) times 127; each term is the rounding of what the
+# ones before left, times 254.  Four terms carry W and R to 2**-32 of the
+# column's largest entry (float32: 2**-24 of each entry), and the int32 sums
+# of each term are combined in float64, so an evaluation reads X at one byte
+# per value and is more exact than float32 products.  int32 cannot overflow:
+# |v| <= 128 and |term| <= 127, so a product over K values stays below
+# 2**31 for K <= 131,072 (features, or the rows of one gradient block).
+# Layout: ``w8`` (width x d_pad) and ``resid8`` (width x n_pad), rows
+# ``t k + c`` for term t of class c, zero rows and columns after; ``v``
+# (n_pad x d_pad) and its transpose ``vt`` (d_pad x n_pad): every product
+# is "TN" (both operands K-contiguous), the layout int8 tensor cores take.
+
+I8_TERMS = 4
+I8_TOP = 127.0    # a column's largest entry (W) or 1 (R) becomes this
+I8_BASE = 254.0   # each further term: what is left times this (|term| <= 127)
+I8_SHIFT = 128    # levels 0..255 minus this are int8
+I8_MAX_K = 131072  # longest int32-exact sum of int8 products (features, rows per block)
+
+
+@cuda.jit(cache=True)
+def to_int8_levels(x, inv_step, v, bad):
+    """``v[:n, :d] = round(x * inv_step) - I8_SHIFT`` (int8); ``bad[0] = 1`` where a value is
+    not within LEVEL_TOLERANCE of an integer level in [0, 255]."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n, d = x.shape
+    for i in range(start, n * d, stride):
+        r = i // d
+        j = i - r * d
+        t = float64(x[r, j]) * inv_step[0]
+        q = math.floor(t + 0.5)
+        if abs(t - q) > LEVEL_TOLERANCE * max(1.0, abs(q)) or q < 0.0 or q > 255.0:
+            bad[0] = 1
+            q = float64(I8_SHIFT)
+        v[r, j] = int8(int64(q) - I8_SHIFT)
+
+
+TILE = 32  # transpose_i8: TILE x TILE values per block, TILE x TILE_ROWS threads
+TILE_ROWS = 8
+
+
+@cuda.jit(cache=True)
+def transpose_i8(v, vt):
+    """``vt = v.T`` for int8 matrices, through shared-memory tiles (coalesced both ways);
+    the grid's x runs over v's rows (there may be millions), its y over v's columns."""
+    tile = cuda.shared.array((TILE, TILE + 1), int8)
+    y0 = cuda.blockIdx.x * TILE
+    x0 = cuda.blockIdx.y * TILE
+    tx = cuda.threadIdx.x
+    for i in range(cuda.threadIdx.y, TILE, TILE_ROWS):
+        if y0 + i < v.shape[0] and x0 + tx < v.shape[1]:
+            tile[i, tx] = v[y0 + i, x0 + tx]
+    cuda.syncthreads()
+    for i in range(cuda.threadIdx.y, TILE, TILE_ROWS):
+        if x0 + i < vt.shape[0] and y0 + tx < vt.shape[1]:
+            vt[x0 + i, y0 + tx] = tile[tx, i]
+
+
+@cuda.jit(cache=True)
+def split_coef_i8(params, step, w8, colinfo):
+    """One block per class c: ``w8[t k + c, :d]``, the int8 terms of ``W[:, c]`` (``params``
+    is ``[W (d x k, row-major), intercept (k)]``), and ``colinfo[c]`` (a logit's factor on
+    the terms' sums) and ``colinfo[k + c]`` (its offset: ``I8_SHIFT q colsum + intercept``)."""
+    c = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    k = colinfo.shape[0] // 2
+    d = params.shape[0] // k - 1
+    top = float64(0.0)
+    total = float64(0.0)
+    for j in range(tid, d, THREADS):
+        w = float64(params[j * k + c])
+        top = max(top, abs(w))
+        total += w
+    sh = cuda.shared.array(THREADS, float64)
+    top = block_max(top, sh)
+    total = block_sum(total, sh)
+    if top == 0.0:
+        top = 1.0
+    scale = I8_TOP / top
+    for j in range(tid, d, THREADS):
+        rest = float64(params[j * k + c]) * scale
+        for t in range(I8_TERMS):
+            q = math.floor(rest + 0.5)
+            w8[t * k + c, j] = int8(int64(q))
+            rest = (rest - q) * I8_BASE
+    if tid == 0:
+        colinfo[c] = step[0] / scale
+        colinfo[k + c] = step[0] * I8_SHIFT * total + float64(params[d * k + c])
+
+
+@cuda.jit(device=True, inline=True)
+def _i8_logit(logits, row, c, k, colinfo):
+    z = float64(0.0)
+    f = float64(1.0)
+    for t in range(I8_TERMS):
+        z += float64(logits[row, t * k + c]) * f
+        f /= I8_BASE
+    return colinfo[c] * z + colinfo[k + c]
+
+
+@cuda.jit(cache=True)
+def softmax_xent_i8(logits, labels, colinfo, resid8, acc):
+    """``softmax_xent_rows`` on the int32 term sums ``logits`` (n_pad x width): the residual
+    goes out as int8 terms in ``resid8`` (width x n_pad, one column per row); ``acc`` gets
+    the residual sums per class and the summed cross-entropy (float64)."""
+    tid = cuda.threadIdx.x
+    row = cuda.blockIdx.x * THREADS + tid
+    n, k = labels.shape[0], colinfo.shape[0] // 2
+    loss = float64(0.0)
+    lse = float64(0.0)
+    target = 0
+    if row < n:
+        top = _i8_logit(logits, row, 0, k, colinfo)
+        for c in range(1, k):
+            top = max(top, _i8_logit(logits, row, c, k, colinfo))
+        total = float64(0.0)
+        for c in range(k):
+            total += math.exp(_i8_logit(logits, row, c, k, colinfo) - top)
+        lse = top + math.log(total)
+        target = labels[row]
+        loss = lse - _i8_logit(logits, row, target, k, colinfo)
+    partial = cuda.shared.array(THREADS, float64)
+    for c in range(k + 1):  # each class's residual (written as it is summed), then the loss
+        value = loss
+        if c < k:
+            value = 0.0
+            if row < n:
+                z = _i8_logit(logits, row, c, k, colinfo)
+                value = math.exp(z - lse) - (1.0 if c == target else 0.0)
+                rest = value * I8_TOP
+                for t in range(I8_TERMS):
+                    q = math.floor(rest + 0.5)
+                    resid8[t * k + c, row] = int8(int64(q))
+                    rest = (rest - q) * I8_BASE
+        summed = block_sum(value, partial)
+        if tid == 0:
+            cuda.atomic.add(acc, c, summed)
+
+
+@cuda.jit(cache=True)
+def combine_i8(g32, step, acc, grad):
+    """``grad`` (flat d x k, float32) from the row blocks' int32 term sums ``g32`` (blocks x
+    d x width; added exactly in int64) and the residual sums ``acc[:k]``."""
+    i = cuda.grid(1)
+    blocks, d = g32.shape[0], g32.shape[1]
+    k = grad.shape[0] // d
+    if i < d * k:
+        f = i // k
+        c = i - f * k
+        total = float64(0.0)
+        scale = 1.0 / I8_TOP
+        for t in range(I8_TERMS):
+            s = int64(0)
+            for b in range(blocks):
+                s += g32[b, f, t * k + c]
+            total += float64(s) * scale
+            scale /= I8_BASE
+        grad[i] = step[0] * (total + I8_SHIFT * acc[c])
 
 
 # -- One evaluation in two passes over X, no cuBLAS --------------------------------------------

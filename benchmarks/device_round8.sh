@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One-GPU calls of round 8 (one H200): logistic regression on int8 tensor cores
+# (``--precision int8``: rows of 8-bit levels read at one byte per value, exact
+# int32 sums).  Results under /tmp/runs, tarred into $OUT/runs.tgz.
+#   int8     GPU tests of the evaluations; benchmarks/logreg_eval_probe.py (fp32, bf16,
+#            int8 with row blocks of 4,096 / 16,384 / 65,536); logreg CLI at fractions
+#            1 and 4, --precision fp32, int8, bf16
+#   deformed logreg on mnist-deformed (COPIES, default 155: 8,137,500 rows), one GPU,
+#            --precision int8 (and PRECISIONS)
+#   gputests every GPU test (pytest -m gpu tests/)
+#   table    --backend all for logreg at fractions 1 and 4 (--precision auto on ours)
+set -u
+source benchmarks/device_env.sh
+R=/tmp/runs
+case "${PHASE:-none}" in
+int8)
+  nvidia-smi -L | tee -a "$OUT/summary.log"
+  log "gpu tests of the evaluations"
+  timeout 200 python3 -m pytest -q -rfE -m gpu tests/test_gpu.py -k "shard_objective or tensor_cores or lbfgs or single_host" > "$R/gpu-tests-eval.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-eval.log" | tail -14 | tee -a "$OUT/summary.log"
+  log "evaluation probe"
+  timeout 200 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe.json --methods ${METHODS:-cublas,bf16,int8:4096,int8:16384,int8:65536} > "$R/eval_probe.log" 2>&1
+  tail -4 "$R/eval_probe.log" | cut -c1-900 | tee -a "$OUT/summary.log"
+  PRECISIONS=${PRECISIONS:-fp32 int8 bf16} logreg_runs
+  ;;
+deformed)
+  c=${COPIES:-155}
+  for p in ${PRECISIONS:-int8}; do
+    log "logreg mnist-deformed copies $c w1 --precision $p"
+    timeout 250 python3 -m mgpu_dask.run logreg --dataset mnist-deformed --copies $c --workers 1 --repeats 2 --quiet --precision $p --json $R/deformed_logreg_c${c}_w1_$p.json 2>&1 | grep -E "accuracy|warm|model|rror" | tee -a "$OUT/summary.log"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['warm_fit_predict_median'], r['loss'], {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" $R/deformed_logreg_c${c}_w1_$p.json | tee -a "$OUT/summary.log"
+  done
+  ;;
+gputests)
+  log "pytest -m gpu tests/"
+  timeout 540 python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests-all.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-all.log" | tail -20 | tee -a "$OUT/summary.log"
+  ;;
+table)
+  for f in ${FRACTIONS:-1 4}; do
+    log "logreg --backend all f$f w1 --precision ${PRECISION:-auto}"
+    timeout 280 python3 -m mgpu_dask.run logreg --backend all --precision ${PRECISION:-auto} --repeats 5 --workers 1 --fraction $f --json $R/logreg_all_f${f}_w1.json > "$R/logreg_all_f$f.log" 2>&1
+    grep -vE "^\[|^ *$" "$R/logreg_all_f$f.log" | tail -14 | tee -a "$OUT/summary.log"
+  done
+  ;;
+esac
+tar czf "$OUT/runs.tgz" -C /tmp runs
