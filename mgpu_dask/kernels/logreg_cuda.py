@@ -241,13 +241,14 @@ def to_int8_levels(x, inv_step, v, bad):
 
 TILE = 32  # transpose_i8: TILE x TILE values per block, TILE x TILE_ROWS threads
 TILE_ROWS = 8
+TILE_PITCH = 33  # TILE + 1 (a shared array's shape must be constants): no bank conflicts
 
 
 @cuda.jit(cache=True)
 def transpose_i8(v, vt):
     """``vt = v.T`` for int8 matrices, through shared-memory tiles (coalesced both ways);
     the grid's x runs over v's rows (there may be millions), its y over v's columns."""
-    tile = cuda.shared.array((TILE, TILE + 1), int8)
+    tile = cuda.shared.array((TILE, TILE_PITCH), int8)
     y0 = cuda.blockIdx.x * TILE
     x0 = cuda.blockIdx.y * TILE
     tx = cuda.threadIdx.x
