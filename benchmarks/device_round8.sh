@@ -5,6 +5,8 @@
 #   int8     GPU tests of the evaluations; benchmarks/logreg_eval_probe.py (fp32, bf16,
 #            int8 with row blocks of 4,096 / 16,384 / 65,536); logreg CLI at fractions
 #            1 and 4, --precision fp32, int8, bf16
+#   gemm     benchmarks/int8_gemm_probe.py (both orientations of the int8 products), the
+#            evaluation probe (METHODS, TAG), logreg CLI (PRECISIONS, default int8)
 #   deformed logreg on mnist-deformed (COPIES, default 155: 8,137,500 rows), one GPU,
 #            --precision int8 (and PRECISIONS)
 #   gputests every GPU test (pytest -m gpu tests/)
@@ -22,6 +24,15 @@ int8)
   timeout 200 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe.json --methods ${METHODS:-cublas,bf16,int8:4096,int8:16384,int8:65536} > "$R/eval_probe.log" 2>&1
   tail -4 "$R/eval_probe.log" | cut -c1-900 | tee -a "$OUT/summary.log"
   PRECISIONS=${PRECISIONS:-fp32 int8 bf16} logreg_runs
+  ;;
+gemm)
+  log "int8 product probe"
+  timeout 200 python3 benchmarks/int8_gemm_probe.py --json $R/int8_gemm_probe.json > "$R/int8_gemm_probe.log" 2>&1
+  tail -3 "$R/int8_gemm_probe.log" | cut -c1-1200 | tee -a "$OUT/summary.log"
+  log "evaluation probe"
+  timeout 200 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe${TAG:-}.json --methods ${METHODS:-cublas,bf16,int8:16384,int8:65536} > "$R/eval_probe${TAG:-}.log" 2>&1
+  tail -4 "$R/eval_probe${TAG:-}.log" | cut -c1-1200 | tee -a "$OUT/summary.log"
+  PRECISIONS=${PRECISIONS:-int8} logreg_runs
   ;;
 deformed)
   c=${COPIES:-155}

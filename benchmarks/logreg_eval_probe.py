@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 import numpy as np
 
@@ -58,7 +59,13 @@ def main() -> None:
             if ":" in method:  # bf16:ROWS or int8:ROWS, the rows per block of the gradient
                 setattr(L, "INT8_GRADIENT_ROWS" if method.startswith("int8") else
                         "GRADIENT_ROWS", int(method.split(":")[1]))
-            o = L.ShardObjective(X, y, 10, method.split(":")[0])
+            setups = []
+            for _ in range(3):  # set-up: levels, transposes, buffers (synchronised)
+                began = time.perf_counter()
+                o = L.ShardObjective(X, y, 10, method.split(":")[0])
+                o.stream.synchronize()
+                setups.append(1e3 * (time.perf_counter() - began))
+            row[f"{method}_setup_ms"] = float(np.median(setups))
             results[method] = o(W, b)
             row[f"{method}_ms"] = _median_ms(o.stream, lambda: o.launch(W, b))
             with o.device:

@@ -243,6 +243,8 @@ class DeviceBackend:
         if self.gpu:  # the device time of this first evaluation is the fit's figure
             import cupy
 
+            for o in self.objectives:  # their set-up (levels, buffers) is not the evaluation's
+                o.stream.synchronize()
             with self.device:
                 self._timed = (cupy.cuda.Event(), cupy.cuda.Event())
                 self._timed[0].record(self.stream)

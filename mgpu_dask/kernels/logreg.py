@@ -186,7 +186,7 @@ def int8_loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
     w8 = np.zeros((width, d), dtype=np.int8)
     colinfo = np.zeros(2 * k, dtype=np.float64)
     launch(C.split_coef_i8, k, C.THREADS, params, step, w8, colinfo)
-    logits = (v.astype(np.int64) @ w8.T.astype(np.int64)).astype(np.int32)
+    logits = (w8.astype(np.int64) @ v.T.astype(np.int64)).astype(np.int32)
     resid8 = np.zeros((width, n), dtype=np.int8)
     sums = np.zeros(k + 1, dtype=np.float64)
     launch(C.softmax_xent_i8, thread_grid(n, C.THREADS)[0], C.THREADS, logits,
@@ -351,8 +351,6 @@ default "cublas"
                 or INT8_GRADIENT_ROWS > C.I8_MAX_K):
             return None
         with self.stream:
-            if float(self.X.min()) < 0.0:
-                return None
             step = level_step(self.X)
             block = INT8_GRADIENT_ROWS if n > INT8_GRADIENT_ROWS else -(-n // 16) * 16
             rows, cols = -(-n // block) * block, -(-d // 16) * 16
@@ -369,7 +367,7 @@ default "cublas"
         return v, vt, step
 
     def _int8_ops(self, n: int, d: int, v: Any, vt: Any, step: float) -> list:
-        """Split coefficients, ``v @ w8^T`` (int8 tensor cores), softmax with the residual
+        """Split coefficients, ``w8 @ v^T`` (int8 tensor cores), softmax with the residual
         split, ``vt @ resid8^T`` per block of rows, the blocks and terms added (int64,
         float64) and scaled: see ``logreg_cuda``."""
         import cupy
@@ -385,13 +383,13 @@ default "cublas"
         self._step = cupy.asarray([step], dtype=np.float64)
         self.w8 = cupy.zeros((width, cols), dtype=np.int8)
         self.colinfo = cupy.zeros(2 * k, dtype=np.float64)
-        self.logits = cupy.empty((rows, width), dtype=np.int32)
+        self.logits = cupy.empty((width, rows), dtype=np.int32)
         self.resid = cupy.zeros((width, rows), dtype=np.int8)
         self.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
         return [
             bound_launch(C.split_coef_i8, [self.params, self._step, self.w8, self.colinfo],
                          (k,), C.THREADS, self.stream),
-            bound_int8_gemm(self.logits, self.w8, v, cols, self.stream),
+            bound_int8_gemm(self.logits, v, self.w8, cols, self.stream),
             bound_launch(C.softmax_xent_i8, [self.logits, self.labels, self.colinfo,
                                              self.resid, self.sums],
                          (thread_grid(n, C.THREADS)[0],), C.THREADS, self.stream),

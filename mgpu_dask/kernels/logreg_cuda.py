@@ -209,10 +209,12 @@ def combine_split(g2, step, grad):
 # per value and is more exact than float32 products.  int32 cannot overflow:
 # |v| <= 128 and |term| <= 127, so a product over K values stays below
 # 2**31 for K <= 131,072 (features, or the rows of one gradient block).
-# Layout: ``w8`` (width x d_pad) and ``resid8`` (width x n_pad), rows
-# ``t k + c`` for term t of class c, zero rows and columns after; ``v``
-# (n_pad x d_pad) and its transpose ``vt`` (d_pad x n_pad): every product
-# is "TN" (both operands K-contiguous), the layout int8 tensor cores take.
+# Layout: ``w8`` (width x d_pad), the logits' term sums (width x n_pad) and
+# ``resid8`` (width x n_pad), rows ``t k + c`` for term t of class c, zero
+# rows and columns after (a thread per data row reads and writes them
+# coalesced); ``v`` (n_pad x d_pad) and its transpose ``vt`` (d_pad x n_pad):
+# every product is "TN" (both operands K-contiguous), the layout int8 tensor
+# cores take.
 
 I8_TERMS = 4
 I8_TOP = 127.0    # a column's largest entry (W) or 1 (R) becomes this
@@ -298,14 +300,14 @@ def _i8_logit(logits, row, c, k, colinfo):
     z = float64(0.0)
     f = float64(1.0)
     for t in range(I8_TERMS):
-        z += float64(logits[row, t * k + c]) * f
+        z += float64(logits[t * k + c, row]) * f
         f /= I8_BASE
     return colinfo[c] * z + colinfo[k + c]
 
 
 @cuda.jit(cache=True)
 def softmax_xent_i8(logits, labels, colinfo, resid8, acc):
-    """``softmax_xent_rows`` on the int32 term sums ``logits`` (n_pad x width): the residual
+    """``softmax_xent_rows`` on the int32 term sums ``logits`` (width x n_pad): the residual
     goes out as int8 terms in ``resid8`` (width x n_pad, one column per row); ``acc`` gets
     the residual sums per class and the summed cross-entropy (float64)."""
     tid = cuda.threadIdx.x
