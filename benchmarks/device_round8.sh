@@ -10,11 +10,14 @@
 #   deformed logreg on mnist-deformed (COPIES, default 155: 8,137,500 rows), one GPU,
 #            --precision int8 (and PRECISIONS)
 #   gputests every GPU test (pytest -m gpu tests/)
+#   logreg   logreg CLI at fractions 1 and 4, --precision PRECISIONS_CLI (auto fp32)
+#   none     nothing (a call that only carries a RAPIDS part)
 #   table    --backend all for logreg at fractions 1 and 4 (--precision auto on ours)
 set -u
 source benchmarks/device_env.sh
 R=/tmp/runs
-case "${PHASE:-none}" in
+for phase in ${PHASE:-none}; do  # several phases: PHASE="deformed gputests"
+case "$phase" in
 int8)
   nvidia-smi -L | tee -a "$OUT/summary.log"
   log "gpu tests of the evaluations"
@@ -54,5 +57,9 @@ table)
     grep -vE "^\[|^ *$" "$R/logreg_all_f$f.log" | tail -14 | tee -a "$OUT/summary.log"
   done
   ;;
+logreg)
+  PRECISIONS=${PRECISIONS_CLI:-auto fp32} logreg_runs
+  ;;
 esac
+done
 tar czf "$OUT/runs.tgz" -C /tmp runs

@@ -227,7 +227,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
 def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
                fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, C: float = 1.0,
                max_iter: int = 100, tol: float = 1e-4, comm: str = "auto",
-               optimizer: str = "auto", precision: str = "fp32",
+               optimizer: str = "auto", precision: str = "auto",
                cluster_options: dict[str, Any] | None = None, repeats: int = 3,
                report: str | None = None, echo: Echo | None = None,
                copies: int | None = None, deformation: str | None = None,

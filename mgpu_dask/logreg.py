@@ -312,7 +312,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         on the host, one gradient download per evaluation; ``"auto"``: the
         device where it can, else the host.
 
-    precision : {"auto", "fp32", "int8", "bf16"}, default "fp32"
+    precision : {"auto", "fp32", "int8", "bf16"}, default "auto"
         The products of each evaluation on a GPU.  ``"fp32"``: float32 cuBLAS
         products.  ``"int8"``: int8 tensor cores where the rows are 8-bit
         levels in [0, 255] times one step (integer multiples of
@@ -375,7 +375,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def __init__(self, C: float = 1.0, *, max_iter: int = 100, tol: float = 1e-4,
                  solver: str = "lbfgs", classes: Any = None, comm: str = "auto",
                  loss_grad: Any = None, optimizer: str = "auto",
-                 precision: str = "fp32") -> None:
+                 precision: str = "auto") -> None:
         self.C = C
         self.max_iter = max_iter
         self.tol = tol

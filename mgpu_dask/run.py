@@ -479,15 +479,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the L-BFGS vectors live: device (the fitting GPU, a few "
                         "scalars to the host per iteration), host (NumPy), auto: the device "
                         "when every shard is on a GPU (default)")
-    p.add_argument("--precision", choices=("auto", "fp32", "int8", "bf16"), default="fp32",
-                   help="products of each evaluation on a GPU: fp32 (default), float32 cuBLAS; "
+    p.add_argument("--precision", choices=("auto", "fp32", "int8", "bf16"), default="auto",
+                   help="products of each evaluation on a GPU: fp32, float32 cuBLAS; "
                         "int8, tensor cores where the rows are 8-bit levels such as pixels / "
                         "255 (compute capability 7.5+): one byte per value read, coefficients "
                         "and residuals in four int8 terms, exact integer sums (closer to "
                         "float64 than fp32); bf16, tensor cores for such rows (8.0+), three "
                         "bf16 terms, the gradient summed in short row blocks (can differ from "
-                        "fp32 in the last digits); auto: int8 where it applies; fp32 "
-                        "wherever the chosen one does not apply")
+                        "fp32 in the last digits); auto (default): int8 where it applies; "
+                        "fp32 wherever the chosen one does not apply")
     p.add_argument("--backend", type=backend_option, default="numba",
                    help="numba: our kernels; cupy, cuda-c (our softmax as a CUDA C kernel), "
                         "cuml (multi-GPU), cuml-single (one GPU), sklearn, torch (PyTorch "

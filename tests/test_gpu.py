@@ -245,6 +245,25 @@ def test_shard_objective_takes_tensor_cores_for_levels_only(method, wanted):
         L.ShardObjective(other, y, 10, wanted)
 
 
+def test_int8_forward_layouts_agree(monkeypatch):
+    """The int8 forward product laid out (width x rows) or (rows x width), the layout large
+    shards take: the same exact sums, so the same loss and gradient."""
+    from mgpu_dask.kernels import logreg as L
+
+    rng = np.random.default_rng()
+    n = 2 * L.INT8_GRADIENT_ROWS + 3
+    X = cupy.asarray(rng.integers(0, 256, (n, 300)).astype(np.float32) * np.float32(1 / 255))
+    y = cupy.asarray(rng.integers(0, 7, n).astype(np.int32))
+    W, b = rng.standard_normal((300, 7)) * 0.05, rng.standard_normal(7)
+    narrow = L.ShardObjective(X, y, 7, "int8")
+    monkeypatch.setattr(L, "INT8_ROWS_OUT_FROM", 0)
+    wide = L.ShardObjective(X, y, 7, "int8")
+    assert narrow.logits.shape == wide.logits.shape and not wide.logits.flags.c_contiguous
+    got, want = wide(W, b), narrow(W, b)
+    assert abs(got[0] - want[0]) <= 1e-12 * want[0]
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-9 * np.abs(want[1]).max())
+
+
 def test_shard_objective_on_every_gpu_matches_cpu():
     """One host thread queues an evaluation on each GPU, then collects them all."""
     from mgpu_dask.kernels import logreg as L

@@ -47,6 +47,6 @@ def logreg(run: BackendRun, loss_grad: Any = None) -> dict[str, Any]:
     Xt = shard(p.X_test, run.client, dtype=np.float32, scale=scale, timeout=run.timeout)
     return repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
                                                   comm=o.get("comm", "auto"),
-                                                  precision=o.get("precision", "fp32"),
+                                                  precision=o.get("precision", "auto"),
                                                   loss_grad=loss_grad).fit(X, p.y_train),
                   lambda model: to_host(model.predict(Xt, on_host=True), run.timeout))

@@ -72,6 +72,12 @@ cuBLAS is off by 3e-6).  Blocks of 1,024 rows were 6e-7 to 8e-7 off from
 logreg-1xH200-bf16/call4``)."""
 
 
+INT8_ROWS_OUT_FROM = 1 << 20
+"""int8 method: shards of more rows than this take the forward product as (rows x
+width) -- cuBLAS's int8 kernels for that shape read 4 million MNIST rows in
+1.6 ms against 3.0 for (width x rows) on an H200, while below ~200,000 rows
+(width x rows) is as fast or faster and lets the softmax kernel read it
+coalesced (``benchmarks/results/round8-1xH200/call3``)."""
 INT8_GRADIENT_ROWS = 16384
 """int8 method: ``v^T R`` is one int8 tensor-core product per block of this many
 rows (int32 sums are exact up to ``logreg_cuda.I8_MAX_K`` rows; the blocks are
@@ -383,13 +389,18 @@ default "cublas"
         self._step = cupy.asarray([step], dtype=np.float64)
         self.w8 = cupy.zeros((width, cols), dtype=np.int8)
         self.colinfo = cupy.zeros(2 * k, dtype=np.float64)
-        self.logits = cupy.empty((width, rows), dtype=np.int32)
+        if rows > INT8_ROWS_OUT_FROM:  # (rows x width), read through its transposed view
+            out = cupy.empty((rows, width), dtype=np.int32)
+            self.logits, forward = out.T, bound_int8_gemm(out, self.w8, v, cols, self.stream)
+        else:
+            self.logits = cupy.empty((width, rows), dtype=np.int32)
+            forward = bound_int8_gemm(self.logits, v, self.w8, cols, self.stream)
         self.resid = cupy.zeros((width, rows), dtype=np.int8)
         self.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
         return [
             bound_launch(C.split_coef_i8, [self.params, self._step, self.w8, self.colinfo],
                          (k,), C.THREADS, self.stream),
-            bound_int8_gemm(self.logits, v, self.w8, cols, self.stream),
+            forward,
             bound_launch(C.softmax_xent_i8, [self.logits, self.labels, self.colinfo,
                                              self.resid, self.sums],
                          (thread_grid(n, C.THREADS)[0],), C.THREADS, self.stream),
