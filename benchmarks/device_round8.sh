@@ -7,6 +7,8 @@
 #            1 and 4, --precision fp32, int8, bf16
 #   gemm     benchmarks/int8_gemm_probe.py (both orientations of the int8 products), the
 #            evaluation probe (METHODS, TAG), logreg CLI (PRECISIONS, default int8)
+#   spread   the evaluation probe's repeated evaluations; repeated fits in one process
+#            (benchmarks/logreg_spread_probe.py); GPU tests of the evaluations
 #   deformed logreg on mnist-deformed (COPIES, default 155: 8,137,500 rows), one GPU,
 #            --precision int8 (and PRECISIONS)
 #   gputests every GPU test (pytest -m gpu tests/)
@@ -36,6 +38,17 @@ gemm)
   timeout 200 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe${TAG:-}.json --methods ${METHODS:-cublas,bf16,int8:16384,int8:65536} > "$R/eval_probe${TAG:-}.log" 2>&1
   tail -4 "$R/eval_probe${TAG:-}.log" | cut -c1-1200 | tee -a "$OUT/summary.log"
   PRECISIONS=${PRECISIONS:-int8} logreg_runs
+  ;;
+spread)
+  log "evaluation probe, repeated evaluations"
+  timeout 200 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe_spread.json --rows 52500,4068750 --methods cublas,bf16,int8 > "$R/eval_probe_spread.log" 2>&1
+  tail -2 "$R/eval_probe_spread.log" | cut -c1-1500 | tee -a "$OUT/summary.log"
+  log "repeated fits"
+  timeout 200 python3 benchmarks/logreg_spread_probe.py --json $R/spread.json > "$R/spread.log" 2>&1
+  tail -4 "$R/spread.log" | cut -c1-1500 | tee -a "$OUT/summary.log"
+  log "gpu tests of the evaluations"
+  timeout 200 python3 -m pytest -q -rfE -m gpu tests/test_gpu.py -k "shard_objective or tensor_cores or lbfgs or single_host or int8" > "$R/gpu-tests-eval.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR|^E " "$R/gpu-tests-eval.log" | tail -14 | tee -a "$OUT/summary.log"
   ;;
 deformed)
   c=${COPIES:-155}

@@ -67,6 +67,11 @@ def main() -> None:
                 setups.append(1e3 * (time.perf_counter() - began))
             row[f"{method}_setup_ms"] = float(np.median(setups))
             results[method] = o(W, b)
+            again = [o(W, b) for _ in range(10)]  # the same point: the same answer?
+            row[f"{method}_repeat_loss_spread"] = max(abs(a[0] - results[method][0])
+                                                      for a in again) / results[method][0]
+            row[f"{method}_repeat_grad_spread"] = max(float(np.abs(a[1] - results[method][1]).max())
+                                                      for a in again)
             row[f"{method}_ms"] = _median_ms(o.stream, lambda: o.launch(W, b))
             with o.device:
                 row[f"{method}_ops_ms"] = [round(_median_ms(o.stream, op), 4) for op in o._ops]

@@ -151,6 +151,9 @@ class DeviceBackend:
             self._trial_blocks = -(-m // 256)
             if self.gpu:
                 self._ready = cupy.cuda.Event(disable_timing=True)
+                # The zeros above were queued on the legacy default stream, which a
+                # non-blocking stream is not ordered with: done before any kernel reads them.
+                cupy.cuda.Stream.null.synchronize()
         if self.gpu:
             self._done = []
             for o in self.objectives:

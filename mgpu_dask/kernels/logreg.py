@@ -266,58 +266,69 @@ default "cublas"
 
     def _init_gpu(self, n: int, d: int) -> None:
         import cupy
-        import cupyx
-
-        from . import logreg_cuda
 
         k = self.k
         self.device = cupy.cuda.Device(self.X.device.id)
         with self.device:
-            self.X = cupy.ascontiguousarray(cupy.asarray(self.X, dtype=np.float32))
-            # Labels may come from the host (a local fit of CuPy rows: NumPy codes).
-            self.labels = cupy.ascontiguousarray(cupy.asarray(self.labels, dtype=np.int32))
             self.stream = cupy.cuda.Stream(non_blocking=True)
-            # Upload: W (d x k, row-major) then b.  Download, one copy: the
-            # coefficient gradient (float32, from cuBLAS), then the float64
-            # sums [grad_intercept, loss] at an 8-byte aligned offset.
-            self.params = cupy.empty(d * k + k, dtype=np.float32)
-            self.params_h = cupyx.empty_pinned(d * k + k, dtype=np.float32)
-            self._sums_at = -(-4 * d * k // 8) * 8
-            out = cupy.empty(self._sums_at + 8 * (k + 1), dtype=np.uint8)
-            self.out_h = cupyx.empty_pinned(out.size, dtype=np.uint8)
-            self.out = out
-            self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
-            self.sums = out[self._sums_at:].view(np.float64)
-            wanted, _, fallback = ("int8-or-cublas" if self.method == "auto"
-                                   else self.method).partition("-or-")
-            if wanted in ("int8", "bf16"):
-                found = self._int8_levels(n, d) if wanted == "int8" else self._levels(n, d)
-                if found is None and not fallback:
-                    need = "in [0, 255] " if wanted == "int8" else ""
-                    cc = "7.5" if wanted == "int8" else "8.0"
-                    raise ValueError(f"method={wanted!r} needs rows of 8-bit levels {need}"
-                                     "(integer multiples of max|X| / 255, such as pixels / "
-                                     f"255) on a GPU of compute capability {cc} or newer; use "
-                                     f"'{wanted}-or-cublas'")
-                self.method = wanted if found is not None else fallback
-            if self.method == "int8":
-                self._ops = self._int8_ops(n, d, *found)
-            elif self.method == "bf16":
-                self._ops = self._bf16_ops(n, d, *found)
-            elif self.method == "fused":
-                self.resid = cupy.empty((n, k), dtype=np.float32)
-                self._ops = self._fused_ops(n, d)
-            else:
-                self.resid = cupy.empty((n, k), dtype=np.float32)
-                self.logits = cupy.empty((n, k), dtype=np.float32)
-                W = self.params[: d * k].reshape(d, k)
-                blocks, threads = thread_grid(n, logreg_cuda.THREADS)
-                self._ops = [
-                    bound_gemm(self.logits, self.X, W, self.stream),
-                    bound_launch(logreg_cuda.softmax_xent_rows,
-                                 [self.logits, self.labels, self.params[d * k:], self.resid,
-                                  self.sums], (blocks,), threads, self.stream),
-                    bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)]
+            # The rows may still be arriving on the caller's stream (a copy from the host
+            # returns before its DMA ends): this stream starts after them, and every buffer
+            # is made and zeroed on it, in order with the evaluations (a non-blocking
+            # stream is not ordered with the legacy default stream).
+            self.stream.wait_event(cupy.cuda.get_current_stream().record())
+            with self.stream:
+                self._init_buffers(n, d, k)
+
+    def _init_buffers(self, n: int, d: int, k: int) -> None:
+        import cupy
+        import cupyx
+
+        from . import logreg_cuda
+
+        self.X = cupy.ascontiguousarray(cupy.asarray(self.X, dtype=np.float32))
+        # Labels may come from the host (a local fit of CuPy rows: NumPy codes).
+        self.labels = cupy.ascontiguousarray(cupy.asarray(self.labels, dtype=np.int32))
+        # Upload: W (d x k, row-major) then b.  Download, one copy: the
+        # coefficient gradient (float32, from cuBLAS), then the float64
+        # sums [grad_intercept, loss] at an 8-byte aligned offset.
+        self.params = cupy.empty(d * k + k, dtype=np.float32)
+        self.params_h = cupyx.empty_pinned(d * k + k, dtype=np.float32)
+        self._sums_at = -(-4 * d * k // 8) * 8
+        out = cupy.empty(self._sums_at + 8 * (k + 1), dtype=np.uint8)
+        self.out_h = cupyx.empty_pinned(out.size, dtype=np.uint8)
+        self.out = out
+        self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
+        self.sums = out[self._sums_at:].view(np.float64)
+        wanted, _, fallback = ("int8-or-cublas" if self.method == "auto"
+                               else self.method).partition("-or-")
+        if wanted in ("int8", "bf16"):
+            found = self._int8_levels(n, d) if wanted == "int8" else self._levels(n, d)
+            if found is None and not fallback:
+                need = "in [0, 255] " if wanted == "int8" else ""
+                cc = "7.5" if wanted == "int8" else "8.0"
+                raise ValueError(f"method={wanted!r} needs rows of 8-bit levels {need}"
+                                 "(integer multiples of max|X| / 255, such as pixels / "
+                                 f"255) on a GPU of compute capability {cc} or newer; use "
+                                 f"'{wanted}-or-cublas'")
+            self.method = wanted if found is not None else fallback
+        if self.method == "int8":
+            self._ops = self._int8_ops(n, d, *found)
+        elif self.method == "bf16":
+            self._ops = self._bf16_ops(n, d, *found)
+        elif self.method == "fused":
+            self.resid = cupy.empty((n, k), dtype=np.float32)
+            self._ops = self._fused_ops(n, d)
+        else:
+            self.resid = cupy.empty((n, k), dtype=np.float32)
+            self.logits = cupy.empty((n, k), dtype=np.float32)
+            W = self.params[: d * k].reshape(d, k)
+            blocks, threads = thread_grid(n, logreg_cuda.THREADS)
+            self._ops = [
+                bound_gemm(self.logits, self.X, W, self.stream),
+                bound_launch(logreg_cuda.softmax_xent_rows,
+                             [self.logits, self.labels, self.params[d * k:], self.resid,
+                              self.sums], (blocks,), threads, self.stream),
+                bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)]
 
     def _levels(self, n: int, d: int) -> tuple[Any, float] | None:
         """X as bf16 levels and their step (``X = step * levels``), or None where X is not
