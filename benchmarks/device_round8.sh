@@ -41,11 +41,11 @@ gemm)
   ;;
 spread)
   log "evaluation probe, repeated evaluations"
-  timeout 200 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe_spread.json --rows 52500,4068750 --methods cublas,bf16,int8 > "$R/eval_probe_spread.log" 2>&1
-  tail -2 "$R/eval_probe_spread.log" | cut -c1-1500 | tee -a "$OUT/summary.log"
+  timeout 200 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe_spread${TAG:-}.json --rows ${ROWS:-52500,4068750} --methods cublas,bf16,int8 > "$R/eval_probe_spread${TAG:-}.log" 2>&1
+  tail -2 "$R/eval_probe_spread${TAG:-}.log" | cut -c1-1500 | tee -a "$OUT/summary.log"
   log "repeated fits"
-  timeout 200 python3 benchmarks/logreg_spread_probe.py --json $R/spread.json > "$R/spread.log" 2>&1
-  tail -4 "$R/spread.log" | cut -c1-1500 | tee -a "$OUT/summary.log"
+  timeout 200 python3 benchmarks/logreg_spread_probe.py --json $R/spread${TAG:-}.json > "$R/spread${TAG:-}.log" 2>&1
+  tail -4 "$R/spread${TAG:-}.log" | cut -c1-1500 | tee -a "$OUT/summary.log"
   log "gpu tests of the evaluations"
   timeout 200 python3 -m pytest -q -rfE -m gpu tests/test_gpu.py -k "shard_objective or tensor_cores or lbfgs or single_host or int8" > "$R/gpu-tests-eval.log" 2>&1
   grep -E "passed|failed|^FAILED|^ERROR|^E " "$R/gpu-tests-eval.log" | tail -14 | tee -a "$OUT/summary.log"

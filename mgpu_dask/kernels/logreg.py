@@ -195,8 +195,11 @@ def int8_loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
     logits = (w8.astype(np.int64) @ v.T.astype(np.int64)).astype(np.int32)
     resid8 = np.zeros((width, n), dtype=np.int8)
     sums = np.zeros(k + 1, dtype=np.float64)
-    launch(C.softmax_xent_i8, thread_grid(n, C.THREADS)[0], C.THREADS, logits,
-           np.asarray(labels, dtype=np.int32), colinfo, resid8, sums)
+    blocks = thread_grid(n, C.THREADS)[0]
+    bpart = np.zeros((blocks, k + 1), dtype=np.float64)
+    launch(C.softmax_xent_i8, blocks, C.THREADS, logits, np.asarray(labels, dtype=np.int32),
+           colinfo, resid8, bpart)
+    launch(C.sum_block_parts, k + 1, C.THREADS, bpart, sums)
     rows = INT8_GRADIENT_ROWS
     g32 = np.stack([(vt[:, r:r + rows].astype(np.int64) @ resid8[:, r:r + rows].T.astype(np.int64))
                     .astype(np.int32) for r in range(0, n, rows)])
@@ -385,8 +388,9 @@ default "cublas"
 
     def _int8_ops(self, n: int, d: int, v: Any, vt: Any, step: float) -> list:
         """Split coefficients, ``w8 @ v^T`` (int8 tensor cores), softmax with the residual
-        split, ``vt @ resid8^T`` per block of rows, the blocks and terms added (int64,
-        float64) and scaled: see ``logreg_cuda``."""
+        split and per-block sums (added in a fixed order: the same bits every time),
+        ``vt @ resid8^T`` per block of rows, the blocks and terms added (int64, float64) and
+        scaled: see ``logreg_cuda``."""
         import cupy
 
         from . import logreg_cuda as C
@@ -408,13 +412,17 @@ default "cublas"
             forward = bound_int8_gemm(self.logits, v, self.w8, cols, self.stream)
         self.resid = cupy.zeros((width, rows), dtype=np.int8)
         self.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
+        row_blocks = thread_grid(n, C.THREADS)[0]
+        self.bpart = cupy.empty((row_blocks, k + 1), dtype=np.float64)
         return [
             bound_launch(C.split_coef_i8, [self.params, self._step, self.w8, self.colinfo],
                          (k,), C.THREADS, self.stream),
             forward,
             bound_launch(C.softmax_xent_i8, [self.logits, self.labels, self.colinfo,
-                                             self.resid, self.sums],
-                         (thread_grid(n, C.THREADS)[0],), C.THREADS, self.stream),
+                                             self.resid, self.bpart],
+                         (row_blocks,), C.THREADS, self.stream),
+            bound_launch(C.sum_block_parts, [self.bpart, self.sums], (k + 1,), C.THREADS,
+                         self.stream),
             bound_int8_gemm(self.grad32, self.resid, vt, block, self.stream, batches=blocks),
             bound_launch(C.combine_i8, [self.grad32[:, :d], self._step, self.sums,
                                         self.grad.reshape(-1)],

@@ -306,10 +306,13 @@ def _i8_logit(logits, row, c, k, colinfo):
 
 
 @cuda.jit(cache=True)
-def softmax_xent_i8(logits, labels, colinfo, resid8, acc):
+def softmax_xent_i8(logits, labels, colinfo, resid8, bpart):
     """``softmax_xent_rows`` on the int32 term sums ``logits`` (width x n_pad): the residual
-    goes out as int8 terms in ``resid8`` (width x n_pad, one column per row); ``acc`` gets
-    the residual sums per class and the summed cross-entropy (float64)."""
+    goes out as int8 terms in ``resid8`` (width x n_pad, one column per row); row ``b`` of
+    ``bpart`` gets block b's residual sums per class and its summed cross-entropy (float64,
+    no atomics: ``sum_block_parts`` adds them in a fixed order, so an evaluation gives the
+    same bits every time -- the coefficient gradient depends on these sums through the
+    shift, and atomics' varying order made repeated fits end apart)."""
     tid = cuda.threadIdx.x
     row = cuda.blockIdx.x * THREADS + tid
     n, k = labels.shape[0], colinfo.shape[0] // 2
@@ -341,7 +344,21 @@ def softmax_xent_i8(logits, labels, colinfo, resid8, acc):
                     rest = (rest - q) * I8_BASE
         summed = block_sum(value, partial)
         if tid == 0:
-            cuda.atomic.add(acc, c, summed)
+            bpart[cuda.blockIdx.x, c] = summed
+
+
+@cuda.jit(cache=True)
+def sum_block_parts(bpart, acc):
+    """``acc[c] = bpart[:, c].sum()``, one block per entry, in a fixed order."""
+    c = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    total = float64(0.0)
+    for b in range(tid, bpart.shape[0], THREADS):
+        total += bpart[b, c]
+    sh = cuda.shared.array(THREADS, float64)
+    total = block_sum(total, sh)
+    if tid == 0:
+        acc[c] = total
 
 
 @cuda.jit(cache=True)
