@@ -43,8 +43,9 @@ def main() -> None:
     import cupy
 
     from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels import logreg_bf16, logreg_int8
 
-    default_rows = L.GRADIENT_ROWS, L.INT8_GRADIENT_ROWS
+    default_rows = logreg_bf16.GRADIENT_ROWS, logreg_int8.GRADIENT_ROWS
     rng = np.random.default_rng(0)
     out = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "command": "python " + " ".join(sys.argv), "rows": []}
@@ -57,7 +58,7 @@ def main() -> None:
         results = {}
         for method in args.methods.split(","):
             if ":" in method:  # bf16:ROWS or int8:ROWS, the rows per block of the gradient
-                setattr(L, "INT8_GRADIENT_ROWS" if method.startswith("int8") else
+                setattr(logreg_int8 if method.startswith("int8") else logreg_bf16,
                         "GRADIENT_ROWS", int(method.split(":")[1]))
             setups = []
             for _ in range(3):  # set-up: levels, transposes, buffers (synchronised)
@@ -76,7 +77,7 @@ def main() -> None:
             with o.device:
                 row[f"{method}_ops_ms"] = [round(_median_ms(o.stream, op), 4) for op in o._ops]
             o = None  # its buffers go before the next method's
-        L.GRADIENT_ROWS, L.INT8_GRADIENT_ROWS = default_rows
+        logreg_bf16.GRADIENT_ROWS, logreg_int8.GRADIENT_ROWS = default_rows
         X64 = X.astype(np.float64)  # the float64 gradient: what each method is off by
         z = X64 @ cupy.asarray(W) + cupy.asarray(b)
         p = cupy.exp(z - z.max(axis=1, keepdims=True))

@@ -34,6 +34,7 @@ def main() -> None:
     from mgpu_dask.data import load_dataset, split
     from mgpu_dask.device_lbfgs import DeviceBackend
     from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels import logreg_bf16
 
     out = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "command": "python " + " ".join(sys.argv), "runs": []}
@@ -74,7 +75,7 @@ def main() -> None:
                 method, name = "cublas", "fp32"
             else:
                 method, name = "bf16", f"bf16 rows/block {block or n}"
-                L.GRADIENT_ROWS = block or n
+                logreg_bf16.GRADIENT_ROWS = block or n
             o = L.ShardObjective(X, y, k, method)
             g = o(W, b)[1]
             v = {"variant": name, "grad max error / max": float(np.abs(g - gW).max() / scale),
@@ -97,7 +98,7 @@ def main() -> None:
                       "fit ms": 1e3 * min(walls), "device ms per evaluation": 1e3 * per_eval})
             row["variants"].append(v)
             print(fraction, v, flush=True)
-        L.GRADIENT_ROWS = 4096
+        logreg_bf16.GRADIENT_ROWS = 4096
         out["runs"].append(row)
         print(fraction, {k: v for k, v in row.items() if k != "variants"}, flush=True)
     with open(args.json, "w") as f:

@@ -323,7 +323,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         than float32 products get.  ``"bf16"``: bf16 tensor cores for such
         rows (compute capability 8.0 or newer), half the bytes of float32, three
         bf16 terms, ``X^T R`` summed in blocks of
-        ``kernels.logreg.GRADIENT_ROWS`` rows (tensor cores do not round their
+        ``kernels.logreg_bf16.GRADIENT_ROWS`` rows (tensor cores do not round their
         float32 sums to nearest; ``benchmarks/NOTES-logreg.md``, sixth round).
         ``"auto"``: int8 where it applies.  Float32 products wherever the
         chosen one does not apply; the CPU path is float32 always.

@@ -227,9 +227,10 @@ def test_shard_objective_takes_tensor_cores_for_levels_only(method, wanted):
     loss and gradient as float32 cuBLAS to float32's accuracy), float32 for other rows;
     'int8' and 'bf16' refuse other rows."""
     from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels import logreg_int8
 
     rng = np.random.default_rng()
-    n = 3 * L.INT8_GRADIENT_ROWS + 5  # several int8 row blocks, the last one short
+    n = 3 * logreg_int8.GRADIENT_ROWS + 5  # several int8 row blocks, the last one short
     levels = rng.integers(0, 256, (n, 784)).astype(np.float32) * np.float32(1 / 255)
     y = cupy.asarray(rng.integers(0, 10, n).astype(np.int32))
     auto = L.ShardObjective(cupy.asarray(levels), y, 10, method)
@@ -268,14 +269,15 @@ def test_int8_forward_layouts_agree(monkeypatch):
     """The int8 forward product laid out (width x rows) or (rows x width), the layout large
     shards take: the same exact sums, so the same loss and gradient."""
     from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels import logreg_int8
 
     rng = np.random.default_rng()
-    n = 2 * L.INT8_GRADIENT_ROWS + 3
+    n = 2 * logreg_int8.GRADIENT_ROWS + 3
     X = cupy.asarray(rng.integers(0, 256, (n, 300)).astype(np.float32) * np.float32(1 / 255))
     y = cupy.asarray(rng.integers(0, 7, n).astype(np.int32))
     W, b = rng.standard_normal((300, 7)) * 0.05, rng.standard_normal(7)
     narrow = L.ShardObjective(X, y, 7, "int8")
-    monkeypatch.setattr(L, "INT8_ROWS_OUT_FROM", 0)
+    monkeypatch.setattr(logreg_int8, "ROWS_OUT_FROM", 0)
     wide = L.ShardObjective(X, y, 7, "int8")
     assert narrow.logits.shape == wide.logits.shape and not wide.logits.flags.c_contiguous
     got, want = wide(W, b), narrow(W, b)

@@ -16,6 +16,7 @@ from mgpu_dask.data import load_dataset, shard, split
 from mgpu_dask.exceptions import DataError
 from mgpu_dask.inputs import NotFittedError, to_host
 from mgpu_dask.kernels import logreg as L
+from mgpu_dask.kernels import logreg_bf16, logreg_fused, logreg_int8
 from mgpu_dask.logreg import LogisticRegression
 from mgpu_dask.run import main
 
@@ -411,7 +412,7 @@ def test_fused_two_pass_kernels_match_the_cpu_path(n, d, k):
     X = rng.standard_normal((n, d)).astype(np.float32)
     y = rng.integers(0, k, n).astype(np.int32)
     W, b = rng.standard_normal((d, k)) * 0.2, rng.standard_normal(k) * 0.1
-    loss, gW, gb = L.fused_loss_grad(X, y, W, b, row_blocks=2, col_blocks=3)
+    loss, gW, gb = logreg_fused.loss_grad(X, y, W, b, row_blocks=2, col_blocks=3)
     want = L.loss_grad(X, y, W, b)
     assert abs(loss - want[0]) <= 1e-6 * want[0]
     np.testing.assert_allclose(gW, want[1], atol=1e-5)
@@ -448,13 +449,13 @@ def test_bf16_split_evaluation_is_as_exact_as_float32(n, d, k, monkeypatch):
     """Levels, three-term coefficient and residual splits, the terms and row blocks added
     (kernels in the simulator, exact products standing in for cuBLAS): float64 loss and
     gradient to float32's accuracy; rows that are not 8-bit levels are refused."""
-    monkeypatch.setattr(L, "GRADIENT_ROWS", 32)  # several row blocks, the last one short
+    monkeypatch.setattr(logreg_bf16, "GRADIENT_ROWS", 32)  # several row blocks, the last one short
     rng = np.random.default_rng()
     X = rng.integers(0, 256, (n, d)).astype(np.float32) * np.float32(1 / 255)
     X[0, 0] = 1.0  # the largest level, 255
     y = rng.integers(0, k, n).astype(np.int32)
     W, b = rng.standard_normal((d, k)) * 0.3, rng.standard_normal(k) * 0.1
-    loss, gW, gb = L.bf16_loss_grad(X, y, W, b)
+    loss, gW, gb = logreg_bf16.loss_grad(X, y, W, b)
     X64 = X.astype(np.float64)
     z = X64 @ W + b
     p = np.exp(z - z.max(axis=1, keepdims=True))
@@ -466,9 +467,9 @@ def test_bf16_split_evaluation_is_as_exact_as_float32(n, d, k, monkeypatch):
     np.testing.assert_allclose(gb, p.sum(axis=0), rtol=0, atol=1e-6 * n)
     off = X.copy()
     off[1, 1] = 0.5001  # between two levels
-    assert L.bf16_loss_grad(off, y, W, b) is None
-    assert L.bf16_loss_grad(X * np.float32(300), y, W, b) is not None  # any step
-    assert L.bf16_loss_grad(X * np.float32(200 / 255) + np.float32(0.3), y, W, b) is None
+    assert logreg_bf16.loss_grad(off, y, W, b) is None
+    assert logreg_bf16.loss_grad(X * np.float32(300), y, W, b) is not None  # any step
+    assert logreg_bf16.loss_grad(X * np.float32(200 / 255) + np.float32(0.3), y, W, b) is None
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
@@ -478,7 +479,7 @@ def test_int8_split_evaluation_is_more_exact_than_float32(n, d, k, monkeypatch):
     products per row block (int64 NumPy products standing in for cuBLAS), blocks and terms
     added: float64's loss and gradient to well below float32's rounding; rows that are not
     8-bit levels in [0, 255] times one step are refused."""
-    monkeypatch.setattr(L, "INT8_GRADIENT_ROWS", 32)  # several row blocks, the last one short
+    monkeypatch.setattr(logreg_int8, "GRADIENT_ROWS", 32)  # several row blocks, the last one short
     rng = np.random.default_rng()
     levels = rng.integers(0, 256, (n, d))
     levels[0, 0] = 255
@@ -486,7 +487,7 @@ def test_int8_split_evaluation_is_more_exact_than_float32(n, d, k, monkeypatch):
     y = rng.integers(0, k, n).astype(np.int32)
     W, b = rng.standard_normal((d, k)) * 0.3, rng.standard_normal(k) * 0.1
     W[:, 0] *= 1e-4  # a column of small coefficients: scaled per column
-    loss, gW, gb = L.int8_loss_grad(X, y, W, b)
+    loss, gW, gb = logreg_int8.loss_grad(X, y, W, b)
     # The evaluation takes float32 coefficients (as every GPU path) and the levels exactly.
     W, b = W.astype(np.float32).astype(np.float64), b.astype(np.float32).astype(np.float64)
     X64 = levels / 255.0
@@ -502,9 +503,9 @@ def test_int8_split_evaluation_is_more_exact_than_float32(n, d, k, monkeypatch):
     np.testing.assert_allclose(gb, p.sum(axis=0), rtol=0, atol=1e-9 * n)
     off = X.copy()
     off[1, 1] = 0.5001  # between two levels
-    assert L.int8_loss_grad(off, y, W, b) is None
-    assert L.int8_loss_grad(X * np.float32(300), y, W, b) is not None  # any step
-    assert L.int8_loss_grad(X - np.float32(0.5), y, W, b) is None  # levels below 0
+    assert logreg_int8.loss_grad(off, y, W, b) is None
+    assert logreg_int8.loss_grad(X * np.float32(300), y, W, b) is not None  # any step
+    assert logreg_int8.loss_grad(X - np.float32(0.5), y, W, b) is None  # levels below 0
 
 
 def test_precision_is_checked_and_cloned():

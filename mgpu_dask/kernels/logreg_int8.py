@@ -1,0 +1,155 @@
+"""The int8 strategy of :class:`mgpu_dask.kernels.logreg.ShardObjective`: both
+products of an evaluation on int8 tensor cores, exact, for rows of 8-bit levels.
+
+Rows of levels 0..255 times one step (pixels / 255) are, shifted by 128, int8
+values ``v`` exactly; the coefficients and residuals go in as
+``logreg_cuda.I8_TERMS`` int8 terms each and the int32 sums of the products
+are exact, combined in float64 (``kernels/logreg_cuda.py``, "One evaluation on
+int8 tensor cores").  X is read at one byte per value and the gradient is
+closer to float64's than float32 products give; the per-block sums are added
+in a fixed order, so an evaluation gives the same bits every time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._launch import bound_int8_gemm, bound_launch, launch, thread_grid
+from .logreg import level_step
+
+ROWS_OUT_FROM = 1 << 20
+"""Shards of more rows than this take the forward product as (rows x
+width) -- cuBLAS's int8 kernels for that shape read 4 million MNIST rows in
+1.6 ms against 3.0 for (width x rows) on an H200, while below ~200,000 rows
+(width x rows) is as fast or faster and lets the softmax kernel read it
+coalesced (``benchmarks/results/round8-1xH200/call3``)."""
+GRADIENT_ROWS = 16384
+"""``v^T R`` is one int8 tensor-core product per block of this many
+rows (int32 sums are exact up to ``logreg_cuda.I8_MAX_K`` rows; the blocks are
+added in int64, so the block size is about speed only)."""
+
+
+def term_columns(k: int) -> int:
+    """Columns of the int8 terms: I8_TERMS per class, padded to a multiple of 16."""
+    from . import logreg_cuda as C
+
+    return -(-C.I8_TERMS * k // 16) * 16
+
+
+def prepare(obj: Any, n: int, d: int) -> tuple[Any, Any, float] | None:
+    """X as int8 (``X = step * (v + 128)``) twice, ``v`` (n_pad x d_pad) and its
+    transpose ``vt``, and the step; None where X is not 8-bit levels in [0, 255], d
+    is too long for exact int32 sums, or the GPU has no int8 tensor cores (compute
+    capability < 7.5).  Rows are padded with zeros to whole blocks of
+    GRADIENT_ROWS (or of 16 when there is one block), features to 16."""
+    import cupy
+
+    from . import logreg_cuda as C
+
+    if (n == 0 or d > C.I8_MAX_K or int(obj.device.compute_capability) < 75
+            or GRADIENT_ROWS > C.I8_MAX_K):
+        return None
+    with obj.stream:
+        step = level_step(obj.X)
+        block = GRADIENT_ROWS if n > GRADIENT_ROWS else -(-n // 16) * 16
+        rows, cols = -(-n // block) * block, -(-d // 16) * 16
+        v = cupy.zeros((rows, cols), dtype=np.int8)
+        bad = cupy.zeros(1, dtype=np.int32)
+        sms = obj.device.attributes["MultiProcessorCount"]
+        launch(C.to_int8_levels, min(-(-n * d // 256), 32 * sms), 256, obj.X,
+               cupy.asarray([1.0 / step]), v[:n, :d], bad)
+        if int(bad.get()[0]):
+            return None
+        vt = cupy.empty((cols, rows), dtype=np.int8)
+        launch(C.transpose_i8, (-(-rows // C.TILE), -(-cols // C.TILE)),
+               (C.TILE, C.TILE_ROWS), v, vt)
+    return v, vt, step
+
+
+def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
+    """Split coefficients, ``w8 @ v^T`` (int8 tensor cores), softmax with the residual
+    split and per-block sums (added in a fixed order: the same bits every time),
+    ``vt @ resid8^T`` per block of rows, the blocks and terms added (int64, float64) and
+    scaled: see ``logreg_cuda``."""
+    import cupy
+
+    from . import logreg_cuda as C
+
+    k = obj.k
+    rows, cols = v.shape
+    width = term_columns(k)
+    block = min(rows, GRADIENT_ROWS)
+    blocks = rows // block
+    obj.levels, obj.levels_t, obj.step = v, vt, float(step)
+    obj._step = cupy.asarray([step], dtype=np.float64)
+    obj.w8 = cupy.zeros((width, cols), dtype=np.int8)
+    obj.colinfo = cupy.zeros(2 * k, dtype=np.float64)
+    if rows > ROWS_OUT_FROM:  # (rows x width), read through its transposed view
+        out = cupy.empty((rows, width), dtype=np.int32)
+        obj.logits, forward = out.T, bound_int8_gemm(out, obj.w8, v, cols, obj.stream)
+    else:
+        obj.logits = cupy.empty((width, rows), dtype=np.int32)
+        forward = bound_int8_gemm(obj.logits, v, obj.w8, cols, obj.stream)
+    obj.resid = cupy.zeros((width, rows), dtype=np.int8)
+    obj.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
+    row_blocks = thread_grid(n, C.THREADS)[0]
+    obj.bpart = cupy.empty((row_blocks, k + 1), dtype=np.float64)
+    return [
+        bound_launch(C.split_coef_i8, [obj.params, obj._step, obj.w8, obj.colinfo],
+                     (k,), C.THREADS, obj.stream),
+        forward,
+        bound_launch(C.softmax_xent_i8, [obj.logits, obj.labels, obj.colinfo,
+                                         obj.resid, obj.bpart],
+                     (row_blocks,), C.THREADS, obj.stream),
+        bound_launch(C.sum_block_parts, [obj.bpart, obj.sums], (k + 1,), C.THREADS,
+                     obj.stream),
+        bound_int8_gemm(obj.grad32, obj.resid, vt, block, obj.stream, batches=blocks),
+        bound_launch(C.combine_i8, [obj.grad32[:, :d], obj._step, obj.sums,
+                                    obj.grad.reshape(-1)],
+                     (-(-d * k // 256),), 256, obj.stream)]
+
+
+
+def loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
+                   intercept: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """The int8 evaluation once, NumPy int64 products standing in for cuBLAS's int8 ones
+    (both exact) and our kernels in the CUDA simulator: for tests of the kernels' logic.
+
+    Returns ``(loss, grad_coef (d x k), grad_intercept (k,))`` as unscaled
+    sums, or None where X is not 8-bit levels in [0, 255] times one step.
+    """
+    from . import logreg_cuda as C
+
+    n, d = X.shape
+    k = len(intercept)
+    step = np.array([level_step(X)])
+    v = np.zeros((n, d), dtype=np.int8)
+    bad = np.zeros(1, dtype=np.int32)
+    launch(C.to_int8_levels, 2, 32, np.ascontiguousarray(X, dtype=np.float32), 1.0 / step, v,
+           bad)
+    if bad[0]:
+        return None
+    vt = np.zeros((d, n), dtype=np.int8)
+    launch(C.transpose_i8, (-(-n // C.TILE), -(-d // C.TILE)), (C.TILE, C.TILE_ROWS), v, vt)
+    width = term_columns(k)
+    params = np.concatenate([np.asarray(coef, dtype=np.float32).ravel(),
+                             np.asarray(intercept, dtype=np.float32)])
+    w8 = np.zeros((width, d), dtype=np.int8)
+    colinfo = np.zeros(2 * k, dtype=np.float64)
+    launch(C.split_coef_i8, k, C.THREADS, params, step, w8, colinfo)
+    logits = (w8.astype(np.int64) @ v.T.astype(np.int64)).astype(np.int32)
+    resid8 = np.zeros((width, n), dtype=np.int8)
+    sums = np.zeros(k + 1, dtype=np.float64)
+    blocks = thread_grid(n, C.THREADS)[0]
+    bpart = np.zeros((blocks, k + 1), dtype=np.float64)
+    launch(C.softmax_xent_i8, blocks, C.THREADS, logits, np.asarray(labels, dtype=np.int32),
+           colinfo, resid8, bpart)
+    launch(C.sum_block_parts, k + 1, C.THREADS, bpart, sums)
+    rows = GRADIENT_ROWS
+    g32 = np.stack([(vt[:, r:r + rows].astype(np.int64) @ resid8[:, r:r + rows].T.astype(np.int64))
+                    .astype(np.int32) for r in range(0, n, rows)])
+    grad = np.empty(d * k, dtype=np.float32)
+    launch(C.combine_i8, -(-d * k // 32), 32, g32, step, sums, grad)
+    return float(sums[k]), grad.reshape(d, k), sums[:k]
