@@ -87,9 +87,8 @@ def ops(obj: Any, n: int, d: int, levels: Any, step: float) -> list:
                      (coef_blocks,), 256, obj.stream)]
 
 
-
 def loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
-                   intercept: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
+              intercept: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
     """The bf16 evaluation once, NumPy products standing in for cuBLAS's (exact products,
     float64 sums) and our kernels in the CUDA simulator: for tests of the kernels' logic.
 

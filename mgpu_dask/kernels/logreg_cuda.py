@@ -1,4 +1,8 @@
-"""Numba CUDA kernel for multinomial logistic regression.
+"""Numba CUDA kernels for multinomial logistic regression.
+
+Sections: the float32 evaluation's kernel (below), the bf16 and the int8
+tensor-core evaluations (driven by ``logreg_bf16`` and ``logreg_int8``) and
+our two passes over X (``logreg_fused``).
 
 ``softmax_xent_rows``: one thread per row of ``logits = X @ W``: adds the
 intercept, then in one pass the log-sum-exp, the cross-entropy of the true

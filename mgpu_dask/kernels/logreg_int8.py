@@ -111,9 +111,8 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
                      (-(-d * k // 256),), 256, obj.stream)]
 
 
-
 def loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
-                   intercept: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
+              intercept: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
     """The int8 evaluation once, NumPy int64 products standing in for cuBLAS's int8 ones
     (both exact) and our kernels in the CUDA simulator: for tests of the kernels' logic.
 
