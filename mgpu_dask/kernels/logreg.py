@@ -130,7 +130,7 @@ default "cublas"
         import cupy
         import cupyx
 
-        from . import logreg_cuda
+        from . import logreg_bf16, logreg_cuda, logreg_fused, logreg_int8
 
         self.X = cupy.ascontiguousarray(cupy.asarray(self.X, dtype=np.float32))
         # Labels may come from the host (a local fit of CuPy rows: NumPy codes).
@@ -146,8 +146,6 @@ default "cublas"
         self.out = out
         self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
         self.sums = out[self._sums_at:].view(np.float64)
-        from . import logreg_bf16, logreg_fused, logreg_int8
-
         strategies = {"int8": logreg_int8, "bf16": logreg_bf16}
         wanted, _, fallback = ("int8-or-cublas" if self.method == "auto"
                                else self.method).partition("-or-")
