@@ -320,7 +320,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         capability 7.5 or newer): X is read at one byte per value, the
         coefficients and residuals go in as four int8 terms each, and the
         int32 sums are exact, so the loss and gradient are closer to float64's
-        than float32 products get.  ``"bf16"``: bf16 tensor cores for such
+        than float32 products get; during a fit the rows are held twice more as
+        int8 (two bytes per value beside the float32 rows).  ``"bf16"``: bf16 tensor cores for such
         rows (compute capability 8.0 or newer), half the bytes of float32, three
         bf16 terms, ``X^T R`` summed in blocks of
         ``kernels.logreg_bf16.GRADIENT_ROWS`` rows (tensor cores do not round their
