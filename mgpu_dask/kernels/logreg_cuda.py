@@ -25,6 +25,25 @@ from .cuda_blocks import block_max, block_sum
 THREADS = 128  # threads per block, one row each (the shared reduction is sized by it)
 
 
+def _row_xent(logit):
+    """A device function ``(logits, row, k, info, target) -> (lse, loss)``: one row's
+    log-sum-exp and cross-entropy in float64, where logit ``c`` of the row is
+    ``logit(logits, row, c, k, info)`` (the split evaluations' logits come from terms)."""
+
+    @cuda.jit(device=True, inline=True)
+    def row_xent(logits, row, k, info, target):
+        top = logit(logits, row, 0, k, info)
+        for c in range(1, k):
+            top = max(top, logit(logits, row, c, k, info))
+        total = float64(0.0)
+        for c in range(k):
+            total += math.exp(logit(logits, row, c, k, info) - top)
+        lse = top + math.log(total)
+        return lse, lse - logit(logits, row, target, k, info)
+
+    return row_xent
+
+
 @cuda.jit(cache=True)
 def softmax_xent_rows(logits, labels, bias, resid, acc):
     """``acc[c] += sum of resid[:, c]`` (c < k) and ``acc[k] += summed cross-entropy``."""
@@ -142,6 +161,9 @@ def _split_logit(logits2, row, c, k, bias):
     return z
 
 
+_split_xent = _row_xent(_split_logit)
+
+
 @cuda.jit(cache=True)
 def softmax_xent_split(logits2, labels, bias, resid2, acc):
     """``softmax_xent_rows`` on split products: logit ``c`` of a row is ``bias[c]`` plus
@@ -155,15 +177,8 @@ def softmax_xent_split(logits2, labels, bias, resid2, acc):
     lse = float64(0.0)
     target = 0
     if row < n:
-        top = _split_logit(logits2, row, 0, k, bias)
-        for c in range(1, k):
-            top = max(top, _split_logit(logits2, row, c, k, bias))
-        total = float64(0.0)
-        for c in range(k):
-            total += math.exp(_split_logit(logits2, row, c, k, bias) - top)
-        lse = top + math.log(total)
         target = labels[row]
-        loss = lse - _split_logit(logits2, row, target, k, bias)
+        lse, loss = _split_xent(logits2, row, k, bias, target)
     partial = cuda.shared.array(THREADS, float64)
     for c in range(k + 1):  # each class's residual (written as it is summed), then the loss
         value = loss
@@ -309,6 +324,9 @@ def _i8_logit(logits, row, c, k, colinfo):
     return colinfo[c] * z + colinfo[k + c]
 
 
+_i8_xent = _row_xent(_i8_logit)
+
+
 @cuda.jit(cache=True)
 def softmax_xent_i8(logits, labels, colinfo, resid8, bpart):
     """``softmax_xent_rows`` on the int32 term sums ``logits`` (width x n_pad): the residual
@@ -324,15 +342,8 @@ def softmax_xent_i8(logits, labels, colinfo, resid8, bpart):
     lse = float64(0.0)
     target = 0
     if row < n:
-        top = _i8_logit(logits, row, 0, k, colinfo)
-        for c in range(1, k):
-            top = max(top, _i8_logit(logits, row, c, k, colinfo))
-        total = float64(0.0)
-        for c in range(k):
-            total += math.exp(_i8_logit(logits, row, c, k, colinfo) - top)
-        lse = top + math.log(total)
         target = labels[row]
-        loss = lse - _i8_logit(logits, row, target, k, colinfo)
+        lse, loss = _i8_xent(logits, row, k, colinfo, target)
     partial = cuda.shared.array(THREADS, float64)
     for c in range(k + 1):  # each class's residual (written as it is summed), then the loss
         value = loss
