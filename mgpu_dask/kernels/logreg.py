@@ -63,6 +63,20 @@ def level_step(X: Any) -> float:
     return top / 255.0 if top > 0 else 1.0
 
 
+def converted_levels(obj: Any, kernel: Any, x: Any, step: float, out: Any) -> bool:
+    """Run a level conversion ``kernel(x, inv_step, out, bad)`` (``logreg_cuda.to_levels``,
+    ``to_int8_levels``) over the CuPy rows ``x`` of ``obj`` (a ``ShardObjective``), on
+    the current stream, grid-stride over at most 32 blocks of 256 threads per SM; whether
+    every value was a level the kernel takes (one wait for its flag)."""
+    import cupy
+
+    bad = cupy.zeros(1, dtype=np.int32)
+    sms = obj.device.attributes["MultiProcessorCount"]
+    launch(kernel, min(-(-int(x.size) // 256), 32 * sms), 256, x, cupy.asarray([1.0 / step]),
+           out, bad)
+    return not int(bad.get()[0])
+
+
 class ShardObjective:
     """Summed cross-entropy and gradient over one shard's rows, buffers kept between calls.
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._launch import bound_gemm, bound_launch, bound_row_sum, launch, thread_grid
-from .logreg import level_step
+from .logreg import converted_levels, level_step
 
 GRADIENT_ROWS = 1024
 """``levels^T R`` is one tensor-core product per block of this
@@ -44,11 +44,8 @@ def prepare(obj: Any, n: int, d: int) -> tuple[Any, float] | None:
         step = level_step(obj.X)
         rows = -(-n // GRADIENT_ROWS) * GRADIENT_ROWS
         levels = cupy.zeros((rows, d), dtype=np.uint16)
-        bad = cupy.zeros(1, dtype=np.int32)
-        sms = obj.device.attributes["MultiProcessorCount"]
-        launch(C.to_levels, min(-(-n * d // 256), 32 * sms), 256, obj.X.reshape(-1),
-               cupy.asarray([1.0 / step]), levels[:n].reshape(-1), bad)
-        if int(bad.get()[0]):
+        if not converted_levels(obj, C.to_levels, obj.X.reshape(-1), step,
+                                levels[:n].reshape(-1)):
             return None
     return levels, step
 
@@ -64,7 +61,7 @@ def ops(obj: Any, n: int, d: int, levels: Any, step: float) -> list:
     k = obj.k
     width = -(-C.TERMS * k // 8) * 8  # terms, zeros: a multiple of 8 columns (tensor cores)
     blocks = levels.shape[0] // GRADIENT_ROWS
-    obj.levels, obj.step = levels, float(step)
+    obj.levels = levels
     obj._step = cupy.asarray([step], dtype=np.float64)
     obj.w2 = cupy.zeros((d, width), dtype=np.uint16)
     obj.logits = cupy.empty((n, width), dtype=np.float32)

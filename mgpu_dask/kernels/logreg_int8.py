@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ._launch import bound_int8_gemm, bound_launch, launch, thread_grid
-from .logreg import level_step
+from .logreg import converted_levels, level_step
 
 ROWS_OUT_FROM = 1 << 20
 """Shards of more rows than this take the forward product as (rows x
@@ -56,11 +56,7 @@ def prepare(obj: Any, n: int, d: int) -> tuple[Any, Any, float] | None:
         block = GRADIENT_ROWS if n > GRADIENT_ROWS else -(-n // 16) * 16
         rows, cols = -(-n // block) * block, -(-d // 16) * 16
         v = cupy.zeros((rows, cols), dtype=np.int8)
-        bad = cupy.zeros(1, dtype=np.int32)
-        sms = obj.device.attributes["MultiProcessorCount"]
-        launch(C.to_int8_levels, min(-(-n * d // 256), 32 * sms), 256, obj.X,
-               cupy.asarray([1.0 / step]), v[:n, :d], bad)
-        if int(bad.get()[0]):
+        if not converted_levels(obj, C.to_int8_levels, obj.X, step, v[:n, :d]):
             return None
         vt = cupy.empty((cols, rows), dtype=np.int8)
         launch(C.transpose_i8, (-(-rows // C.TILE), -(-cols // C.TILE)),
@@ -82,7 +78,7 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
     width = term_columns(k)
     block = min(rows, GRADIENT_ROWS)
     blocks = rows // block
-    obj.levels, obj.levels_t, obj.step = v, vt, float(step)
+    obj.levels, obj.levels_t = v, vt
     obj._step = cupy.asarray([step], dtype=np.float64)
     obj.w8 = cupy.zeros((width, cols), dtype=np.int8)
     obj.colinfo = cupy.zeros(2 * k, dtype=np.float64)
