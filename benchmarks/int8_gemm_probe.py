@@ -17,21 +17,7 @@ import json
 import sys
 
 import numpy as np
-
-
-def _median_ms(stream, fn, repeats: int = 50) -> float:
-    import cupy
-
-    fn()
-    times = []
-    for _ in range(repeats):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record(stream)
-        fn()
-        end.record(stream)
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end))
-    return float(np.median(times))
+from logreg_eval_probe import median_ms  # this folder: the scripts run as files
 
 
 def main() -> None:
@@ -59,17 +45,20 @@ def main() -> None:
             r8 = cupy.random.randint(-127, 128, (width, n_pad), dtype=np.int8)
             logits = cupy.empty(n_pad * width, dtype=np.int32)
             with cupy.cuda.Device(0):
-                row[f"w{width} forward rows-out ms"] = _median_ms(
-                    stream, bound_int8_gemm(logits, w8, v, d, stream))
-                row[f"w{width} forward width-out ms"] = _median_ms(
-                    stream, bound_int8_gemm(logits, v, w8, d, stream))
+                def timed(gemm):
+                    return median_ms(stream, gemm, warm_up=True)
+
+                row[f"w{width} forward rows-out ms"] = timed(
+                    bound_int8_gemm(logits, w8, v, d, stream))
+                row[f"w{width} forward width-out ms"] = timed(
+                    bound_int8_gemm(logits, v, w8, d, stream))
                 for block in (int(b) for b in args.blocks.split(",")):
                     blocks = n_pad // block
                     g = cupy.empty(blocks * d * width, dtype=np.int32)
-                    row[f"w{width} gradient b{block} d-by-width ms"] = _median_ms(
-                        stream, bound_int8_gemm(g, r8, vt, block, stream, batches=blocks))
-                    row[f"w{width} gradient b{block} width-by-d ms"] = _median_ms(
-                        stream, bound_int8_gemm(g, vt, r8, block, stream, batches=blocks))
+                    row[f"w{width} gradient b{block} d-by-width ms"] = timed(
+                        bound_int8_gemm(g, r8, vt, block, stream, batches=blocks))
+                    row[f"w{width} gradient b{block} width-by-d ms"] = timed(
+                        bound_int8_gemm(g, vt, r8, block, stream, batches=blocks))
             # the exactness of one forward product against int64 NumPy, on a slice
             a = (w8.get().astype(np.int64) @ v[:512].get().T.astype(np.int64))
             bound_int8_gemm(logits, v[:512], w8, d, stream)()

@@ -20,9 +20,13 @@ import time
 import numpy as np
 
 
-def _median_ms(stream, fn, repeats: int = 50) -> float:
+def median_ms(stream, fn, repeats: int = 50, warm_up: bool = False) -> float:
+    """Median device time of ``fn()`` on ``stream`` (CUDA events), ms; one untimed call
+    first with ``warm_up``."""
     import cupy
 
+    if warm_up:
+        fn()
     times = []
     for _ in range(repeats):
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
@@ -73,9 +77,9 @@ def main() -> None:
                                                       for a in again) / results[method][0]
             row[f"{method}_repeat_grad_spread"] = max(float(np.abs(a[1] - results[method][1]).max())
                                                       for a in again)
-            row[f"{method}_ms"] = _median_ms(o.stream, lambda: o.launch(W, b))
+            row[f"{method}_ms"] = median_ms(o.stream, lambda: o.launch(W, b))
             with o.device:
-                row[f"{method}_ops_ms"] = [round(_median_ms(o.stream, op), 4) for op in o._ops]
+                row[f"{method}_ops_ms"] = [round(median_ms(o.stream, op), 4) for op in o._ops]
             o = None  # its buffers go before the next method's
         logreg_bf16.GRADIENT_ROWS, logreg_int8.GRADIENT_ROWS = default_rows
         X64 = X.astype(np.float64)  # the float64 gradient: what each method is off by
