@@ -26,3 +26,10 @@ logreg_runs() {
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['warm_fit_predict_median'], r['warm'], {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" $R/logreg_f${f}_$p${TAG:-}.json | tee -a "$OUT/summary.log"
   done; done
 }
+# --backend all for TASK at fraction F on one worker, extra CLI options after them;
+# JSON and log under $R, the table into the summary
+backend_table() {  # task fraction [options]
+  log "$1 --backend all f$2 w1 ${*:3}"
+  timeout 280 python3 -m mgpu_dask.run $1 --backend all --repeats 5 --workers 1 --fraction $2 "${@:3}" --json $R/$1_all_f$2_w1.json > "$R/$1_all_f$2.log" 2>&1
+  grep -vE "^\[|^ *$" "$R/$1_all_f$2.log" | tail -14 | tee -a "$OUT/summary.log"
+}

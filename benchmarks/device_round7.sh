@@ -16,19 +16,14 @@
 set -u
 source benchmarks/device_env.sh
 R=/tmp/runs
-table() {  # task fraction
-  log "$1 --backend all f$2 w1"
-  timeout 280 python3 -m mgpu_dask.run $1 --backend all --repeats 5 --workers 1 --fraction $2 --json $R/$1_all_f$2_w1.json > "$R/$1_all_f$2.log" 2>&1
-  grep -vE "^\[|^ *$" "$R/$1_all_f$2.log" | tail -14 | tee -a "$OUT/summary.log"
-}
 case "${PHASE:-none}" in
 cudac)
   nvidia-smi -L | tee -a "$OUT/summary.log"
   log gpu-tests
   timeout 200 python3 -m pytest -q -rA -m gpu tests/test_gpu.py tests/test_backends.py -k "cuda_c or single_host or without_a_client or torch" > "$R/gpu-tests.log" 2>&1
   grep -E "passed|failed|Error|error" "$R/gpu-tests.log" | tail -14 | tee -a "$OUT/summary.log"
-  table knn 1
-  table logreg 1
+  backend_table knn 1
+  backend_table logreg 1
   ;;
 deformed)
   c=${COPIES:-155}
@@ -48,8 +43,8 @@ logreg)
   logreg_runs
   ;;
 table)
-  table knn ${FRACTION:-4}
-  table logreg ${FRACTION:-4}
+  backend_table knn ${FRACTION:-4}
+  backend_table logreg ${FRACTION:-4}
   ;;
 tiles)
   for f in 4 1; do

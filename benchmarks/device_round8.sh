@@ -64,11 +64,7 @@ gputests)
   grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-all.log" | tail -20 | tee -a "$OUT/summary.log"
   ;;
 table)
-  for f in ${FRACTIONS:-1 4}; do
-    log "logreg --backend all f$f w1 --precision ${PRECISION:-auto}"
-    timeout 280 python3 -m mgpu_dask.run logreg --backend all --precision ${PRECISION:-auto} --repeats 5 --workers 1 --fraction $f --json $R/logreg_all_f${f}_w1.json > "$R/logreg_all_f$f.log" 2>&1
-    grep -vE "^\[|^ *$" "$R/logreg_all_f$f.log" | tail -14 | tee -a "$OUT/summary.log"
-  done
+  for f in ${FRACTIONS:-1 4}; do backend_table logreg $f --precision ${PRECISION:-auto}; done
   ;;
 logreg)
   PRECISIONS=${PRECISIONS_CLI:-auto fp32} logreg_runs
