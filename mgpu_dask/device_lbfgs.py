@@ -17,6 +17,16 @@ waiting:
    point and the curvature pairs when the step is kept;
 4. one copy of a dozen scalars to the host, the only wait of the iteration.
 
+Steps 1-3 are the same launches every iteration (the same buffers, the
+same arguments), so they are captured once per fit as one CUDA graph that
+spans every GPU of the fit (stream capture follows the events from the
+leader's stream to the shards' and back); each iteration is then one graph
+launch instead of some twenty Python-issued launches per shard -- what
+made two GPUs slower than one when an evaluation takes a tenth of a
+millisecond.  Where capture is not possible (UCX's threads in the process,
+a driver that refuses), the iteration is launched op by op and
+``graph_note`` says why.
+
 Most first steps are kept, so the host queues ``run_ahead`` such iterations
 before it reads the scalars (``advance``): while the GPUs work through them
 the host is already queueing the next, and the GPU never idles for a round
@@ -35,13 +45,14 @@ the kernels and the loop together.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
 from .kernels import lbfgs_cuda as K
-from .kernels._launch import Launcher, on_gpu
-from .kernels.logreg import ShardObjective
+from .kernels._launch import Launcher, capture_allowed
+from .kernels.logreg import ShardObjective, rows_on_gpu
 from .lbfgs import Step
 
 SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: few, or slow
@@ -52,7 +63,7 @@ SIMULATOR_AHEAD = 4
 
 def usable(arrays: list[tuple[Any, Any]]) -> bool:
     """Whether these shards can be fitted by the device backend (all CuPy, on GPUs)."""
-    return bool(arrays) and all(on_gpu(X) for X, _ in arrays)
+    return bool(arrays) and all(rows_on_gpu(X) for X, _ in arrays)
 
 
 class DeviceBackend:
@@ -61,9 +72,9 @@ class DeviceBackend:
     Parameters
     ----------
     shards : list of (X, labels)
-        Row blocks (float32, n_i x d) and their class indices (int32), CuPy
-        arrays on any GPUs this process sees -- or NumPy arrays under the
-        CUDA simulator.
+        Row blocks (float32, n_i x d, or ``kernels.logreg.Levels``) and their
+        class indices (int32), CuPy arrays on any GPUs this process sees -- or
+        NumPy arrays under the CUDA simulator.
     n_classes : int
     n_rows : int
         Rows over all shards (the objective is the mean cross-entropy).
@@ -77,18 +88,27 @@ class DeviceBackend:
     run_ahead : int or None
         Iterations queued per look at the scalars; None: from the device time
         of the first evaluation (``AHEAD_SECONDS`` of work, 1 to ``MAX_AHEAD``).
+    graph : bool
+        Capture an iteration as a CUDA graph (see the module's docstring);
+        False: launch it op by op (for comparisons).
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
                  penalty: float, memory: int = 10, method: str = "cublas",
-                 run_ahead: int | None = None) -> None:
+                 run_ahead: int | None = None, graph: bool = True) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
         if run_ahead is not None and run_ahead < 1:
             raise ValueError(f"run_ahead={run_ahead} must be at least 1")
         self._ahead = run_ahead
         self.gpu = usable(shards)
+        self._graph: Any = None
+        self.graph_seconds: float | None = None  # host time of the capture
+        self.graph_note: str | None = None if graph else "not asked for"
+        if self.gpu and graph and not capture_allowed():
+            self.graph_note = "not captured: UCX's threads make CUDA calls in this process"
         if not self.gpu:
+            self.graph_note = "the simulator launches op by op"
             from numba import config
 
             if not config.ENABLE_CUDASIM:
@@ -182,9 +202,9 @@ class DeviceBackend:
                         except runtime.CUDARuntimeError:  # already enabled
                             pass
 
-    def _evaluate(self) -> None:
+    def _evaluate(self, counted: bool = True) -> None:
         """Every shard at ``params``; their partial sums land in ``parts`` / ``psums``."""
-        self.evaluations += 1
+        self.evaluations += counted
         if self.gpu:
             with self.device:
                 self._ready.record(self.stream)
@@ -216,6 +236,37 @@ class DeviceBackend:
             for launcher, grid in self._propose_launches:
                 launcher(grid)
 
+    def _iterate(self) -> None:
+        """Queue one iteration: propose, evaluate, finish (one graph launch once captured)."""
+        if self._graph is None and self.graph_note is None:
+            self._capture()
+        if self._graph is not None:
+            self.evaluations += 1
+            with self.device:
+                self._graph.launch(self.stream)
+            return
+        self._propose()
+        self._evaluate()
+        self._finish(K.AUTO)
+
+    def _capture(self) -> None:
+        """The iteration's launches, captured from the leader's stream (the shards' streams
+        join through the events); on failure ``graph_note`` says why and nothing changed."""
+        began = time.perf_counter()
+        try:
+            with self.device:
+                self.stream.begin_capture()
+                try:
+                    self._propose()
+                    self._evaluate(counted=False)
+                    self._finish(K.AUTO)
+                finally:
+                    graph = self.stream.end_capture()
+            self._graph = graph
+        except Exception as exc:  # a driver or CuPy that cannot capture: op by op
+            self.graph_note = f"not captured: {type(exc).__name__}: {exc}"
+        self.graph_seconds = time.perf_counter() - began
+
     def _read(self) -> np.ndarray:
         """The scalars, after everything queued so far (the one wait of an iteration)."""
         self.syncs += 1
@@ -238,6 +289,11 @@ class DeviceBackend:
                     float(s[K.SLOPE0]), float(s[K.STEP]), float(s[K.VALUE]), float(s[K.SLOPE]))
 
     # -- the backend --------------------------------------------------------------------------
+    @property
+    def graphed(self) -> bool:
+        """Whether the iterations run as one captured CUDA graph each."""
+        return self._graph is not None
+
     @property
     def pairs(self) -> int:
         return int(self._last[K.PAIRS])
@@ -284,9 +340,7 @@ class DeviceBackend:
         with self._leader():
             self._k_arm(1)
         for _ in range(ahead):
-            self._propose()
-            self._evaluate()
-            self._finish(K.AUTO)
+            self._iterate()
         step = self._step()
         done = int(self._last[K.DONE])
         self.evaluations -= ahead - done - (step.status != K.ACCEPTED)  # skipped on the device
@@ -352,5 +406,7 @@ def profile(backend: DeviceBackend, result: dict[str, Any], seconds: float) -> d
             "device seconds, first evaluation": per_eval,
             "host seconds per iteration": seconds / max(1, result["nit"]),
             "shards": len(backend.objectives),
+            "graph": backend.graphed, "graph note": backend.graph_note,
+            "graph capture seconds": backend.graph_seconds,
             "evaluation": ",".join(sorted({o.method for o in backend.objectives}))}
 

@@ -8,8 +8,8 @@ L-BFGS loop (ours, float64: ``lbfgs``):
   and labels once (CUDA IPC / shared memory, ``peer_views``) and one worker
   runs the whole loop, evaluating each shard on its own GPU, all GPUs at
   once; with every shard on a GPU the loop's vectors stay on that worker's
-  GPU (``device_lbfgs``).  One Dask round trip per fit (two where other
-  workers exported rows: a release), whatever the iteration count.
+  GPU (``device_lbfgs``).  One Dask round trip per fit, whatever the
+  iteration count.
 * ``actors`` (any cluster, several hosts): the loop runs on the client; each
   evaluation is one direct call to one Dask Actor per worker, which returns
   one float and the 785x10 gradient.
@@ -146,30 +146,76 @@ def _fit_on_device(arrays: list[tuple[Any, Any]], problem: _Problem) -> dict[str
             "profile": {"buffers": ready - started, "L-BFGS": solved - ready, **details}}
 
 
+PEER_SECONDS = 600.0  # the longest a leader waits for a peer's export (the fit's own timeout
+                     # is the client's; this only keeps a leader from waiting forever)
+
+
+def _levels_wanted(problem: _Problem, loss_grad: Any) -> bool:
+    """Whether the holders should export their rows as int8 levels (the device L-BFGS with
+    the int8 products, if the rows are levels): never where X itself is needed."""
+    return (loss_grad is None and problem.options.get("optimizer", "auto") != "host"
+            and problem.options["method"] in ("auto", "int8", "int8-or-cublas"))
+
+
 def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
                    loss_grad: Any = None) -> dict[str, Any]:
     """Runs on one worker: map every shard of the host and run the whole L-BFGS here.
 
-    With every shard on a GPU the optimiser's vectors stay on this worker's
-    GPU (``device_lbfgs``); otherwise each evaluation queues every shard's
-    work on its own GPU first and then waits for them all, so the GPUs
-    compute at the same time.  The leader's own rows come as ``{"own rows",
-    "labels", "token"}`` and are exported in place here.  This process's own
-    exports are released here; ``exporters`` in the result names the other
-    processes' (the client releases those).
+    The leader asks every other holder for its export straight away (one
+    message each way, no scheduler in between, ``peer_views.call``; they
+    convert and export at the same time as the leader prepares its own rows,
+    which it exports in place), maps them all and, with every shard on a
+    GPU, keeps the optimiser's vectors on this worker's GPU
+    (``device_lbfgs``); otherwise each evaluation queues every shard's work
+    on its own GPU first and then waits for them all, so the GPUs compute at
+    the same time.  Afterwards it closes its mappings and tells the holders
+    to release their exports (waiting for their answers: a few hundred
+    microseconds), so the client has nothing left to do.  Shards come as
+    ``{"own rows", "labels", "token"}`` (this worker's, the blocks
+    themselves) or ``{"address", "keys", "labels", "token"}`` (another
+    worker's: the keys of its blocks there).
     """
     began = time.time()
+    levels = _levels_wanted(problem, loss_grad)
+    token = shards[0]["token"] if shards else ""
+    asked = {i: (s["address"], peer_views.call(s["address"], _export_held, token, s["keys"],
+                                               s["labels"], levels))
+             for i, s in enumerate(shards) if "keys" in s}
+    exporters = sorted({address for address, _ in asked.values()})
     try:
-        shards = [_export_rows(s["token"], s["own rows"], s["labels"], in_place=True)
-                  if "own rows" in s else s for s in shards]
-        result = _fit_mapped(shards, problem, loss_grad)
+        started = time.perf_counter()
+        own = {i: _export_rows(token, s["own rows"], s["labels"], in_place=True, levels=levels)
+               for i, s in enumerate(shards) if i not in asked}
+        ready = time.perf_counter()
+        described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
+                     for i in range(len(shards))]
+        exported = time.perf_counter()
+        result = _fit_mapped(described, problem, loss_grad)
     finally:
         if shards:
-            peer_views.release(shards[0]["token"])
+            peer_views.release(token)
+        released = [peer_views.call(address, peer_views.release, token) for address in exporters]
+        for future in released:  # an exporter lost on the way: nothing of it to release
+            try:
+                future.result(timeout=10)
+            except Exception:
+                pass
+    result["released"] = exporters
     if "profile" in result:  # wall-clock ends, for the client's share of the time
+        result["profile"] = {"own export": ready - started,
+                             "waiting for the holders": exported - ready, **result["profile"]}
         result["profile"]["leader began at"], result["profile"]["leader ended at"] = (
             began, time.time())
     return result
+
+
+def _shard_arrays(desc: dict[str, Any], arrays: list[Any]) -> tuple[Any, Any]:
+    """``(rows, labels)`` of one opened export: X, or the int8 ``Levels`` a holder made."""
+    made = desc.get("info", {}).get("levels")
+    if made is not None:
+        v, vt, labels = arrays
+        return kernels.Levels(v, vt, *made), labels
+    return arrays[0], arrays[1]
 
 
 def _fit_mapped(shards: list[dict[str, Any]], problem: _Problem,
@@ -180,14 +226,18 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: _Problem,
     if len({s["host"] for s in shards}) > 1:
         return {"refused": "the shards live on more than one host", "exporters": exporters}
     started = time.perf_counter()
-    with peer_views.opened(shards) as arrays:
+    with peer_views.opened(shards) as opened:
+        arrays = [_shard_arrays(desc, a) for desc, a in zip(shards, opened)]
         if _on_device(arrays, problem, loss_grad):
             mapped = time.perf_counter()
             result = _fit_on_device(arrays, problem)
             result["profile"] = {"map": mapped - started, **result["profile"]}
+            arrays.clear()
             return {**result, "exporters": exporters}
+        arrays = [(X.rows() if isinstance(X, kernels.Levels) else X, y) for X, y in arrays]
         objectives = [_objective_for(X, labels, problem.n_classes, loss_grad,
                                      problem.options["method"]) for X, labels in arrays]
+        arrays.clear()
         ready = time.perf_counter()
 
         def evaluate(W: np.ndarray, b: np.ndarray) -> tuple:
@@ -215,16 +265,41 @@ def _label_codes(codes: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 def _export_rows(token: str, blocks: list[Any], labels: np.ndarray,
-                 in_place: bool = False) -> dict[str, Any]:
+                 in_place: bool = False, levels: bool = False) -> dict[str, Any]:
     """On a holder: export its row blocks and their labels (on the rows' device); in place
-    on the leader's own worker (the fit reads them in this process)."""
+    on the leader's own worker (the fit reads them in this process).  ``levels``: rows on
+    a GPU that are 8-bit levels go as the int8 products' ``Levels`` instead of X
+    (converted here, on this GPU; the description says so)."""
     xp = array_module(blocks[0])
     if xp is not np:  # sent in their smallest type (_label_codes), widened on the GPU
         with xp.cuda.Device(blocks[0].device.id):
             labels = xp.asarray(labels).astype(np.int32)
+            if levels:
+                from .kernels import logreg_int8
+
+                X = blocks[0] if len(blocks) == 1 else xp.concatenate(blocks)
+                made = logreg_int8.levels(X, None if in_place else peer_views.dedicated)
+                if made is not None:
+                    return peer_views.export(token, [[made.v], [made.vt], [labels]], in_place,
+                                             owned=True,
+                                             info={"levels": [made.step, made.n, made.d]})
     else:
         labels = np.asarray(labels, dtype=np.int32)
     return peer_views.export(token, [blocks, [labels]], in_place=in_place)
+
+
+async def _export_held(token: str, keys: list[Any], labels: np.ndarray, levels: bool,
+                       dask_worker: Any = None) -> dict[str, Any]:
+    """On a holder, asked by the leader (``peer_views.call``): export the blocks it holds
+    under ``keys`` (``_export_rows``), in a thread of its own, not on the event loop."""
+    import asyncio
+
+    try:
+        blocks = [dask_worker.data[key] for key in keys]
+    except KeyError as exc:
+        raise peer_views.PeerUnavailable(f"block {exc} is no longer on worker "
+                                         f"{dask_worker.address}") from None
+    return await asyncio.to_thread(_export_rows, token, blocks, labels, False, levels)
 
 
 class ShardLossGrad:
@@ -339,9 +414,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     n_evaluations_ : int
         Objective (loss and gradient) evaluations.
     n_round_trips_ : int
-        Dask round trips of the optimisation: 1 for a single-host fit on one
-        worker (export and fit in one submission), 2 where other workers
-        exported rows (their release), one per evaluation otherwise.
+        Dask round trips of the optimisation: 1 for a single-host fit (export
+        and fit in one submission; the leader asks the other holders for their
+        exports directly), one per evaluation otherwise.
     comm_ : str
         How the fit ran: ``"single-host"``, ``"actors"`` or ``"graph"``.
     optimizer_ : str
@@ -520,12 +595,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                          problem: "_Problem") -> dict[str, Any] | None:
         """The whole L-BFGS in one worker that maps every shard of its host.
 
-        One submission: each holder exports its rows and their labels (sent
-        with the task) once (CUDA IPC / shared memory; the leader's own in
-        place), and the worker with the most rows, once the exports are done,
-        opens them all and evaluates every shard on its own GPU with no Dask
-        message per step; then one message frees the other workers' exports
-        (none on one worker: the leader frees its own).  Returns None (with the reason in
+        One task, on the worker with the most rows (``_fit_on_leader``): it
+        asks each other holder to export its rows and their labels (sent with
+        the task) by CUDA IPC / shared memory, exports its own in place, opens
+        them all and evaluates every shard on its own GPU with no Dask message
+        per step, and has the holders release their exports before it returns:
+        one Dask round trip per fit.  Returns None (with the reason in
         ``comm_note_``) when that cannot be done here.
         """
         token = uuid.uuid4().hex
@@ -540,20 +615,18 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         rows = {w: sum(X.chunks[0][i] for i in idx) for w, idx in by_worker.items()}
         labels = _label_codes(labels, problem.n_classes)
         leader = max(rows, key=rows.get)
-        # The exports' futures are the fit's only: their small descriptions travel to
-        # the leader, nothing else does (and a lost export is made again for a rerun).
-        # The leader's own rows are exported in place by the fit task itself: no task
-        # of their own to wait for before it starts.
+        # The leader's own blocks are the task's inputs (they are there); the others
+        # are named by their keys and exported by their holders when the leader asks:
+        # nothing but the exports' small descriptions travels.
         shards: list[Any] = []
-        for j, (worker, idx) in enumerate(by_worker.items()):
-            blocks = [futures[i] for i in idx]
+        for worker, idx in by_worker.items():
             codes = np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx])
             if worker == leader:
-                shards.append({"own rows": blocks, "labels": codes, "token": token})
+                shards.append({"own rows": [futures[i] for i in idx], "labels": codes,
+                               "token": token})
             else:
-                shards.append(client.submit(_export_rows, token, blocks, codes, False,
-                                            workers=[worker], allow_other_workers=True,
-                                            pure=False, key=f"logreg-export-{token[:12]}-{j}"))
+                shards.append({"address": worker, "keys": [futures[i].key for i in idx],
+                               "labels": codes, "token": token})
         fit = client.submit(_fit_on_leader, shards, problem, self.loss_grad, workers=[leader],
                             allow_other_workers=True, pure=False,
                             key=f"logreg-fit-{token[:12]}")
@@ -562,7 +635,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         try:
             result = fit.result(timeout=timeout)
             arrived = time.time()
-            exporters = set(result.pop("exporters"))
+            exporters = set(result.pop("exporters")) - set(result.pop("released"))
             if "refused" in result:
                 if result["refused"] == "not finite":
                     raise DataError(NOT_FINITE)
@@ -572,7 +645,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 "export and fit": time.perf_counter() - started,
                 "submission to leader": profile.pop("leader began at") - submitted,
                 "leader to client": arrived - profile.pop("leader ended at"), **profile}
-            return {**result, "round_trips": 2 if exporters else 1, "comm": "single-host"}
+            return {**result, "round_trips": 1, "comm": "single-host"}
         except (DataError, TimeoutError):
             raise
         except Exception as exc:
@@ -588,8 +661,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                                "refitted by actors" if lost else str(exc))
             return None
         finally:
-            # The exporters free their copies (round trip 2); after a failure,
-            # every live worker looks for the token.
+            # The leader had the exporters free their copies; after a failure, every
+            # live worker looks for the token.
             if exporters is None:
                 exporters = set(client.run_on_scheduler(_alive_workers))
             if exporters:  # none when every shard was the leader's own

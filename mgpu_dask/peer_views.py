@@ -15,6 +15,7 @@ map (another host, a GPU this process does not see) with
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import os
 import socket
@@ -80,25 +81,43 @@ def _share_host(array: np.ndarray, name: str) -> tuple[np.ndarray, Any, dict[str
     return view, shm, {"kind": "host", "name": name}
 
 
-def _share_cuda(array: Any) -> tuple[Any, Any, dict[str, Any]]:
+def _share_cuda(array: Any, owned: bool = False) -> tuple[Any, Any, dict[str, Any]]:
     import cupy
 
     # A dedicated allocation (not a slice of CuPy's pool): an IPC handle names a
-    # whole allocation, and Dask may spill or drop its own copy of the block.
-    memory = cupy.cuda.memory.Memory(max(1, array.nbytes))
-    view = cupy.ndarray(array.shape, dtype=array.dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
-    view[...] = array
-    return view, memory, {"kind": "cuda", "handle": cupy.cuda.runtime.ipcGetMemHandle(memory.ptr)}
+    # whole allocation, and Dask may spill or drop its own copy of the block.  An
+    # owned array that is one already (``dedicated``) is shared as it is.
+    memory = array.data.mem
+    if not (owned and type(memory) is cupy.cuda.memory.Memory and array.data.ptr == memory.ptr
+            and array.flags.c_contiguous):
+        view = dedicated(array.shape, array.dtype)
+        view[...] = array
+        array, memory = view, view.data.mem
+    return array, memory, {"kind": "cuda", "handle": cupy.cuda.runtime.ipcGetMemHandle(memory.ptr)}
 
 
-def export(token: str, groups: list[list[Any]], in_place: bool = False) -> dict[str, Any]:
+def dedicated(shape: tuple[int, ...], dtype: Any) -> Any:
+    """An empty CuPy array in an allocation of its own (not a slice of CuPy's pool), on
+    the current GPU: what :func:`export` can share ``owned`` without a copy."""
+    import cupy
+
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    memory = cupy.cuda.memory.Memory(max(1, nbytes))
+    return cupy.ndarray(shape, dtype=dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
+
+
+def export(token: str, groups: list[list[Any]], in_place: bool = False, owned: bool = False,
+           info: dict[str, Any] | None = None) -> dict[str, Any]:
     """Concatenate each group of blocks into shareable memory; describe it.
 
     Runs on the worker holding the blocks.  Each group (e.g. the X blocks,
     then the label blocks) becomes one array.  ``in_place``: for a reader in
     this same process (the fit's leader exporting its own rows), no copy --
     a single block is used as it is -- and no handle: another process that
-    tries to open it gets :class:`PeerUnavailable`.
+    tries to open it gets :class:`PeerUnavailable`.  ``owned``: single GPU
+    blocks made for this export by :func:`dedicated` are shared as they are
+    (no copy; others are copied); the export keeps them.  ``info`` travels
+    with the description.
 
     Returns
     -------
@@ -116,9 +135,9 @@ def export(token: str, groups: list[list[Any]], in_place: bool = False) -> dict[
         if in_place:
             view, owner, entry = whole, None, {"kind": "local"}
         else:
-            view, owner, entry = (_share_cuda(whole) if gpu
-                                  else _share_host(np.ascontiguousarray(whole),
-                                                   _segment_name(token, next(_COUNTER))))
+            view, owner, entry = (_share_cuda(whole, owned and len(blocks) == 1) if gpu else
+                                  _share_host(np.ascontiguousarray(whole),
+                                              _segment_name(token, next(_COUNTER))))
         arrays.append(view)
         owners.append(owner)
         entries.append({**entry, "shape": tuple(whole.shape), "dtype": whole.dtype.str,
@@ -129,6 +148,7 @@ def export(token: str, groups: list[list[Any]], in_place: bool = False) -> dict[
         import cupy
 
         pci = cupy.cuda.Device(arrays[0].device.id).pci_bus_id
+        cupy.cuda.get_current_stream().synchronize()  # the copies are there for the reader
     with _LOCK:
         _EXPORTS.setdefault(token, []).append((export_id, arrays, owners))
     try:
@@ -139,7 +159,35 @@ def export(token: str, groups: list[list[Any]], in_place: bool = False) -> dict[
         address = None
     return {"token": token, "id": export_id, "host": _hostname(), "pid": os.getpid(),
             "address": address, "pci_bus_id": pci, "rows": int(arrays[0].shape[0]),
-            "finite": finite, "arrays": entries}
+            "finite": finite, "arrays": entries, "info": info or {}}
+
+
+def call(address: str, function: Any, *args: Any) -> "concurrent.futures.Future[Any]":
+    """Run ``function(*args)`` on the Dask worker at ``address``, straight from the worker
+    this runs on (a task's): the ``run`` handler that ``Client.run`` reaches through the
+    scheduler, reached here with one message each way and no scheduler in between.
+
+    Returns at once with a future of the result (an exception raised there is raised by
+    ``result()``).  ``function`` may be a coroutine function; one that takes
+    ``dask_worker`` gets the worker it runs on.
+    """
+    import asyncio
+
+    from distributed import get_worker
+    from distributed.core import clean_exception
+    from distributed.protocol import pickle
+
+    worker = get_worker()
+
+    async def run() -> Any:
+        response = await worker.rpc(address).run(function=pickle.dumps(function),
+                                                 args=pickle.dumps(args), wait=True)
+        if response.get("status") != "OK":
+            _, exc, tb = clean_exception(**response)
+            raise exc.with_traceback(tb)
+        return response["result"]
+
+    return asyncio.run_coroutine_threadsafe(run(), worker.loop.asyncio_loop)
 
 
 def release(token: str) -> int:

@@ -230,7 +230,7 @@ def test_no_graph_capture_where_ucx_carries_the_messages(monkeypatch):
     import sys
     import types
 
-    from mgpu_dask.kernels.knn import capture_allowed
+    from mgpu_dask.kernels._launch import capture_allowed
 
     for name in ("distributed_ucxx", "ucxx", "ucp"):
         monkeypatch.delitem(sys.modules, name, raising=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +30,19 @@ def all_entries_finite(a: Any) -> bool:
         return True
     xp = array_module(a)
     return bool(xp.isfinite(a.min())) and bool(xp.isfinite(a.max()))
+
+
+def capture_allowed() -> bool:
+    """Whether work may be captured as a CUDA graph in this process (KNN's tile loop,
+    the device L-BFGS's iteration).
+
+    Not where UCX carries Dask's messages (``distributed-ucxx`` loaded, a
+    ``--protocol ucx`` worker): its communication threads make CUDA calls of
+    their own, and those fail while a stream of the process is capturing
+    (cudaErrorStreamCaptureUnsupported, seen on 2x H200), which breaks the
+    transfer.  The work is then launched op by op.
+    """
+    return not any(name in sys.modules for name in ("distributed_ucxx", "ucxx", "ucp"))
 
 
 def finished(out: Any) -> Any:

@@ -8,13 +8,19 @@ tests run them on NumPy arrays under the CUDA simulator.
 from __future__ import annotations
 
 import math
-import sys
 import threading
 from typing import Any
 
 import numpy as np
 
-from ._launch import Launcher, array_module, launch, on_gpu, thread_grid
+from ._launch import (
+    Launcher,
+    array_module,
+    capture_allowed,
+    launch,
+    on_gpu,
+    thread_grid,
+)
 
 INT_MAX = 2**31 - 1
 MAX_K = 64
@@ -229,18 +235,6 @@ class TileLoop:
         else:
             self._tiles()
         return queries
-
-
-def capture_allowed() -> bool:
-    """Whether the tile loop may be captured as a CUDA graph in this process.
-
-    Not where UCX carries Dask's messages (``distributed-ucxx`` loaded, a
-    ``--protocol ucx`` worker): its communication threads make CUDA calls of
-    their own, and those fail while a stream of the process is capturing
-    (cudaErrorStreamCaptureUnsupported, seen on 2x H200), which breaks the
-    transfer.  The loop then launches per tile, as on a CPU simulator.
-    """
-    return not any(name in sys.modules for name in ("distributed_ucxx", "ucxx", "ucp"))
 
 
 _LOOPS_LOCK = threading.Lock()

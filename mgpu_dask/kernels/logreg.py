@@ -15,7 +15,7 @@ Numba CPU kernel.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -63,18 +63,50 @@ def level_step(X: Any) -> float:
     return top / 255.0 if top > 0 else 1.0
 
 
-def converted_levels(obj: Any, kernel: Any, x: Any, step: float, out: Any) -> bool:
+def converted_levels(device: Any, kernel: Any, x: Any, step: float, out: Any) -> bool:
     """Run a level conversion ``kernel(x, inv_step, out, bad)`` (``logreg_cuda.to_levels``,
-    ``to_int8_levels``) over the CuPy rows ``x`` of ``obj`` (a ``ShardObjective``), on
-    the current stream, grid-stride over at most 32 blocks of 256 threads per SM; whether
-    every value was a level the kernel takes (one wait for its flag)."""
+    ``to_int8_levels``) over the CuPy rows ``x`` on ``device`` (current), on the current
+    stream, grid-stride over at most 32 blocks of 256 threads per SM; whether every value
+    was a level the kernel takes (one wait for its flag)."""
     import cupy
 
     bad = cupy.zeros(1, dtype=np.int32)
-    sms = obj.device.attributes["MultiProcessorCount"]
+    sms = device.attributes["MultiProcessorCount"]
     launch(kernel, min(-(-int(x.size) // 256), 32 * sms), 256, x, cupy.asarray([1.0 / step]),
            out, bad)
     return not int(bad.get()[0])
+
+
+class Levels(NamedTuple):
+    """Rows of 8-bit levels as the int8 products take them (``logreg_int8.levels``):
+    ``X = step * (v + 128)`` for the first ``n`` rows and ``d`` columns of ``v`` (int8,
+    padded with zeros), ``vt`` its transpose.  Made where the rows live (a peer worker
+    exports these instead of X: half the bytes, and its GPU does the conversion)."""
+
+    v: Any
+    vt: Any
+    step: float
+    n: int
+    d: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n, self.d
+
+    @property
+    def device(self) -> Any:
+        return self.v.device
+
+    def rows(self) -> Any:
+        """X again, float32 (exact: levels times the step), for paths that need X."""
+        with self.v.device:
+            return ((self.v[: self.n, : self.d].astype(np.float32) + 128)
+                    * np.float32(self.step))
+
+
+def rows_on_gpu(X: Any) -> bool:
+    """Whether ``X`` (an array or :class:`Levels`) lives on a GPU."""
+    return on_gpu(X.v if isinstance(X, Levels) else X)
 
 
 class ShardObjective:
@@ -86,7 +118,9 @@ class ShardObjective:
 
     Parameters
     ----------
-    X : array of shape (n, d), float32 (CuPy or NumPy)
+    X : array of shape (n, d), float32 (CuPy or NumPy), or :class:`Levels` on a GPU
+        (rows already converted for the int8 products; other methods convert them
+        back to float32)
     labels : array of shape (n,), int32 class indices
     n_classes : int
     method : {"cublas", "int8", "bf16", "auto", "fused", "int8-or-cublas", "bf16-or-cublas"}, \
@@ -114,7 +148,7 @@ default "cublas"
             raise ValueError(f"method={method!r} is not one of {', '.join(METHODS)}")
         self.X, self.labels, self.k, self.method = X, labels, int(n_classes), method
         n, d = X.shape
-        self.gpu = on_gpu(X)
+        self.gpu = rows_on_gpu(X)
         if self.gpu:
             self._init_gpu(n, d)
         else:
@@ -129,7 +163,7 @@ default "cublas"
         import cupy
 
         k = self.k
-        self.device = cupy.cuda.Device(self.X.device.id)
+        self.device = cupy.cuda.Device(self.X.device.id)  # an array's or the levels'
         with self.device:
             self.stream = cupy.cuda.Stream(non_blocking=True)
             # The rows may still be arriving on the caller's stream (a copy from the host
@@ -146,7 +180,11 @@ default "cublas"
 
         from . import logreg_bf16, logreg_cuda, logreg_fused, logreg_int8
 
-        self.X = cupy.ascontiguousarray(cupy.asarray(self.X, dtype=np.float32))
+        given = self.X if isinstance(self.X, Levels) else None
+        if given is not None and self.method not in ("auto", "int8", "int8-or-cublas"):
+            self.X, given = given.rows(), None
+        if given is None:
+            self.X = cupy.ascontiguousarray(cupy.asarray(self.X, dtype=np.float32))
         # Labels may come from the host (a local fit of CuPy rows: NumPy codes).
         self.labels = cupy.ascontiguousarray(cupy.asarray(self.labels, dtype=np.int32))
         # Upload: W (d x k, row-major) then b.  Download, one copy: the
@@ -164,7 +202,8 @@ default "cublas"
         wanted, _, fallback = ("int8-or-cublas" if self.method == "auto"
                                else self.method).partition("-or-")
         if wanted in strategies:
-            found = strategies[wanted].prepare(self, n, d)
+            found = (strategies[wanted].prepare(self, n, d) if given is None
+                     else (given.v, given.vt, given.step))
             if found is None and not fallback:
                 need = "in [0, 255] " if wanted == "int8" else ""
                 cc = "7.5" if wanted == "int8" else "8.0"

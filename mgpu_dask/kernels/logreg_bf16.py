@@ -44,7 +44,7 @@ def prepare(obj: Any, n: int, d: int) -> tuple[Any, float] | None:
         step = level_step(obj.X)
         rows = -(-n // GRADIENT_ROWS) * GRADIENT_ROWS
         levels = cupy.zeros((rows, d), dtype=np.uint16)
-        if not converted_levels(obj, C.to_levels, obj.X.reshape(-1), step,
+        if not converted_levels(obj.device, C.to_levels, obj.X.reshape(-1), step,
                                 levels[:n].reshape(-1)):
             return None
     return levels, step

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ._launch import bound_int8_gemm, bound_launch, launch, thread_grid
-from .logreg import converted_levels, level_step
+from .logreg import Levels, converted_levels, level_step
 
 ROWS_OUT_FROM = 1 << 20
 """Shards of more rows than this take the forward product as (rows x
@@ -38,30 +38,47 @@ def term_columns(k: int) -> int:
     return -(-C.I8_TERMS * k // 16) * 16
 
 
-def prepare(obj: Any, n: int, d: int) -> tuple[Any, Any, float] | None:
-    """X as int8 (``X = step * (v + 128)``) twice, ``v`` (n_pad x d_pad) and its
-    transpose ``vt``, and the step; None where X is not 8-bit levels in [0, 255], d
-    is too long for exact int32 sums, or the GPU has no int8 tensor cores (compute
-    capability < 7.5).  Rows are padded with zeros to whole blocks of
-    GRADIENT_ROWS (or of 16 when there is one block), features to 16."""
+def levels(X: Any, allocate: Any = None) -> Levels | None:
+    """The CuPy rows ``X`` (n x d) as int8 levels on their GPU (``X = step * (v + 128)``),
+    ``v`` (n_pad x d_pad) and its transpose ``vt``, done when this returns; None where X
+    is not 8-bit levels in [0, 255], d is too long for exact int32 sums, or the GPU has
+    no int8 tensor cores (compute capability < 7.5).  Rows are padded with zeros to whole
+    blocks of GRADIENT_ROWS (or of 16 when there is one block), features to 16.
+    ``allocate(shape, dtype)`` makes ``v`` and ``vt`` (default ``cupy.empty``; a peer's
+    export gives ``peer_views.dedicated``)."""
     import cupy
 
     from . import logreg_cuda as C
 
-    if (n == 0 or d > C.I8_MAX_K or int(obj.device.compute_capability) < 75
+    n, d = X.shape
+    device = cupy.cuda.Device(X.device.id)
+    if (n == 0 or d > C.I8_MAX_K or int(device.compute_capability) < 75
             or GRADIENT_ROWS > C.I8_MAX_K):
         return None
-    with obj.stream:
-        step = level_step(obj.X)
-        block = GRADIENT_ROWS if n > GRADIENT_ROWS else -(-n // 16) * 16
-        rows, cols = -(-n // block) * block, -(-d // 16) * 16
-        v = cupy.zeros((rows, cols), dtype=np.int8)
-        if not converted_levels(obj, C.to_int8_levels, obj.X, step, v[:n, :d]):
-            return None
-        vt = cupy.empty((cols, rows), dtype=np.int8)
-        launch(C.transpose_i8, (-(-rows // C.TILE), -(-cols // C.TILE)),
-               (C.TILE, C.TILE_ROWS), v, vt)
-    return v, vt, step
+    allocate = allocate or cupy.empty
+    with device:
+        stream = cupy.cuda.Stream(non_blocking=True)
+        stream.wait_event(cupy.cuda.get_current_stream().record())  # X may be arriving
+        with stream:
+            step = level_step(X)
+            block = GRADIENT_ROWS if n > GRADIENT_ROWS else -(-n // 16) * 16
+            rows, cols = -(-n // block) * block, -(-d // 16) * 16
+            v = allocate((rows, cols), np.int8)
+            v.fill(0)
+            if not converted_levels(device, C.to_int8_levels, X, step, v[:n, :d]):
+                return None
+            vt = allocate((cols, rows), np.int8)
+            launch(C.transpose_i8, (-(-rows // C.TILE), -(-cols // C.TILE)),
+                   (C.TILE, C.TILE_ROWS), v, vt)
+        stream.synchronize()
+    return Levels(v, vt, step, n, d)
+
+
+def prepare(obj: Any, n: int, d: int) -> tuple[Any, Any, float] | None:
+    """``levels`` of the shard's rows as ``(v, vt, step)`` for ``ops``; None where they
+    are not levels (see ``levels``)."""
+    made = levels(obj.X)
+    return None if made is None else (made.v, made.vt, made.step)
 
 
 def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
