@@ -2,10 +2,12 @@
 
 MNIST (the job's split, pixels in [0, 1]) at fractions 1 and 4, shards on 1
 and 2 GPUs of one process, the optimiser's state on GPU 0; 100 iterations
-(C=1, tol=1e-4), median of ``--repeats`` fits.  Reports wall time of the
-fit, iterations, evaluations, line searches, host syncs, the device time of
-one evaluation (CUDA events), the host loop on the same shards for
-comparison, and the cost of each operation of one iteration.
+(C=1, tol=1e-4), median of ``--repeats`` fits, for each of ``--methods``
+(``ShardObjective`` methods) with each iteration one CUDA graph launch and
+launched op by op (``--graphs``).  Reports wall time of the fit (set-up
+included: ``buffers_ms`` of it), iterations, evaluations, line searches,
+host syncs, the device time of one evaluation (CUDA events), and the host
+loop on the same shards for comparison.
 
     python benchmarks/logreg_device_probe.py --data-dir DIR --json FILE
 """
@@ -39,7 +41,7 @@ def _shards(X: np.ndarray, y: np.ndarray, gpus: int) -> list:
     return out
 
 
-def _device_fits(shards: list, n: int, repeats: int, method: str) -> dict:
+def _device_fits(shards: list, n: int, repeats: int, method: str, graph: bool) -> dict:
     import cupy
 
     from mgpu_dask import lbfgs
@@ -49,7 +51,7 @@ def _device_fits(shards: list, n: int, repeats: int, method: str) -> dict:
     with cupy.cuda.Device(0):
         for _ in range(repeats + 1):
             t = time.perf_counter()
-            backend = DeviceBackend(shards, 10, n, 1.0 / n, method=method)
+            backend = DeviceBackend(shards, 10, n, 1.0 / n, method=method, graph=graph)
             built = time.perf_counter()
             r = lbfgs.run(backend, maxiter=100, gtol=1e-4)
             walls.append((time.perf_counter() - t, built - t))
@@ -62,6 +64,8 @@ def _device_fits(shards: list, n: int, repeats: int, method: str) -> dict:
             "buffers_ms": 1e3 * statistics.median(b for _, b in walls[1:]),
             "nit": r["nit"], "nfev": r["nfev"], "searches": r["searches"],
             "syncs": backend.syncs, "loss": r["fun"], "message": r["message"],
+            "graph": backend.graphed, "graph_note": backend.graph_note,
+            "graph_capture_ms": 1e3 * (backend.graph_seconds or 0.0),
             "device_ms_per_eval": 1e3 * per_eval,
             "ms_per_iteration": 1e3 * statistics.median(fit) / max(1, r["nit"])}
 
@@ -96,6 +100,8 @@ def main() -> None:
     ap.add_argument("--json", required=True)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--fractions", default="1,4")
+    ap.add_argument("--methods", default="int8,cublas")
+    ap.add_argument("--graphs", default="1,0", help="1: graph launches, 0: op by op")
     args = ap.parse_args()
     import cupy
 
@@ -110,9 +116,12 @@ def main() -> None:
             shards = _shards(X, y, g)
             row = {"fraction": fraction, "rows": len(X), "gpus": g,
                    "host_loop": _host_fit(shards, len(X))}
-            for method in ("fused", "cublas"):
-                row[method] = dl = _device_fits(shards, len(X), args.repeats, method)
-                print(f"f{fraction:g} gpus {g} {method}: device fit {dl['fit_ms_median']:.1f} ms "
+            for method, graph in ((m, bool(int(gr))) for m in args.methods.split(",")
+                                  for gr in args.graphs.split(",")):
+                name = method + ("" if graph else "-nograph")
+                row[name] = dl = _device_fits(shards, len(X), args.repeats, method, graph)
+                print(f"f{fraction:g} gpus {g} {name}: device fit {dl['fit_ms_median']:.1f} ms "
+                      f"(graph {dl['graph']}, set-up {dl['buffers_ms']:.1f} ms) "
                       f"({dl['nit']} it, {dl['nfev']} ev, {dl['searches']} searches, "
                       f"{dl['device_ms_per_eval']:.3f} ms/eval on device, "
                       f"{dl['ms_per_iteration']:.3f} ms/it); loss {dl['loss']:.6f} "

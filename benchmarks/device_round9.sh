@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Calls of round 9 (2x H200): logistic regression with the holders' own exports and the
+# device L-BFGS's iteration as one CUDA graph; KNN, cold start, deformed MNIST; with the
+# RAPIDS parts (one per call, see benchmarks/device_env.sh) the framework tables.
+# PHASE may list several phases; results under /tmp/runs, tarred into $OUT/runs.tgz.
+#   lrtests  GPU tests of the logistic-regression paths (graph, levels, single host)
+#   probe    benchmarks/logreg_device_probe.py: int8 and cublas, graph and op by op, 1/2 GPUs
+#   logreg   logreg CLI at fractions 1 and 4 on 1 and 2 workers (WORKERS), default precision
+#   knn      knn CLI at fractions 1 and 4 on 1 and 2 workers; three cold whole-process runs
+#   deformed knn and logreg on mnist-deformed (COPIES, default 155: 8,137,500 rows), 1 and 2
+#   gputests every GPU test (pytest -m gpu tests/)
+#   table    (RAPIDS) --backend all for knn and logreg, 1 and 2 workers, fraction FRACTIONS
+#   ucx      (RAPIDS) tcp vs ucx: shard-plan KNN and logreg on 2 workers
+#   compare  (RAPIDS) deformed MNIST: ours against cuML's multi-GPU estimators, 2 workers
+#   none     nothing (a call that only carries a RAPIDS part)
+set -u
+source benchmarks/device_env.sh
+R=/tmp/runs
+profile() {  # the fit profile of a logreg JSON, rounded
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['warm_fit_predict_median'],4), r['warm'], {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" "$1" | cut -c1-1200 | tee -a "$OUT/summary.log"
+}
+for phase in ${PHASE:-none}; do
+case "$phase" in
+lrtests)
+  nvidia-smi -L | tee -a "$OUT/summary.log"
+  log "gpu tests of logistic regression"
+  timeout 300 python3 -m pytest -q -rfE -m gpu tests/test_gpu.py -k "graph or levels or single_host or lbfgs or shard_objective or int8" > "$R/gpu-tests-lr.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR|^E " "$R/gpu-tests-lr.log" | tail -20 | tee -a "$OUT/summary.log"
+  ;;
+probe)
+  log "device L-BFGS probe"
+  timeout 240 python3 benchmarks/logreg_device_probe.py --data-dir /tmp/mnist --repeats 5 --json $R/device_probe${TAG:-}.json > "$R/device_probe${TAG:-}.log" 2>&1
+  grep -E "^f|rror" "$R/device_probe${TAG:-}.log" | cut -c1-400 | tee -a "$OUT/summary.log"
+  ;;
+logreg)
+  for f in ${FRACTIONS:-1 4}; do for w in ${WORKERS:-1 2}; do
+    log "logreg f$f w$w"
+    timeout 150 python3 -m mgpu_dask.run logreg --repeats ${REPEATS:-5} --quiet --workers $w --fraction $f --json $R/logreg_f${f}_w$w${TAG:-}.json 2>&1 | grep -E "accuracy|warm|rror" | tee -a "$OUT/summary.log"
+    profile $R/logreg_f${f}_w$w${TAG:-}.json
+  done; done
+  ;;
+knn)
+  for f in 1 4; do for w in 1 2; do
+    log "knn f$f w$w"
+    timeout 150 python3 -m mgpu_dask.run knn --repeats 10 --quiet --workers $w --fraction $f --json $R/knn_f${f}_w$w.json 2>&1 | grep -E "accuracy|warm|rror" | tee -a "$OUT/summary.log"
+  done; done
+  for i in 1 2 3; do
+    s=$(date +%s%N)
+    python3 -m mgpu_dask.run knn --workers 2 --quiet --json $R/knn_cold_w2_$i.json > /dev/null 2>&1
+    log "cold whole process knn --workers 2: rc $? $(( ($(date +%s%N) - s) / 1000000 )) ms"
+  done
+  ;;
+deformed)
+  c=${COPIES:-155}
+  for t in ${TASKS:-knn logreg}; do for w in 1 2; do
+    log "$t mnist-deformed copies $c w$w"
+    timeout 250 python3 -m mgpu_dask.run $t --dataset mnist-deformed --copies $c --workers $w --repeats ${REPEATS:-2} --quiet --json $R/deformed_${t}_c${c}_w$w.json 2>&1 | grep -E "accuracy|warm|generated|rror" | tee -a "$OUT/summary.log"
+    [ $t = logreg ] && profile $R/deformed_${t}_c${c}_w$w.json
+  done; done
+  ;;
+gputests)
+  log "pytest -m gpu tests/"
+  timeout 540 python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests-all.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-all.log" | tail -20 | tee -a "$OUT/summary.log"
+  ;;
+table)
+  python3 -c "import cuml; print('cuml', cuml.__version__)" 2>&1 | tail -1 | tee -a "$OUT/summary.log"
+  for f in ${FRACTIONS:-1}; do for w in ${WORKERS:-1 2}; do for task in ${TASKS:-knn logreg}; do
+    log "$task --backend ${BACKENDS:-all} f$f w$w"
+    timeout 280 python3 -m mgpu_dask.run $task --backend ${BACKENDS:-all} --workers $w --fraction $f --repeats ${REPEATS:-3} --quiet --json $R/${task}_all_f${f}_w$w.json > "$R/${task}_all_f${f}_w$w.log" 2>&1
+    grep -vE "^\[|^ *$" "$R/${task}_all_f${f}_w$w.log" | tail -16 | tee -a "$OUT/summary.log"
+  done; done; done
+  ;;
+ucx)
+  for p in tcp ucx; do
+    log "knn shard plan $p"
+    timeout 120 python3 -m mgpu_dask.run knn --workers 2 --plan shard --protocol $p --repeats 5 --quiet --json $R/knn_shard_$p.json 2>&1 | grep -E "accuracy|warm|moved|rror" | tee -a "$OUT/summary.log"
+    log "logreg $p"
+    timeout 120 python3 -m mgpu_dask.run logreg --workers 2 --protocol $p --repeats 3 --quiet --json $R/logreg_$p.json 2>&1 | grep -E "accuracy|warm|moved|rror" | tee -a "$OUT/summary.log"
+  done
+  ;;
+compare)
+  COPIES=${COPIES:-155} T_KNN=200 T_LOGREG=200 bash benchmarks/device_deformed_compare.sh > /dev/null 2>&1
+  cp -r "$OUT/compare" $R/ 2>/dev/null; tail -16 "$OUT/compare/summary.log" | tee -a "$OUT/summary.log"
+  ;;
+esac
+done
+tar czf "$OUT/runs.tgz" -C /tmp runs
