@@ -5,6 +5,8 @@
 # PHASE may list several phases; results under /tmp/runs, tarred into $OUT/runs.tgz.
 #   lrtests  GPU tests of the logistic-regression paths (graph, levels, single host)
 #   probe    benchmarks/logreg_device_probe.py: int8 and cublas, graph and op by op, 1/2 GPUs
+#   setup    benchmarks/logreg_setup_probe.py (a holder's export, the leader's set-up,
+#            first and later evaluations; cProfile); GPU tests one by one, their exit codes
 #   logreg   logreg CLI at fractions 1 and 4 on 1 and 2 workers (WORKERS), default precision
 #   knn      knn CLI at fractions 1 and 4 on 1 and 2 workers; three cold whole-process runs
 #   deformed knn and logreg on mnist-deformed (COPIES, default 155: 8,137,500 rows), 1 and 2
@@ -31,6 +33,15 @@ probe)
   log "device L-BFGS probe"
   timeout 240 python3 benchmarks/logreg_device_probe.py --data-dir /tmp/mnist --repeats 5 --json $R/device_probe${TAG:-}.json > "$R/device_probe${TAG:-}.log" 2>&1
   grep -E "^f|rror" "$R/device_probe${TAG:-}.log" | cut -c1-400 | tee -a "$OUT/summary.log"
+  ;;
+setup)
+  log "set-up probe"
+  timeout 120 python3 benchmarks/logreg_setup_probe.py --json $R/setup_probe${TAG:-}.json > "$R/setup_probe${TAG:-}.log" 2>&1
+  head -1 "$R/setup_probe${TAG:-}.log" | tee -a "$OUT/summary.log"
+  for t in graph_gives levels_made follows_the_host_loop without_a_client holders_levels; do
+    timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k $t > "$R/gpu-test-$t.log" 2>&1
+    log "gpu test $t: rc $? $(grep -E "passed|failed" "$R/gpu-test-$t.log" | tail -1)"
+  done
   ;;
 logreg)
   for f in ${FRACTIONS:-1 4}; do for w in ${WORKERS:-1 2}; do
