@@ -72,8 +72,8 @@ def converted_levels(device: Any, kernel: Any, x: Any, step: float, out: Any) ->
 
     bad = cupy.zeros(1, dtype=np.int32)
     sms = device.attributes["MultiProcessorCount"]
-    launch(kernel, min(-(-int(x.size) // 256), 32 * sms), 256, x, cupy.asarray([1.0 / step]),
-           out, bad)
+    bound_launch(kernel, [x, cupy.asarray([1.0 / step]), out, bad],
+                 (min(-(-int(x.size) // 256), 32 * sms),), 256, cupy.cuda.get_current_stream())()
     return not int(bad.get()[0])
 
 

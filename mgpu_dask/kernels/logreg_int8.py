@@ -69,7 +69,7 @@ def levels(X: Any, allocate: Any = None) -> Levels | None:
                 return None
             vt = allocate((cols, rows), np.int8)
             launch(C.transpose_i8, (-(-rows // C.TILE), -(-cols // C.TILE)),
-                   (C.TILE, C.TILE_ROWS), v, vt)
+                   (C.TILE, C.TILE_ROWS), v, vt, stream=stream)
         stream.synchronize()
     return Levels(v, vt, step, n, d)
 
