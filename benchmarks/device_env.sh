@@ -40,3 +40,25 @@ backend_table() {  # task fraction [options]
   timeout 280 python3 -m mgpu_dask.run $1 --backend all --repeats 5 --workers 1 --fraction $2 "${@:3}" --json $R/$1_all_f$2_w1.json > "$R/$1_all_f$2.log" 2>&1
   grep -vE "^\[|^ *$" "$R/$1_all_f$2.log" | tail -14 | tee -a "$OUT/summary.log"
 }
+# knn CLI at fractions 1 and 4 on 1 and 2 workers, then three cold whole-process
+# `knn --workers 2` runs, their JSON as $R/knn_cold_<TAG><i>.json
+knn_runs() {  # [cold-tag]
+  for f in 1 4; do for w in 1 2; do
+    log "knn f$f w$w"
+    timeout 150 python3 -m mgpu_dask.run knn --repeats 10 --quiet --workers $w --fraction $f --json $R/knn_f${f}_w$w.json 2>&1 | grep -E "accuracy|warm|rror" | tee -a "$OUT/summary.log"
+  done; done
+  for i in 1 2 3; do
+    s=$(date +%s%N)
+    python3 -m mgpu_dask.run knn --workers 2 --quiet --json $R/knn_cold_${1:-}$i.json > /dev/null 2>&1
+    log "cold whole process knn --workers 2: rc $? $(( ($(date +%s%N) - s) / 1000000 )) ms"
+  done
+}
+# tcp against ucx on 2 workers: shard-plan KNN and logistic regression
+ucx_runs() {
+  for p in tcp ucx; do
+    log "knn shard plan $p"
+    timeout 120 python3 -m mgpu_dask.run knn --workers 2 --plan shard --protocol $p --repeats 5 --quiet --json $R/knn_shard_$p.json 2>&1 | grep -E "accuracy|warm|moved|rror" | tee -a "$OUT/summary.log"
+    log "logreg $p"
+    timeout 120 python3 -m mgpu_dask.run logreg --workers 2 --protocol $p --repeats 3 --quiet --json $R/logreg_$p.json 2>&1 | grep -E "accuracy|warm|moved|rror" | tee -a "$OUT/summary.log"
+  done
+}

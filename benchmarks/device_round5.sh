@@ -35,15 +35,7 @@ logreg)
   done; done
   ;;
 knn)
-  for f in 1 4; do for w in 1 2; do
-    log "knn f$f w$w"
-    timeout 150 python3 -m mgpu_dask.run knn --repeats 10 --quiet --workers $w --fraction $f --json $R/knn_f${f}_w$w.json 2>&1 | grep -E "accuracy|warm|error" | tee -a "$OUT/summary.log"
-  done; done
-  for i in 1 2 3; do
-    s=$(date +%s%N)
-    python3 -m mgpu_dask.run knn --workers 2 --quiet --json $R/knn_cold_$i.json > /dev/null 2>&1
-    log "cold whole process knn --workers 2: rc $? $(( ($(date +%s%N) - s) / 1000000 )) ms"
-  done
+  knn_runs
   ;;
 panels)
   timeout 200 python3 benchmarks/dashboard_panels.py capture --out $R/panels${TAG:-} --workers 2 --pages gpu,individual-gpu-memory,individual-gpu-utilization,status --wait ${WAIT:-10} --job "${JOB:-knn --fraction 4 --repeats 40 --quiet}" > "$OUT/panels.log" 2>&1
@@ -68,12 +60,7 @@ table)
   done; done
   ;;
 ucx)
-  for p in tcp ucx; do
-    log "knn shard plan $p"
-    timeout 120 python3 -m mgpu_dask.run knn --workers 2 --plan shard --protocol $p --repeats 5 --quiet --json $R/knn_shard_$p.json 2>&1 | grep -E "accuracy|warm|moved|rror" | tee -a "$OUT/summary.log"
-    log "logreg $p"
-    timeout 120 python3 -m mgpu_dask.run logreg --workers 2 --protocol $p --repeats 3 --quiet --json $R/logreg_$p.json 2>&1 | grep -E "accuracy|warm|moved|rror" | tee -a "$OUT/summary.log"
-  done
+  ucx_runs
   if [ "${COMPARE:-1}" = 1 ]; then
     COPIES=155 T_KNN=200 T_LOGREG=200 bash benchmarks/device_deformed_compare.sh > /dev/null 2>&1
     cp -r "$OUT/compare" $R/ 2>/dev/null; tail -16 "$OUT/compare/summary.log" | tee -a "$OUT/summary.log"

@@ -356,13 +356,7 @@ def test_device_lbfgs_over_every_gpu_follows_the_host_loop():
     n, d, k = 24000, 120, 10
     X = rng.random((n, d)).astype(np.float32)
     y = (X @ rng.standard_normal((d, k)) + rng.standard_normal((n, k))).argmax(1).astype(np.int32)
-    devices = cupy.cuda.runtime.getDeviceCount()
-    cuts = np.linspace(0, n, devices + 1).astype(int)
-    shards = []
-    for i in range(devices):
-        with cupy.cuda.Device(i):
-            shards.append((cupy.asarray(X[cuts[i]:cuts[i + 1]]),
-                           cupy.asarray(y[cuts[i]:cuts[i + 1]])))
+    shards, _ = _over_gpus(X, y)
     penalty = 1.0 / n
     with cupy.cuda.Device(0):
         backend = DeviceBackend(shards, k, n, penalty)
@@ -389,9 +383,13 @@ def _level_shards(n: int, d: int, k: int, seed: int) -> tuple[list, int]:
     levels = rng.integers(0, 256, (n, d)).astype(np.float32)
     y = rng.integers(0, k, n).astype(np.int32)
     levels[np.arange(n), y * (d // k)] = 255.0
-    X = levels * np.float32(1 / 255)
+    return _over_gpus(levels * np.float32(1 / 255), y)
+
+
+def _over_gpus(X: np.ndarray, y: np.ndarray) -> tuple[list, int]:
+    """Rows and labels in equal parts, one on each GPU (CuPy); the GPU count."""
     devices = cupy.cuda.runtime.getDeviceCount()
-    cuts = np.linspace(0, n, devices + 1).astype(int)
+    cuts = np.linspace(0, len(X), devices + 1).astype(int)
     shards = []
     for i in range(devices):
         with cupy.cuda.Device(i):
