@@ -20,6 +20,7 @@ loop, other rows by a small graph per evaluation.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import time
 import uuid
@@ -194,6 +195,9 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
     finally:
         if shards:
             peer_views.release(token)
+        # A holder still exporting (the leader failed first) would export after its
+        # release and keep the copy: let the asked exports end before releasing.
+        concurrent.futures.wait([future for _, future in asked.values()], timeout=PEER_SECONDS)
         released = [peer_views.call(address, peer_views.release, token) for address in exporters]
         for future in released:  # an exporter lost on the way: nothing of it to release
             try:
