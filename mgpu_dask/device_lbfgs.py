@@ -72,7 +72,7 @@ class DeviceBackend:
     Parameters
     ----------
     shards : list of (X, labels)
-        Row blocks (float32, n_i x d, or ``kernels.logreg.Levels``) and their
+        Row blocks (float32 or uint8, n_i x d, or ``kernels.logreg.Levels``) and their
         class indices (int32), CuPy arrays on any GPUs this process sees -- or
         NumPy arrays under the CUDA simulator.
     n_classes : int
@@ -91,11 +91,15 @@ class DeviceBackend:
     graph : bool
         Capture an iteration as a CUDA graph (see the module's docstring);
         False: launch it op by op (for comparisons).
+    scale : float or None
+        The objective's rows are ``X * scale`` (uint8 pixels kept 8-bit; see
+        ``ShardObjective``); None: ``X``.
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
                  penalty: float, memory: int = 10, method: str = "cublas",
-                 run_ahead: int | None = None, graph: bool = True) -> None:
+                 run_ahead: int | None = None, graph: bool = True,
+                 scale: float | None = None) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
         if run_ahead is not None and run_ahead < 1:
@@ -120,7 +124,7 @@ class DeviceBackend:
         self.shape = (d, k)
         self.evaluations = 0
         self.syncs = 0  # host waits for the device
-        self.objectives = [ShardObjective(X, labels, k, method) for X, labels in shards]
+        self.objectives = [ShardObjective(X, labels, k, method, scale) for X, labels in shards]
         if self.gpu:
             import cupy
             import cupyx

@@ -119,6 +119,8 @@ def encode_labels(labels: np.ndarray, classes: Any = None) -> tuple[np.ndarray, 
     if (labels.dtype.kind in "iu" and labels.size and classes is None
             and 0 <= labels.min() and labels.max() < 1 << 16):
         present = np.flatnonzero(np.bincount(labels))
+        if len(present) == present[-1] + 1:  # labels 0..m - 1, all there: their own codes
+            return present.astype(labels.dtype), labels.astype(np.int32)
         codes = np.zeros(int(labels.max()) + 1, dtype=np.int32)
         codes[present] = np.arange(len(present), dtype=np.int32)
         return present.astype(labels.dtype), codes[labels]

@@ -48,7 +48,7 @@ def run_task(args: argparse.Namespace) -> dict:
                        memory_budget=args.memory_budget, dtype=args.dtype, **common)
     return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm,
                       optimizer=args.optimizer, precision=args.precision,
-                      classes=label_list(args.classes), **common)
+                      classes=label_list(args.classes), dtype=args.dtype, **common)
 
 
 def run_comparison(args: argparse.Namespace) -> dict:
@@ -63,7 +63,8 @@ def run_comparison(args: argparse.Namespace) -> dict:
                    "dtype": args.dtype}
     else:
         options = {"C": args.C, "max_iter": args.max_iter, "tol": args.tol,
-                   "comm": args.comm, "precision": args.precision, "repeats": args.repeats}
+                   "comm": args.comm, "precision": args.precision, "repeats": args.repeats,
+                   "dtype": args.dtype}
     return compare_job(args.command, names, dataset=args.dataset, data_dir=args.data_dir,
                        download=not args.no_download, fraction=args.fraction,
                        test_size=args.test_size, seed=args.seed, options=options,

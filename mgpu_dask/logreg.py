@@ -21,6 +21,7 @@ loop, other rows by a small graph per evaluation.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import time
 import uuid
@@ -56,9 +57,17 @@ class _Problem(NamedTuple):
 
 
 class _CallObjective:
-    """A user-supplied per-shard ``loss_grad`` behind ``ShardObjective``'s interface."""
+    """A user-supplied per-shard ``loss_grad`` behind ``ShardObjective``'s interface; it
+    gets the rows as the objective sees them (float32, times ``scale``)."""
 
-    def __init__(self, fn: Any, X: Any, labels: Any) -> None:
+    def __init__(self, fn: Any, X: Any, labels: Any, scale: float | None = None) -> None:
+        if on_gpu(X):
+            import cupy
+
+            with cupy.cuda.Device(X.device.id):
+                X = kernels.scaled_rows(X, scale)
+        else:
+            X = kernels.scaled_rows(X, scale)
         self.fn, self.X, self.labels = fn, X, labels
         self._out: tuple | None = None
 
@@ -99,9 +108,9 @@ def _rows_by_worker(X: da.Array, y: da.Array, client: Any) -> tuple[list, list, 
 
 
 def _objective_for(X: Any, labels: Any, n_classes: int, loss_grad: Any,
-                   method: str = "cublas") -> Any:
-    return (kernels.ShardObjective(X, labels, n_classes, method)
-            if loss_grad is None else _CallObjective(loss_grad, X, labels))
+                   method: str = "cublas", scale: float | None = None) -> Any:
+    return (kernels.ShardObjective(X, labels, n_classes, method, scale)
+            if loss_grad is None else _CallObjective(loss_grad, X, labels, scale))
 
 
 def _lbfgs(evaluate: Any, problem: _Problem) -> dict[str, Any]:
@@ -134,7 +143,8 @@ def _fit_on_device(arrays: list[tuple[Any, Any]], problem: _Problem) -> dict[str
     """The whole L-BFGS on this process's GPU over shards on any GPUs it sees."""
     started = time.perf_counter()
     backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n, problem.penalty,
-                                         method=problem.options["method"])
+                                         method=problem.options["method"],
+                                         scale=problem.options.get("scale"))
     try:
         ready = time.perf_counter()
         result = lbfgs.run(backend, maxiter=problem.options["maxiter"],
@@ -178,14 +188,16 @@ def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
     """
     began = time.time()
     levels = _levels_wanted(problem, loss_grad)
+    scale = problem.options.get("scale")
     token = shards[0]["token"] if shards else ""
     asked = {i: (s["address"], peer_views.call(s["address"], _export_held, token, s["keys"],
-                                               s["labels"], levels))
+                                               s["labels"], levels, scale))
              for i, s in enumerate(shards) if "keys" in s}
     exporters = sorted({address for address, _ in asked.values()})
     try:
         started = time.perf_counter()
-        own = {i: _export_rows(token, s["own rows"], s["labels"], in_place=True, levels=levels)
+        own = {i: _export_rows(token, s["own rows"], s["labels"], in_place=True, levels=levels,
+                               scale=scale)
                for i, s in enumerate(shards) if i not in asked}
         ready = time.perf_counter()
         described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
@@ -238,9 +250,12 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: _Problem,
             result["profile"] = {"map": mapped - started, **result["profile"]}
             arrays.clear()
             return {**result, "exporters": exporters}
-        arrays = [(X.rows() if isinstance(X, kernels.Levels) else X, y) for X, y in arrays]
+        scale = problem.options.get("scale")  # the levels' step holds it already
+        arrays = [(X.rows(), y, None) if isinstance(X, kernels.Levels) else (X, y, scale)
+                  for X, y in arrays]
         objectives = [_objective_for(X, labels, problem.n_classes, loss_grad,
-                                     problem.options["method"]) for X, labels in arrays]
+                                     problem.options["method"], shard_scale)
+                      for X, labels, shard_scale in arrays]
         arrays.clear()
         ready = time.perf_counter()
 
@@ -269,11 +284,13 @@ def _label_codes(codes: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 def _export_rows(token: str, blocks: list[Any], labels: np.ndarray,
-                 in_place: bool = False, levels: bool = False) -> dict[str, Any]:
+                 in_place: bool = False, levels: bool = False,
+                 scale: float | None = None) -> dict[str, Any]:
     """On a holder: export its row blocks and their labels (on the rows' device); in place
     on the leader's own worker (the fit reads them in this process).  ``levels``: rows on
-    a GPU that are 8-bit levels go as the int8 products' ``Levels`` instead of X
-    (converted here, on this GPU; the description says so)."""
+    a GPU that are 8-bit levels (uint8 rows always are) go as the int8 products'
+    ``Levels`` of ``X * scale`` instead of X (converted here, on this GPU; the
+    description says so)."""
     xp = array_module(blocks[0])
     if xp is not np:  # sent in their smallest type (_label_codes), widened on the GPU
         with xp.cuda.Device(blocks[0].device.id):
@@ -282,7 +299,8 @@ def _export_rows(token: str, blocks: list[Any], labels: np.ndarray,
                 from .kernels import logreg_int8
 
                 X = blocks[0] if len(blocks) == 1 else xp.concatenate(blocks)
-                made = logreg_int8.levels(X, None if in_place else peer_views.dedicated)
+                made = logreg_int8.levels(X, None if in_place else peer_views.dedicated,
+                                          scale=scale)
                 if made is not None:
                     return peer_views.export(token, [[made.v], [made.vt], [labels]], in_place,
                                              owned=True,
@@ -293,7 +311,7 @@ def _export_rows(token: str, blocks: list[Any], labels: np.ndarray,
 
 
 async def _export_held(token: str, keys: list[Any], labels: np.ndarray, levels: bool,
-                       dask_worker: Any = None) -> dict[str, Any]:
+                       scale: float | None = None, dask_worker: Any = None) -> dict[str, Any]:
     """On a holder, asked by the leader (``peer_views.call``): export the blocks it holds
     under ``keys`` (``_export_rows``), in a thread of its own, not on the event loop."""
     import asyncio
@@ -303,16 +321,17 @@ async def _export_held(token: str, keys: list[Any], labels: np.ndarray, levels: 
     except KeyError as exc:
         raise peer_views.PeerUnavailable(f"block {exc} is no longer on worker "
                                          f"{dask_worker.address}") from None
-    return await asyncio.to_thread(_export_rows, token, blocks, labels, False, levels)
+    return await asyncio.to_thread(_export_rows, token, blocks, labels, False, levels, scale)
 
 
 class ShardLossGrad:
     """A Dask Actor holding one worker's row blocks; returns their summed loss and gradient."""
 
     def __init__(self, n_blocks: int, *blocks: Any, loss_grad: Any = None,
-                 method: str = "cublas") -> None:
+                 method: str = "cublas", scale: float | None = None) -> None:
         self._loss_grad = loss_grad
         self._method = method
+        self._scale = scale
         xs, ys = blocks[:n_blocks], blocks[n_blocks:]
         xp = array_module(xs[0])
         self.X = xs[0] if n_blocks == 1 else xp.concatenate(xs)
@@ -322,8 +341,19 @@ class ShardLossGrad:
     def loss_grad(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         if self._objective is None:
             self._objective = _objective_for(self.X, self.y, len(intercept), self._loss_grad,
-                                             self._method)
+                                             self._method, self._scale)
         return self._objective(coef, intercept)
+
+
+def _rows_dtype(X: Any) -> np.dtype:
+    """How rows live for the fit and predict: uint8 stays 8-bit, the rest float32."""
+    return np.dtype(np.uint8) if getattr(X, "dtype", None) == np.uint8 else np.dtype(np.float32)
+
+
+def _scaled_call(fn: Any, scale: float | None, X: Any, labels: Any, coef: np.ndarray,
+                 intercept: np.ndarray) -> tuple:
+    """``fn`` (a per-shard loss_grad) on the rows ``X * scale`` as float32."""
+    return fn(kernels.scaled_rows(X, scale), labels, coef, intercept)
 
 
 def _encode(block: Any, classes: np.ndarray) -> Any:
@@ -408,6 +438,15 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         ``"auto"``: int8 where it applies.  Float32 products wherever the
         chosen one does not apply; the CPU path is float32 always.
         ``fit_profile_["evaluation"]`` says which ran.
+    input_scale : float or None, default None
+        The model sees the rows ``X * input_scale`` in ``fit``, ``predict``
+        and ``predict_proba`` (``1 / 255``: pixels in [0, 1]), so uint8 rows
+        can stay 8-bit where they live: the int8 and bf16 products take them as
+        they are (a quarter of float32's memory, no float32 copy), the other
+        paths convert a block at a time.  ``coef_`` belongs to the scaled rows;
+        :meth:`to_sklearn` gives the model of the rows as passed.  ``None``:
+        the rows as they are.  uint8 rows are kept 8-bit with or without it;
+        other rows become float32.
 
     Attributes
     ----------
@@ -446,6 +485,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     Examples
     --------
     >>> import numpy as np
+    >>> pixels = np.array([[0, 255], [10, 250], [250, 5], [255, 0]], dtype=np.uint8)
+    >>> LogisticRegression(input_scale=1 / 255).fit(pixels, [0, 0, 1, 1]).predict(pixels)
+    array([0, 0, 1, 1])
     >>> X = np.array([[0.0, 0], [0, 1], [5, 5], [5, 6]])
     >>> clf = LogisticRegression(C=10.0).fit(X, np.array([0, 0, 1, 1]))
     >>> clf.predict(np.array([[0.0, 0.5], [5.0, 5.5]]))
@@ -455,7 +497,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def __init__(self, C: float = 1.0, *, max_iter: int = 100, tol: float = 1e-4,
                  solver: str = "lbfgs", classes: Any = None, comm: str = "auto",
                  loss_grad: Any = None, optimizer: str = "auto",
-                 precision: str = "auto") -> None:
+                 precision: str = "auto", input_scale: float | None = None) -> None:
         self.C = C
         self.max_iter = max_iter
         self.tol = tol
@@ -465,6 +507,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.loss_grad = loss_grad
         self.optimizer = optimizer
         self.precision = precision
+        self.input_scale = input_scale
 
     def _check_params(self) -> None:
         if not (isinstance(self.C, (int, float, np.floating)) and self.C > 0 and np.isfinite(self.C)):
@@ -479,6 +522,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             raise DataError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         if self.precision not in PRECISIONS:
             raise DataError(f"precision={self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        scale = self.input_scale
+        if scale is not None and not (isinstance(scale, (int, float, np.floating))
+                                      and np.isfinite(scale) and scale > 0):
+            raise DataError(f"input_scale={scale!r} must be a positive number (e.g. 1/255) "
+                            "or None")
         if self.optimizer == "device" and self.loss_grad is not None:
             raise DataError("optimizer='device' runs our kernel only; pass loss_grad=None or "
                             "optimizer='host'")
@@ -509,12 +557,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         client = inputs.active_client()
         timeout = config.seconds("cluster.compute-timeout")
         self.classes_, encoded = self._classes_from(labels)
+        rows = _rows_dtype(X)  # uint8 stays 8-bit; the rest becomes float32
         if not isinstance(X, da.Array):
             if inputs.kind_of(X) == "cupy" and client is not None:
                 X = X.get()  # shipped to the workers as NumPy rows
-            X = (shard(np.asarray(X), client, dtype=np.float32) if client is not None
-                 else da.from_array(X.astype(np.float32, copy=False), chunks=(-1, -1)))
-        X = X.astype(np.float32).rechunk({1: -1})
+            X = (shard(np.asarray(X), client, dtype=rows) if client is not None
+                 else da.from_array(X.astype(rows, copy=False), chunks=(-1, -1)))
+        X = X.astype(rows).rechunk({1: -1})
         device = device_of(X)
         if self.optimizer == "device" and device != "gpu":
             raise DataError("optimizer='device' needs the rows on GPUs (CuPy blocks); use "
@@ -522,7 +571,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         n, d = int(X.shape[0]), int(X.shape[1])
         problem = _Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
                            {"maxiter": self.max_iter, "gtol": self.tol,
-                            "optimizer": self.optimizer, "method": _METHOD[self.precision]})
+                            "optimizer": self.optimizer, "method": _METHOD[self.precision],
+                            "scale": None if self.input_scale is None
+                            else float(self.input_scale)})
         self.n_recoveries_ = 0
         self.comm_note_ = None
         result = None
@@ -583,10 +634,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                             "'single-host', every shard on a GPU of one host)")
         if not all_finite(X):
             raise DataError(NOT_FINITE)
+        scale = problem.options["scale"]
         evaluate = (_ActorEvaluator(X, y, client, timeout, self.loss_grad,
-                                    problem.options["method"])
+                                    problem.options["method"], scale)
                     if client is not None
-                    else _GraphEvaluator(X, y, self.loss_grad))
+                    else _GraphEvaluator(X, y, self.loss_grad, scale))
         try:
             result = _lbfgs(evaluate, problem)
         finally:
@@ -687,7 +739,12 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             if inputs.kind_of(X) == "cupy" and inputs.active_client() is not None:
                 X = X.get()  # travels in the graph to the workers
             X = da.from_array(X, chunks=(-1, -1))
-        return X.astype(np.float32).rechunk({1: -1})
+        return X.astype(_rows_dtype(X)).rechunk({1: -1})
+
+    def _coef_of_rows(self) -> np.ndarray:
+        """``coef_.T`` for the rows as passed (``input_scale`` folded in): d x n_classes."""
+        coef = self.coef_.T
+        return coef if self.input_scale is None else coef * float(self.input_scale)
 
     def predict(self, X: Any, *, on_host: bool = False) -> Any:
         """Most probable class per row, in the type of ``X``.
@@ -708,7 +765,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         host = on_host or inputs.kind_of(like) == "host"
         numeric = inputs.numeric_classes(self.classes_)
         labels = self.classes_ if numeric else np.arange(len(self.classes_))
-        pred = placement.map_blocks(inputs.active_client(), _predict_block, X, self.coef_.T,
+        pred = placement.map_blocks(inputs.active_client(), _predict_block, X,
+                                    self._coef_of_rows(),
                                     self.intercept_, labels, host,
                                     name=placement.fresh_name("logreg-predict"),
                                     chunks=(X.chunks[0],),
@@ -721,7 +779,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         like = X
         X = self._check_X(X)
         host = inputs.kind_of(like) == "host"
-        proba = placement.map_blocks(inputs.active_client(), _proba_block, X, self.coef_.T,
+        proba = placement.map_blocks(inputs.active_client(), _proba_block, X,
+                                     self._coef_of_rows(),
                                      self.intercept_, host,
                                      name=placement.fresh_name("logreg-proba"),
                                      chunks=(X.chunks[0], (len(self.classes_),)),
@@ -745,18 +804,20 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
         Same ``coef_`` and ``intercept_`` for three or more classes; with two,
         scikit-learn keeps one row, ``coef_[1] - coef_[0]`` (the same
-        probabilities and predictions).
+        probabilities and predictions).  With ``input_scale`` its ``coef_`` is
+        ours times ``input_scale``: it predicts from the rows as passed here.
         """
         self._check_fitted()
         from sklearn.linear_model import LogisticRegression as SklearnLR
 
         model = SklearnLR(C=self.C, max_iter=self.max_iter, tol=self.tol, solver="lbfgs")
         model.classes_ = self.classes_.copy()
+        coef = self._coef_of_rows().T
         if len(self.classes_) == 2:
-            model.coef_ = (self.coef_[1] - self.coef_[0])[None, :].astype(np.float64)
+            model.coef_ = (coef[1] - coef[0])[None, :].astype(np.float64)
             model.intercept_ = np.array([self.intercept_[1] - self.intercept_[0]], np.float64)
         else:
-            model.coef_ = self.coef_.astype(np.float64)
+            model.coef_ = coef.astype(np.float64)
             model.intercept_ = self.intercept_.astype(np.float64)
         model.n_features_in_ = self.n_features_in_
         if hasattr(self, "feature_names_in_"):
@@ -768,7 +829,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def from_sklearn(cls, model: Any, **params: Any) -> "LogisticRegression":
         """Ours from a fitted scikit-learn ``LogisticRegression`` (the same predictions).
 
-        ``params`` set our other parameters (``comm``, ...).
+        ``params`` set our other parameters (``comm``, ``input_scale``: the model
+        then predicts from the rows scikit-learn's did, and ``coef_`` is its
+        ``coef_ / input_scale``).
         """
         from sklearn.utils.validation import check_is_fitted
 
@@ -779,6 +842,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             coef = np.vstack([-coef[0] / 2, coef[0] / 2])
             intercept = np.array([-intercept[0] / 2, intercept[0] / 2])
         ours = cls(C=model.C, max_iter=model.max_iter, tol=model.tol, **params)
+        ours._check_params()
+        if ours.input_scale is not None:
+            coef = coef / float(ours.input_scale)
         ours.classes_ = np.asarray(model.classes_)
         ours.coef_, ours.intercept_ = coef, intercept
         ours.n_features_in_ = int(model.n_features_in_)
@@ -796,9 +862,10 @@ class _ActorEvaluator:
     """Loss and gradient through one Actor per worker holding its blocks."""
 
     def __init__(self, X: da.Array, y: da.Array, client: Any, timeout: float,
-                 loss_grad: Any, method: str = "cublas") -> None:
+                 loss_grad: Any, method: str = "cublas", scale: float | None = None) -> None:
         self._shard_fn = loss_grad
         self._method = method
+        self._scale = scale
         self.timeout = timeout
         self.calls = 0
         self.rebuilds = 0
@@ -833,7 +900,8 @@ class _ActorEvaluator:
         # Loose placement: should that worker die now, the actor starts on another.
         started = [client.submit(ShardLossGrad, len(idx), *[placed[i][0] for i in idx],
                                  *[labels[i][0] for i in idx], loss_grad=self._shard_fn,
-                                 method=self._method, workers=[worker], allow_other_workers=True, actor=True,
+                                 method=self._method, scale=self._scale, workers=[worker],
+                                 allow_other_workers=True, actor=True,
                                  key=f"logreg-shard-{uuid.uuid4().hex[:12]}")
                    for worker, idx in by_worker.items()]
         return [f.result(timeout=max(1.0, deadline - time.perf_counter())) for f in started]
@@ -878,8 +946,9 @@ class _ActorEvaluator:
 class _GraphEvaluator:
     """Loss and gradient as one small graph per evaluation (no distributed client)."""
 
-    def __init__(self, X: da.Array, y: da.Array, loss_grad: Any) -> None:
-        self._shard_fn = loss_grad or kernels.loss_grad
+    def __init__(self, X: da.Array, y: da.Array, loss_grad: Any,
+                 scale: float | None = None) -> None:
+        self._shard_fn = functools.partial(_scaled_call, loss_grad or kernels.loss_grad, scale)
         self._keep = (X.persist(), y.persist())  # the persisted blocks live while referenced
         self.pairs = list(zip(self._keep[0].to_delayed().ravel(), self._keep[1].to_delayed().ravel()))
         self.calls = 0

@@ -488,6 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "bf16 terms, the gradient summed in short row blocks (can differ from "
                         "fp32 in the last digits); auto (default): int8 where it applies; "
                         "fp32 wherever the chosen one does not apply")
+    p.add_argument("--dtype", choices=("uint8", "float32"), default="uint8",
+                   help="the pixels on the workers: uint8 as loaded (1 byte each; the model "
+                        "scales them to [0, 1] as it reads them), or float32 copies scaled "
+                        "to [0, 1] (4x the bytes); the same model either way. Backends that "
+                        "need float32 convert and say so")
     p.add_argument("--backend", type=backend_option, default="numba",
                    help="numba: our kernels; cupy, cuda-c (our softmax as a CUDA C kernel), "
                         "cuml (multi-GPU), cuml-single (one GPU), sklearn, torch (PyTorch "

@@ -443,6 +443,65 @@ def test_levels_made_by_a_holder_evaluate_like_the_rows():
     assert logreg_int8.levels(X + np.float32(1e-3)) is None  # not levels: X is exported
 
 
+@pytest.mark.parametrize("method", ["int8", "bf16", "cublas"])
+def test_uint8_rows_evaluate_like_their_scaled_float_copy(method):
+    """uint8 rows with a scale are their own levels (int8 and bf16 take them as they are;
+    no pass decides whether they are levels) and the same objective as float32 rows
+    scaled beforehand: int8 to the bit, the others to float32's sums; uint8 rows whose
+    largest value is below 255 (digits: 0..16) are levels all the same."""
+    from mgpu_dask.kernels import logreg as L
+
+    rng = np.random.default_rng()
+    n, d, k = 40001, 300, 7
+    pixels = rng.integers(0, 256, (n, d)).astype(np.uint8)
+    y = cupy.asarray(rng.integers(0, k, n).astype(np.int32))
+    W, b = rng.standard_normal((d, k)) * 0.05, rng.standard_normal(k)
+    scaled = cupy.asarray(pixels.astype(np.float32) * np.float32(1 / 255))
+    eight = L.ShardObjective(cupy.asarray(pixels), y, k, method, scale=1 / 255)
+    assert eight.method == method
+    got, want = eight(W, b), L.ShardObjective(scaled, y, k, method)(W, b)
+    if method == "int8":
+        assert got[0] == want[0]
+        np.testing.assert_array_equal(got[1], want[1])
+    else:
+        assert abs(got[0] - want[0]) <= 1e-6 * want[0]
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5 * np.abs(want[1]).max())
+    low = cupy.asarray(pixels // 16)  # 0..15: levels of step 1 / 15 as uint8
+    assert L.ShardObjective(low, y, k, "auto", scale=1 / 15).method == "int8"
+
+
+def test_single_host_fit_keeps_uint8_rows_and_matches_float32_rows():
+    """uint8 shards with input_scale: the holders make int8 levels from the bytes on their
+    GPU (no float32 copy anywhere), and the fit ends at the bits of the same rows given
+    as float32 / 255; --precision fp32 on the same uint8 rows reads them as float32."""
+    from mgpu_dask.cluster import connect
+    from mgpu_dask.data import shard
+    from mgpu_dask.logreg import LogisticRegression
+
+    rng = np.random.default_rng(11)
+    n, d, k = 24000, 784, 10
+    pixels = rng.integers(0, 256, (n, d)).astype(np.uint8)
+    y = rng.integers(0, k, n)
+    pixels[np.arange(n), y * (d // k)] = 255
+    with connect(device="gpu", dashboard_address=":0") as rc, rc.client.as_current():
+        X8 = shard(pixels, rc.client)
+        X32 = shard(pixels, rc.client, dtype=np.float32, scale=1 / 255)
+        assert X8.dtype == np.uint8 and type(X8._meta).__module__.startswith("cupy")
+        fits = {}
+        for name, X, scale, precision in (("u8", X8, 1 / 255, "auto"), ("f32", X32, None, "auto"),
+                                          ("u8 fp32", X8, 1 / 255, "fp32"),
+                                          ("f32 fp32", X32, None, "fp32")):
+            fits[name] = LogisticRegression(max_iter=30, input_scale=scale,
+                                            precision=precision).fit(X, y)
+            assert fits[name].comm_ == "single-host"
+        assert fits["u8"].fit_profile_["evaluation"] == "int8"
+        np.testing.assert_array_equal(fits["u8"].coef_, fits["f32"].coef_)
+        assert fits["u8 fp32"].fit_profile_["evaluation"] == "cublas"
+        assert abs(fits["u8 fp32"].loss_ - fits["f32 fp32"].loss_) <= 1e-5 * fits["f32 fp32"].loss_
+        np.testing.assert_array_equal(cupy.asnumpy(fits["u8"].predict(X8).compute()),
+                                      cupy.asnumpy(fits["f32"].predict(X32).compute()))
+
+
 def test_single_host_int8_fit_maps_the_holders_levels():
     """Every GPU's worker converts its own rows and exports the levels; the leader fits on
     them (int8 evaluations) and the holders have released everything when fit returns."""

@@ -199,6 +199,9 @@ def test_without_a_client(monkeypatch):
     ({"classes": [0, 1, 2]}, "outside", r"label\(s\) \[5\] are not among the declared classes"),
     ({}, "nan", "Input X contains NaN"),
     ({}, "float", "Unknown label type"),
+    ({"input_scale": 0.0}, "ok", "input_scale=0.0 must be a positive number"),
+    ({"input_scale": float("nan")}, "ok", "input_scale=nan must be a positive number"),
+    ({"input_scale": "1/255"}, "ok", "input_scale='1/255' must be a positive number"),
 ])
 def test_bad_input(client, kwargs, y_kind, match):
     rng = np.random.default_rng()
@@ -510,6 +513,9 @@ def test_int8_split_evaluation_is_more_exact_than_float32(n, d, k, monkeypatch):
     W, b = rng.standard_normal((d, k)) * 0.3, rng.standard_normal(k) * 0.1
     W[:, 0] *= 1e-4  # a column of small coefficients: scaled per column
     loss, gW, gb = logreg_int8.loss_grad(X, y, W, b)
+    # uint8 rows are their own levels: the same evaluation, bit for bit, with no pass over them.
+    same = logreg_int8.loss_grad(levels.astype(np.uint8), y, W, b, scale=1 / 255)
+    assert same[0] == loss and np.array_equal(same[1], gW) and np.array_equal(same[2], gb)
     # The evaluation takes float32 coefficients (as every GPU path) and the levels exactly.
     W, b = W.astype(np.float32).astype(np.float64), b.astype(np.float32).astype(np.float64)
     X64 = levels / 255.0
@@ -555,3 +561,46 @@ def test_label_codes_travel_in_their_smallest_type():
         out = _label_codes(codes, n_classes)
         assert out.dtype == dtype
         np.testing.assert_array_equal(out.astype(np.int64), codes)
+
+
+@pytest.mark.parametrize("comm", ["single-host", "actors"])
+def test_uint8_rows_with_input_scale_fit_as_their_scaled_float_copy(client, comm):
+    """uint8 rows stay 8-bit on the workers and the model sees ``X * input_scale``: the
+    same fit as float32 rows scaled beforehand (the same float32 values reach the same
+    products), the same predictions; to_sklearn / from_sklearn work on the rows as passed."""
+    rng = np.random.default_rng()
+    n, d = 400, 12
+    pixels = rng.integers(0, 256, (n, d)).astype(np.uint8)
+    y = np.argmax(pixels[:, :3].astype(float) + rng.normal(0, 40, (n, 3)), axis=1)
+    scale = 1 / 255
+    scaled = pixels.astype(np.float32) * np.float32(scale)
+    kw = dict(C=0.5, max_iter=60, comm=comm)
+    ours = LogisticRegression(input_scale=scale, **kw).fit(shard(pixels, client), y)
+    ref = LogisticRegression(**kw).fit(shard(scaled, client), y)
+    assert shard(pixels, client).dtype == np.uint8
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-6, atol=1e-7)
+    assert ours.n_iter_ == ref.n_iter_
+    np.testing.assert_array_equal(to_host(ours.predict(pixels)), to_host(ref.predict(scaled)))
+    np.testing.assert_allclose(to_host(ours.predict_proba(shard(pixels, client))),
+                               to_host(ref.predict_proba(scaled)), rtol=1e-5, atol=1e-6)
+    sk = ours.to_sklearn()  # scikit-learn's model of the rows as passed (uint8 values)
+    np.testing.assert_array_equal(sk.predict(pixels), to_host(ours.predict(pixels)))
+    back = LogisticRegression.from_sklearn(sk, input_scale=scale)
+    np.testing.assert_allclose(back.coef_, ours.coef_, rtol=1e-12)
+    np.testing.assert_array_equal(to_host(back.predict(pixels)), sk.predict(pixels))
+
+
+def test_cli_logreg_dtype_uint8_is_float32s_model(tmp_path):
+    """--dtype uint8 (the default: rows as loaded, input_scale) and --dtype float32 (scaled
+    copies) fit the same model on the same split."""
+    runs = {}
+    for dtype in ("uint8", "float32"):
+        out = tmp_path / f"{dtype}.json"
+        assert main(["logreg", "--dataset", "digits", "--workers", "2", "--device", "cpu",
+                     "--repeats", "1", "--quiet", "--dashboard-address", ":0", "--dtype", dtype,
+                     "--json", str(out)]) == 0
+        runs[dtype] = json.loads(out.read_text())
+    assert runs["uint8"]["dtype"] == "uint8" and runs["float32"]["dtype"] == "float32"
+    assert runs["uint8"]["accuracy"] == runs["float32"]["accuracy"] > 0.9
+    assert runs["uint8"]["loss"] == pytest.approx(runs["float32"]["loss"], rel=1e-6)

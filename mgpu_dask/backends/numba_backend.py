@@ -38,15 +38,27 @@ def knn(run: BackendRun, cls: Any = KNeighborsClassifier) -> dict[str, Any]:
 
 
 def logreg(run: BackendRun, loss_grad: Any = None) -> dict[str, Any]:
+    """Our LogisticRegression on the rows as ``--dtype`` says (uint8 as loaded with
+    ``input_scale``, or scaled float32 copies); a ``loss_grad`` of another backend
+    (CuPy, CUDA C) computes in float32, so its rows are float32 copies always."""
     from ..logreg import LogisticRegression
 
     o, p = run.options, run.parts
     scale = pixel_scale(p.X_train)
-    X = as_worker_rows(p.X_train, run.client, dtype=np.float32, scale=scale,
-                       timeout=run.timeout)
-    Xt = shard(p.X_test, run.client, dtype=np.float32, scale=scale, timeout=run.timeout)
+    eight_bit = (loss_grad is None and cast_to(o.get("dtype")) is None
+                 and p.X_train.dtype == np.uint8)
+    if eight_bit:
+        X = (shard(p.X_train, run.client, timeout=run.timeout)
+             if isinstance(p.X_train, np.ndarray) else p.X_train)
+        Xt = shard(p.X_test, run.client, timeout=run.timeout)
+    else:
+        X = as_worker_rows(p.X_train, run.client, dtype=np.float32, scale=scale,
+                           timeout=run.timeout)
+        Xt = shard(p.X_test, run.client, dtype=np.float32, scale=scale, timeout=run.timeout)
     return repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
                                                   comm=o.get("comm", "auto"),
                                                   precision=o.get("precision", "auto"),
-                                                  loss_grad=loss_grad).fit(X, p.y_train),
+                                                  loss_grad=loss_grad,
+                                                  input_scale=scale if eight_bit else None
+                                                  ).fit(X, p.y_train),
                   lambda model: to_host(model.predict(Xt, on_host=True), run.timeout))

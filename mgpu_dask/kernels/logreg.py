@@ -63,6 +63,26 @@ def level_step(X: Any) -> float:
     return top / 255.0 if top > 0 else 1.0
 
 
+def level_steps(X: Any, scale: float | None = None) -> tuple[float, float]:
+    """``(to levels, of the rows)``: the step that turns ``X`` into integer levels, and the
+    step of those levels in the rows ``X * scale`` that the objective sees.  uint8 rows are
+    their own levels (no pass over them: 1 and ``scale``); others ``level_step``'s."""
+    if X.dtype == np.uint8:
+        return 1.0, float(scale or 1.0)
+    step = level_step(X)
+    return step, step * float(scale or 1.0)
+
+
+def scaled_rows(X: Any, scale: float | None = None) -> Any:
+    """The rows the objective sees, float32 in ``X``'s array module: ``X * scale`` (a new
+    array), or ``X`` itself where it is float32 and unscaled."""
+    xp = array_module(X)
+    rows = xp.asarray(X, dtype=np.float32)
+    if scale is not None:
+        rows = rows * np.float32(scale)
+    return rows
+
+
 def converted_levels(device: Any, kernel: Any, x: Any, step: float, out: Any) -> bool:
     """Run a level conversion ``kernel(x, inv_step, out, bad)`` (``logreg_cuda.to_levels``,
     ``to_int8_levels``) over the CuPy rows ``x`` on ``device`` (current), on the current
@@ -118,8 +138,8 @@ class ShardObjective:
 
     Parameters
     ----------
-    X : array of shape (n, d), float32 (CuPy or NumPy), or :class:`Levels` on a GPU
-        (rows already converted for the int8 products; other methods convert them
+    X : array of shape (n, d), float32 or uint8 (CuPy or NumPy), or :class:`Levels` on a
+        GPU (rows already converted for the int8 products; other methods convert them
         back to float32)
     labels : array of shape (n,), int32 class indices
     n_classes : int
@@ -141,17 +161,25 @@ default "cublas"
         fast (0.58 ms per MNIST-sized evaluation on an H200 against cuBLAS's
         0.24 ms; ``benchmarks/NOTES-logreg.md``).  The CPU path is float32
         products whatever the method.
+    scale : float or None, default None
+        The objective's rows are ``X * scale``: uint8 rows (pixels) stay 8-bit, and
+        the int8 and bf16 products take them as their own levels with this step
+        (no float32 copy); the other methods multiply a float32 copy.
     """
 
-    def __init__(self, X: Any, labels: Any, n_classes: int, method: str = "cublas") -> None:
+    def __init__(self, X: Any, labels: Any, n_classes: int, method: str = "cublas",
+                 scale: float | None = None) -> None:
         if method not in METHODS:
             raise ValueError(f"method={method!r} is not one of {', '.join(METHODS)}")
         self.X, self.labels, self.k, self.method = X, labels, int(n_classes), method
+        self.scale = None if scale is None else float(scale)
         n, d = X.shape
         self.gpu = rows_on_gpu(X)
         if self.gpu:
             self._init_gpu(n, d)
         else:
+            if self.scale is not None or X.dtype.kind != "f":
+                self.X = X = scaled_rows(X, self.scale)
             self.W = np.empty((d, self.k), dtype=X.dtype)
             self.b = np.empty(self.k, dtype=X.dtype)
             self.logits = np.empty((n, self.k), dtype=X.dtype)
@@ -180,11 +208,17 @@ default "cublas"
 
         from . import logreg_bf16, logreg_cuda, logreg_fused, logreg_int8
 
+        strategies = {"int8": logreg_int8, "bf16": logreg_bf16}
+        wanted, _, fallback = ("int8-or-cublas" if self.method == "auto"
+                               else self.method).partition("-or-")
         given = self.X if isinstance(self.X, Levels) else None
-        if given is not None and self.method not in ("auto", "int8", "int8-or-cublas"):
-            self.X, given = given.rows(), None
-        if given is None:
-            self.X = cupy.ascontiguousarray(cupy.asarray(self.X, dtype=np.float32))
+        if given is not None:
+            self.scale = None  # the levels' step holds it
+            if wanted != "int8":
+                self.X, given = given.rows(), None
+        if given is None and not (wanted in strategies and self.X.dtype == np.uint8):
+            self.X = cupy.ascontiguousarray(scaled_rows(self.X, self.scale))
+            self.scale = None  # applied
         # Labels may come from the host (a local fit of CuPy rows: NumPy codes).
         self.labels = cupy.ascontiguousarray(cupy.asarray(self.labels, dtype=np.int32))
         # Upload: W (d x k, row-major) then b.  Download, one copy: the
@@ -198,9 +232,6 @@ default "cublas"
         self.out = out
         self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
         self.sums = out[self._sums_at:].view(np.float64)
-        strategies = {"int8": logreg_int8, "bf16": logreg_bf16}
-        wanted, _, fallback = ("int8-or-cublas" if self.method == "auto"
-                               else self.method).partition("-or-")
         if wanted in strategies:
             found = (strategies[wanted].prepare(self, n, d) if given is None
                      else (given.v, given.vt, given.step))
@@ -212,6 +243,8 @@ default "cublas"
                                  f"255) on a GPU of compute capability {cc} or newer; use "
                                  f"'{wanted}-or-cublas'")
             self.method = wanted if found is not None else fallback
+            if found is None:  # uint8 rows kept for the levels: float32 after all
+                self.X = cupy.ascontiguousarray(scaled_rows(self.X, self.scale))
         if self.method in strategies:
             self._ops = strategies[self.method].ops(self, n, d, *found)
         elif self.method == "fused":
@@ -303,16 +336,18 @@ default "cublas"
         return self.collect()
 
 
-def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray) -> tuple[
-        float, np.ndarray, np.ndarray]:
-    """Summed cross-entropy and its gradient over the rows of one shard.
+def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray,
+              scale: float | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+    """Summed cross-entropy and its gradient over the rows ``X * scale`` of one shard.
 
     Parameters
     ----------
-    X : array of shape (n, d), float32 (CuPy or NumPy)
+    X : array of shape (n, d), float32 or uint8 (CuPy or NumPy)
     labels : array of shape (n,), int32 class indices
     coef : numpy.ndarray of shape (d, n_classes)
     intercept : numpy.ndarray of shape (n_classes,)
+    scale : float or None, default None
+        The rows are ``X * scale`` (None: ``X``).
 
     Returns
     -------
@@ -321,12 +356,14 @@ def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray) -> t
     grad_coef : numpy.ndarray of shape (d, n_classes), float64
     grad_intercept : numpy.ndarray of shape (n_classes,), float64
     """
-    return ShardObjective(X, labels, len(intercept))(coef, intercept)
+    return ShardObjective(X, labels, len(intercept), scale=scale)(coef, intercept)
 
 
 def decision(X: Any, coef: np.ndarray, intercept: np.ndarray) -> Any:
-    """Logits ``X @ coef + intercept`` in the array module of ``X``."""
+    """Logits ``X @ coef + intercept`` in the array module of ``X`` (float32 for integer
+    rows: uint8 pixels are converted block by block here, never kept as float32)."""
     xp = array_module(X)
-    logits = X @ xp.asarray(coef, dtype=X.dtype)
-    logits += xp.asarray(intercept, dtype=X.dtype)
+    dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float32)
+    logits = X.astype(dtype, copy=False) @ xp.asarray(coef, dtype=dtype)
+    logits += xp.asarray(intercept, dtype=dtype)
     return logits

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._launch import bound_gemm, bound_launch, bound_row_sum, launch, thread_grid
-from .logreg import converted_levels, level_step
+from .logreg import converted_levels, level_step, level_steps
 
 GRADIENT_ROWS = 1024
 """``levels^T R`` is one tensor-core product per block of this
@@ -41,10 +41,10 @@ def prepare(obj: Any, n: int, d: int) -> tuple[Any, float] | None:
     if n == 0 or int(obj.device.compute_capability) < 80:
         return None
     with obj.stream:
-        step = level_step(obj.X)
+        to_levels, step = level_steps(obj.X, obj.scale)
         rows = -(-n // GRADIENT_ROWS) * GRADIENT_ROWS
         levels = cupy.zeros((rows, d), dtype=np.uint16)
-        if not converted_levels(obj.device, C.to_levels, obj.X.reshape(-1), step,
+        if not converted_levels(obj.device, C.to_levels, obj.X.reshape(-1), to_levels,
                                 levels[:n].reshape(-1)):
             return None
     return levels, step

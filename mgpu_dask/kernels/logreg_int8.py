@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ._launch import bound_int8_gemm, bound_launch, launch, thread_grid
-from .logreg import Levels, converted_levels, level_step
+from .logreg import Levels, converted_levels, level_steps
 
 ROWS_OUT_FROM = 1 << 20
 """Shards of more rows than this take the forward product as (rows x
@@ -38,11 +38,12 @@ def term_columns(k: int) -> int:
     return -(-C.I8_TERMS * k // 16) * 16
 
 
-def levels(X: Any, allocate: Any = None) -> Levels | None:
-    """The CuPy rows ``X`` (n x d) as int8 levels on their GPU (``X = step * (v + 128)``),
-    ``v`` (n_pad x d_pad) and its transpose ``vt``, done when this returns; None where X
-    is not 8-bit levels in [0, 255], d is too long for exact int32 sums, or the GPU has
-    no int8 tensor cores (compute capability < 7.5).  Rows are padded with zeros to whole
+def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels | None:
+    """The CuPy rows ``X * scale`` (n x d) as int8 levels on their GPU (``X * scale = step
+    * (v + 128)``), ``v`` (n_pad x d_pad) and its transpose ``vt``, done when this returns;
+    None where X is not 8-bit levels in [0, 255], d is too long for exact int32 sums, or
+    the GPU has no int8 tensor cores (compute capability < 7.5).  uint8 rows are their own
+    levels (step ``scale``); float rows are checked.  Rows are padded with zeros to whole
     blocks of GRADIENT_ROWS (or of 16 when there is one block), features to 16.
     ``allocate(shape, dtype)`` makes ``v`` and ``vt`` (default ``cupy.empty``; a peer's
     export gives ``peer_views.dedicated``)."""
@@ -60,12 +61,12 @@ def levels(X: Any, allocate: Any = None) -> Levels | None:
         stream = cupy.cuda.Stream(non_blocking=True)
         stream.wait_event(cupy.cuda.get_current_stream().record())  # X may be arriving
         with stream:
-            step = level_step(X)
+            to_levels, step = level_steps(X, scale)
             block = GRADIENT_ROWS if n > GRADIENT_ROWS else -(-n // 16) * 16
             rows, cols = -(-n // block) * block, -(-d // 16) * 16
             v = allocate((rows, cols), np.int8)
             v.fill(0)
-            if not converted_levels(device, C.to_int8_levels, X, step, v[:n, :d]):
+            if not converted_levels(device, C.to_int8_levels, X, to_levels, v[:n, :d]):
                 return None
             vt = allocate((cols, rows), np.int8)
             launch(C.transpose_i8, (-(-rows // C.TILE), -(-cols // C.TILE)),
@@ -77,7 +78,7 @@ def levels(X: Any, allocate: Any = None) -> Levels | None:
 def prepare(obj: Any, n: int, d: int) -> tuple[Any, Any, float] | None:
     """``levels`` of the shard's rows as ``(v, vt, step)`` for ``ops``; None where they
     are not levels (see ``levels``)."""
-    made = levels(obj.X)
+    made = levels(obj.X, scale=obj.scale)
     return None if made is None else (made.v, made.vt, made.step)
 
 
@@ -125,9 +126,11 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
 
 
 def loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
-              intercept: np.ndarray) -> tuple[float, np.ndarray, np.ndarray] | None:
-    """The int8 evaluation once, NumPy int64 products standing in for cuBLAS's int8 ones
-    (both exact) and our kernels in the CUDA simulator: for tests of the kernels' logic.
+              intercept: np.ndarray, scale: float | None = None) -> tuple[
+                  float, np.ndarray, np.ndarray] | None:
+    """The int8 evaluation once over the rows ``X * scale`` (float32, or uint8 as their own
+    levels), NumPy int64 products standing in for cuBLAS's int8 ones (both exact) and our
+    kernels in the CUDA simulator: for tests of the kernels' logic.
 
     Returns ``(loss, grad_coef (d x k), grad_intercept (k,))`` as unscaled
     sums, or None where X is not 8-bit levels in [0, 255] times one step.
@@ -136,11 +139,13 @@ def loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
 
     n, d = X.shape
     k = len(intercept)
-    step = np.array([level_step(X)])
+    to_levels, of_rows = level_steps(X, scale)
+    step = np.array([of_rows])
     v = np.zeros((n, d), dtype=np.int8)
     bad = np.zeros(1, dtype=np.int32)
-    launch(C.to_int8_levels, 2, 32, np.ascontiguousarray(X, dtype=np.float32), 1.0 / step, v,
-           bad)
+    rows = X if X.dtype == np.uint8 else X.astype(np.float32)
+    launch(C.to_int8_levels, 2, 32, np.ascontiguousarray(rows), np.array([1.0 / to_levels]),
+           v, bad)
     if bad[0]:
         return None
     vt = np.zeros((d, n), dtype=np.int8)
