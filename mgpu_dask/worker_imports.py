@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import time
 
 MODULES = ("numpy", "distributed", "dask.array", "dask_cuda", "cupy", "numba", "numba.cuda",
            "mgpu_dask.knn_plans", "mgpu_dask.logreg", "mgpu_dask.kernels.knn",
@@ -24,10 +25,14 @@ MODULES = ("numpy", "distributed", "dask.array", "dask_cuda", "cupy", "numba", "
 """Imported in this order; a missing optional library is skipped."""
 
 loaded: list[str] = []
+seconds: dict[str, float] = {}
+"""Each module's import time here (those it brought first count towards it)."""
 for _name in MODULES:
+    _began = time.perf_counter()
     with contextlib.suppress(Exception):  # ImportError, or a GPU library without its driver
         importlib.import_module(_name)
         loaded.append(_name)
+    seconds[_name] = time.perf_counter() - _began
 
 
 def _numba_cuda_contexts() -> bool:
@@ -48,3 +53,6 @@ def _numba_cuda_contexts() -> bool:
 
 with contextlib.suppress(Exception):
     _numba_cuda_contexts()
+
+done_at = time.time()
+"""When the imports ended (wall clock): the forked workers inherit it (cold-start probes)."""

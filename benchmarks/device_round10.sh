@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Calls of round 10 (one H200 or H100 while no several-GPU machine is lent): logistic
+# regression on uint8 rows (--dtype uint8, the estimator's input_scale) against float32
+# copies in the same lease, the cold-start timeline, GPU tests.
+# PHASE may list several phases; results under /tmp/runs, tarred into $OUT/runs.tgz.
+#   lrtests  GPU tests of the logistic-regression paths (uint8 rows, levels, single host)
+#   logreg   logreg CLI at fractions 1 and 4 on 1 worker, --dtype uint8 then float32
+#   deformed logreg (and knn with TASKS) on mnist-deformed (COPIES, default 155), 1 worker,
+#            --dtype uint8 then float32
+#   cold     benchmarks/cold_timeline.py (knn, WORKERS workers) after one warm-up run, then
+#            three whole-process `knn --workers WORKERS` runs
+#   gputests every GPU test (pytest -m gpu tests/)
+set -u
+source benchmarks/device_env.sh
+R=/tmp/runs
+W=${WORKERS:-1}
+profile() {  # the fit profile of a logreg JSON, rounded
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['warm_fit_predict_median'],4), r['dtype'], r['warm'], r['cold'].get('transfer'), {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" "$1" | cut -c1-1200 | tee -a "$OUT/summary.log"
+}
+for phase in ${PHASE:-none}; do
+case "$phase" in
+lrtests)
+  nvidia-smi -L | tee -a "$OUT/summary.log"
+  log "gpu tests of logistic regression"
+  timeout 400 python3 -m pytest -q -rfE -m gpu tests/test_gpu.py -k "uint8 or levels or single_host or shard_objective or int8 or graph or without_a_client" > "$R/gpu-tests-lr${TAG:-}.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR|^E " "$R/gpu-tests-lr${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
+  ;;
+logreg)
+  for f in ${FRACTIONS:-1 4}; do for t in ${DTYPES:-uint8 float32}; do
+    log "logreg f$f w$W --dtype $t"
+    timeout 150 python3 -m mgpu_dask.run logreg --repeats ${REPEATS:-5} --quiet --workers $W --fraction $f --dtype $t --json $R/logreg_f${f}_w${W}_$t${TAG:-}.json 2>&1 | grep -E "accuracy|warm|rror" | tee -a "$OUT/summary.log"
+    profile $R/logreg_f${f}_w${W}_$t${TAG:-}.json
+  done; done
+  ;;
+deformed)
+  c=${COPIES:-155}
+  for task in ${TASKS:-logreg}; do for t in ${DTYPES:-uint8 float32}; do
+    log "$task mnist-deformed copies $c w$W --dtype $t"
+    timeout 250 python3 -m mgpu_dask.run $task --dataset mnist-deformed --copies $c --workers $W --dtype $t --repeats ${REPEATS:-3} --quiet --json $R/deformed_${task}_c${c}_w${W}_$t${TAG:-}.json 2>&1 | grep -E "accuracy|warm|generated|rror" | tee -a "$OUT/summary.log"
+    [ $task = logreg ] && profile $R/deformed_${task}_c${c}_w${W}_$t${TAG:-}.json
+  done; done
+  ;;
+cold)
+  python3 -m mgpu_dask.run knn --workers $W --quiet > /dev/null 2>&1  # fills Numba's cache
+  for i in 1 2; do
+    log "cold timeline knn --workers $W ($i)"
+    python3 benchmarks/cold_timeline.py --workers $W --quiet > $R/cold_timeline_w$W${TAG:-}_$i.log 2>&1
+    python3 -c "
+import json, re, sys
+text = open(sys.argv[1]).read()
+marks = json.loads(text[text.index('{\n'):text.index('\n}') + 2])
+print({k: v for k, v in marks.items()})" $R/cold_timeline_w$W${TAG:-}_$i.log 2>&1 | cut -c1-1500 | tee -a "$OUT/summary.log"
+    grep -E "^cold:" $R/cold_timeline_w$W${TAG:-}_$i.log | tee -a "$OUT/summary.log"
+  done
+  for i in 1 2 3; do
+    s=$(date +%s%N)
+    python3 -m mgpu_dask.run knn --workers $W --quiet --json $R/knn_cold_w$W${TAG:-}_$i.json > /dev/null 2>&1
+    log "cold whole process knn --workers $W: rc $? $(( ($(date +%s%N) - s) / 1000000 )) ms"
+  done
+  ;;
+gputests)
+  log "pytest -m gpu tests/"
+  timeout 540 python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests-all${TAG:-}.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-all${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
+  ;;
+esac
+done
+tar czf "$OUT/runs.tgz" -C /tmp runs
