@@ -9,6 +9,8 @@
 #            --dtype uint8 then float32
 #   cold     benchmarks/cold_timeline.py (knn, WORKERS workers) after one warm-up run, then
 #            three whole-process `knn --workers WORKERS` runs
+#   levels   benchmarks/int8_levels_probe.py (uint8 / float32 rows to int8 levels, transpose)
+#   imports  python -X importtime of the client's modules and of the fork server's
 #   gputests every GPU test (pytest -m gpu tests/)
 set -u
 source benchmarks/device_env.sh
@@ -57,6 +59,18 @@ print({k: v for k, v in marks.items()})" $R/cold_timeline_w$W${TAG:-}_$i.log 2>&
     python3 -m mgpu_dask.run knn --workers $W --quiet --json $R/knn_cold_w$W${TAG:-}_$i.json > /dev/null 2>&1
     log "cold whole process knn --workers $W: rc $? $(( ($(date +%s%N) - s) / 1000000 )) ms"
   done
+  ;;
+levels)
+  log "int8 levels probe"
+  timeout 200 python3 benchmarks/int8_levels_probe.py --rows ${ROWS:-1000000,4000000} --json $R/levels_probe${TAG:-}.json 2>&1 | cut -c1-600 | tee -a "$OUT/summary.log"
+  ;;
+imports)
+  log "client imports (python -X importtime: mgpu_dask.run, then mgpu_dask.jobs), slowest cumulative"
+  python3 -X importtime -c "import mgpu_dask.run; import mgpu_dask.jobs" 2> $R/importtime_client${TAG:-}.log
+  sort -t'|' -k2 -n $R/importtime_client${TAG:-}.log | tail -40 | tee -a "$OUT/summary.log"
+  log "worker imports (mgpu_dask.worker_imports)"
+  python3 -X importtime -c "import mgpu_dask.worker_imports as w; print({k: round(v, 3) for k, v in w.seconds.items()})" 2> $R/importtime_worker${TAG:-}.log | tee -a "$OUT/summary.log"
+  sort -t'|' -k2 -n $R/importtime_worker${TAG:-}.log | tail -30 | tee -a "$OUT/summary.log"
   ;;
 gputests)
   log "pytest -m gpu tests/"
