@@ -10,6 +10,7 @@
 #   cold     benchmarks/cold_timeline.py (knn, WORKERS workers) after one warm-up run, then
 #            three whole-process `knn --workers WORKERS` runs
 #   levels   benchmarks/int8_levels_probe.py (uint8 / float32 rows to int8 levels, transpose)
+#   startprobe benchmarks/cluster_start_probe.py (what connect() waits for, sampled)
 #   imports  python -X importtime of the client's modules and of the fork server's
 #   gputests every GPU test (pytest -m gpu tests/)
 set -u
@@ -71,6 +72,11 @@ imports)
   log "worker imports (mgpu_dask.worker_imports)"
   python3 -X importtime -c "import mgpu_dask.worker_imports as w; print({k: round(v, 3) for k, v in w.seconds.items()})" 2> $R/importtime_worker${TAG:-}.log | tee -a "$OUT/summary.log"
   sort -t'|' -k2 -n $R/importtime_worker${TAG:-}.log | tail -30 | tee -a "$OUT/summary.log"
+  ;;
+startprobe)
+  log "cluster start probe (--workers $W)"
+  timeout 120 python3 benchmarks/cluster_start_probe.py --workers $W > $R/cluster_start_w$W${TAG:-}.log 2>&1
+  grep -vE "threading.py|selectors.py|base_events.py|runners.py|queue.py" $R/cluster_start_w$W${TAG:-}.log | head -60 | cut -c1-200 | tee -a "$OUT/summary.log"
   ;;
 gputests)
   log "pytest -m gpu tests/"

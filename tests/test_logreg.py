@@ -498,6 +498,21 @@ def test_bf16_split_evaluation_is_as_exact_as_float32(n, d, k, monkeypatch):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+@pytest.mark.parametrize("rows, cols", [(64, 64), (80, 48), (16, 132)])  # whole and partial tiles
+def test_transpose_bytes_is_the_transpose(rows, cols):
+    """The word-wise transpose of the int8 levels (uint32 views, 64-byte tiles) against
+    NumPy, with tiles cut short on either side."""
+    from mgpu_dask.kernels import logreg_cuda as C
+    from mgpu_dask.kernels._launch import launch
+
+    v = np.random.default_rng().integers(-128, 128, (rows, cols)).astype(np.int8)
+    vt = np.zeros((cols, rows), dtype=np.int8)
+    launch(C.transpose_bytes, *C.transpose_grid(rows, cols), v.view(np.uint32),
+           vt.view(np.uint32))
+    np.testing.assert_array_equal(vt, v.T)
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
 @pytest.mark.parametrize("n, d, k", [(150, 40, 3), (37, 17, 10)])
 def test_int8_split_evaluation_is_more_exact_than_float32(n, d, k, monkeypatch):
     """Levels shifted to int8, four-term int8 coefficient and residual splits, exact int32

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float32, float64, int8, int64, uint16
+from numba import cuda, float32, float64, int8, int64, uint8, uint16, uint32
 
 from .cuda_blocks import block_max, block_sum
 
@@ -280,6 +280,44 @@ def transpose_i8(v, vt):
     for i in range(cuda.threadIdx.y, TILE, TILE_ROWS):
         if x0 + i < vt.shape[0] and y0 + tx < vt.shape[1]:
             vt[x0 + i, y0 + tx] = tile[tx, i]
+
+
+WIDE_TILE = 64  # transpose_bytes: WIDE_TILE x WIDE_TILE bytes per block, 16 x 16 threads
+WIDE_PITCH = 65  # WIDE_TILE + 1: a column of the shared tile spreads over the banks
+
+
+@cuda.jit(cache=True)
+def transpose_bytes(v4, vt4):
+    """``vt = v.T`` for byte matrices whose sides are multiples of 4, given as uint32 views
+    (``v4`` is v's rows of words, ``vt4`` vt's): four bytes per load and per store, through
+    a WIDE_TILE-square shared tile.  ``transpose_i8`` moves one byte per access, so a
+    block of it reads and writes 32-byte pieces; this one moves words of whole 64-byte
+    rows (``benchmarks/int8_levels_probe.py``).  Grid: x over v's row tiles, y over its
+    column tiles; 16 x 16 threads."""
+    tile = cuda.shared.array((WIDE_TILE, WIDE_PITCH), uint8)
+    r0 = cuda.blockIdx.x * WIDE_TILE
+    c0 = cuda.blockIdx.y * WIDE_TILE
+    tx = cuda.threadIdx.x
+    rows, words = v4.shape
+    for i in range(cuda.threadIdx.y, WIDE_TILE, 16):
+        w = c0 // 4 + tx
+        word = v4[r0 + i, w] if r0 + i < rows and w < words else uint32(0)
+        for b in range(4):
+            tile[i, 4 * tx + b] = uint8((word >> uint32(8 * b)) & uint32(0xFF))
+    cuda.syncthreads()
+    cols, out_words = vt4.shape
+    for i in range(cuda.threadIdx.y, WIDE_TILE, 16):
+        w = r0 // 4 + tx
+        if c0 + i < cols and w < out_words:
+            word = uint32(0)
+            for b in range(4):
+                word |= uint32(tile[4 * tx + b, i]) << uint32(8 * b)
+            vt4[c0 + i, w] = word
+
+
+def transpose_grid(rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``transpose_bytes``'s blocks and threads for a ``rows`` x ``cols`` byte matrix."""
+    return (-(-rows // WIDE_TILE), -(-cols // WIDE_TILE)), (16, 16)
 
 
 @cuda.jit(cache=True)

@@ -71,9 +71,9 @@ def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels |
             if not _shifted_bytes(X, v[:n]) and not converted_levels(
                     device, C.to_int8_levels, X, to_levels, v[:n, :d]):
                 return None
-            vt = allocate((cols, rows), np.int8)
-            launch(C.transpose_i8, (-(-rows // C.TILE), -(-cols // C.TILE)),
-                   (C.TILE, C.TILE_ROWS), v, vt, stream=stream)
+            vt = allocate((cols, rows), np.int8)  # rows and cols are multiples of 16
+            launch(C.transpose_bytes, *C.transpose_grid(rows, cols), v.view(np.uint32),
+                   vt.view(np.uint32), stream=stream)
         stream.synchronize()
     return Levels(v, vt, step, n, d)
 

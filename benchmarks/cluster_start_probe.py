@@ -1,0 +1,104 @@
+"""What ``cluster.connect`` spends its time on once the CLI's modules are imported (device
+machine).  The client's threads are sampled every millisecond (the scheduler starts on
+Dask's event-loop thread, which a profiler of the main thread does not see): each
+function's share of the samples in which it was on a thread's stack, waits included.
+Then the same start again in the same process (its imports done).  Usage: python benchmarks/cluster_start_probe.py [--workers W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import threading
+import time
+
+import mgpu_dask.jobs  # noqa: F401  (everything the CLI has imported by then)
+from mgpu_dask import worker_start
+from mgpu_dask.cluster import connect
+
+
+def _started() -> float:
+    import os
+
+    with open("/proc/self/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+class Sampler:
+    """Every ``period`` s, the stacks of every other thread: how often each function is on one."""
+
+    def __init__(self, period: float = 1e-3) -> None:
+        self.period, self.samples = period, 0
+        self.on_stack: collections.Counter = collections.Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while not self._stop.is_set():
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                seen = set()
+                while frame is not None:
+                    code = frame.f_code
+                    seen.add(f"{code.co_filename.split('site-packages/')[-1].split('gpu-site/')[-1]}"
+                             f":{code.co_firstlineno}({code.co_name})")
+                    frame = frame.f_back
+                self.on_stack.update(seen)
+            self.samples += 1
+            time.sleep(self.period)
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def report(self, top: int = 45) -> str:
+        return "\n".join(f"{count * self.period:7.3f} s  {name}"
+                         for name, count in self.on_stack.most_common(top))
+
+
+def start(workers: int, dashboard: str | None, sample: bool) -> None:
+    sampler = Sampler() if sample else None
+    began = time.time()
+    with (sampler or _nothing()):
+        with connect(workers=workers, dashboard_address=dashboard) as rc:
+            ready = time.time() - began
+            starts = sorted(t - began for t in rc.client.run(_started).values())
+    print(f"dashboard {dashboard!r}: cluster ready {ready:.3f} s after connect(); worker "
+          f"processes began at {[round(s, 3) for s in starts]} s", flush=True)
+    if sampler:
+        print(sampler.report(), flush=True)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    worker_start.start_server()
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+    time.sleep(6)  # the fork server's imports are not what is measured here
+    start(args.workers, ":0", sample=True)
+    start(args.workers, ":0", sample=False)
+
+
+if __name__ == "__main__":
+    main()
