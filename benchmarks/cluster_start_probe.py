@@ -28,30 +28,42 @@ def _started() -> float:
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
+IDLE = ("(select)", "(wait)", "(sleep)", "(acquire)", "(_run_once)", "(poll)", "(get)",
+        "(run_forever)", "(_watch)", "(join)", "(_wait_for_tstate_lock)", "(recv)", "(_recv)",
+        "(read)", "(accept)")
+
+
 class Sampler:
-    """Every ``period`` s, the stacks of every other thread: how often each function is on one."""
+    """About every ``period`` s, the stacks of every other thread: how often each function is
+    on one (each sample counts for the wall time over the number of samples)."""
 
     def __init__(self, period: float = 1e-3) -> None:
-        self.period, self.samples = period, 0
+        self.period, self.samples, self.per_sample = period, 0, period
         self.on_stack: collections.Counter = collections.Counter()
+        self.busy: collections.Counter = collections.Counter()  # on a stack, not waiting
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         me = threading.get_ident()
+        began = time.perf_counter()
         while not self._stop.is_set():
             for ident, frame in sys._current_frames().items():
                 if ident == me:
                     continue
-                seen = set()
+                seen, names = set(), []
                 while frame is not None:
                     code = frame.f_code
-                    seen.add(f"{code.co_filename.split('site-packages/')[-1].split('gpu-site/')[-1]}"
-                             f":{code.co_firstlineno}({code.co_name})")
+                    names.append(f"{code.co_filename.split('site-packages/')[-1].split('gpu-site/')[-1]}"
+                                 f":{code.co_firstlineno}({code.co_name})")
                     frame = frame.f_back
+                seen.update(names)
                 self.on_stack.update(seen)
+                if names and not any(w in names[0] for w in IDLE):
+                    self.busy.update(n for n in seen if "importlib" not in n)
             self.samples += 1
             time.sleep(self.period)
+        self.per_sample = (time.perf_counter() - began) / max(1, self.samples)
 
     def __enter__(self) -> "Sampler":
         self._thread.start()
@@ -62,8 +74,12 @@ class Sampler:
         self._thread.join()
 
     def report(self, top: int = 45) -> str:
-        return "\n".join(f"{count * self.period:7.3f} s  {name}"
-                         for name, count in self.on_stack.most_common(top))
+        busy = "\n".join(f"{count * self.per_sample:7.3f} s  {name}"
+                         for name, count in self.busy.most_common(40))
+        return ("busy (a thread running, not waiting, with this function on its stack):\n" + busy
+                + "\non a stack (waits included):\n"
+                + "\n".join(f"{count * self.per_sample:7.3f} s  {name}"
+                            for name, count in self.on_stack.most_common(top)))
 
 
 def start(workers: int, dashboard: str | None, sample: bool) -> None:

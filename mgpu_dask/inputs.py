@@ -19,7 +19,7 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from . import config, placement
 from .exceptions import DataError, DataTypeError, MgpuDaskError
-from .kernels._launch import all_entries_finite, on_gpu
+from .kernels._launch import all_entries_finite, as_numpy, on_gpu
 
 
 class NotFittedError(MgpuDaskError, _SklearnNotFitted):
@@ -199,9 +199,6 @@ def all_finite(X: Any) -> bool:
     return all_entries_finite(X if on_gpu(X) else np.asarray(X))
 
 
-def as_numpy(block: Any) -> np.ndarray:
-    """A NumPy copy of a CuPy block (the block itself if it already is NumPy)."""
-    return block.get() if hasattr(block, "get") else np.asarray(block)
 
 
 def to_host(array: Any, timeout: float | None = None) -> np.ndarray:

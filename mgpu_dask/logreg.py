@@ -1,98 +1,41 @@
 """``LogisticRegression``: multinomial, L2, data-parallel L-BFGS on dask arrays.
 
 Each worker's shard stays where it is (on its GPU as CuPy, or in host memory)
-and only coefficients, losses and gradients move.  Two ways to run the
-L-BFGS loop (ours, float64: ``lbfgs``):
-
-* ``single-host`` (default where it applies): every holder exports its rows
-  and labels once (CUDA IPC / shared memory, ``peer_views``) and one worker
-  runs the whole loop, evaluating each shard on its own GPU, all GPUs at
-  once; with every shard on a GPU the loop's vectors stay on that worker's
-  GPU (``device_lbfgs``).  One Dask round trip per fit, whatever the
-  iteration count.
-* ``actors`` (any cluster, several hosts): the loop runs on the client; each
-  evaluation is one direct call to one Dask Actor per worker, which returns
-  one float and the 785x10 gradient.
-
-Without a distributed client CuPy rows are fitted on their GPU by the device
-loop, other rows by a small graph per evaluation.
+and only coefficients, losses and gradients move.  The estimator checks its
+inputs, places and labels the rows, and sends the work to the workers
+(``logreg_fit``: one worker fits over every shard of its host, or one Actor per
+worker answers each evaluation).  Without a distributed client CuPy rows are
+fitted on their GPU by the device loop, other rows by a small graph per
+evaluation.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
-import os
 import time
 import uuid
-from typing import Any, NamedTuple
+from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from . import config, device_lbfgs, inputs, lbfgs, peer_views, placement
+from . import config, inputs, peer_views, placement
 from ._compat import scheduler_workers
 from .data.shard import meta_for, shard
 from .exceptions import DataError, MgpuDaskError
-from .inputs import NotFittedError, accuracy, all_finite, as_numpy, device_of
+from .inputs import NotFittedError, accuracy, all_finite, device_of
 from .kernels import logreg as kernels
-from .kernels._launch import array_module, on_gpu
-from .lbfgs import minimize_lbfgs
+from .logreg_fit import (NOT_FINITE, Problem, ShardLossGrad, alive_workers, fit_on_device,
+                         fit_on_leader, lbfgs_on_host, predict_block, proba_block, scaled_call,
+                         sum_parts)
 
 COMMS = ("auto", "single-host", "actors")
 OPTIMIZERS = ("auto", "device", "host")
 PRECISIONS = ("auto", "fp32", "int8", "bf16")
 # ShardObjective's name for each precision
 _METHOD = {"auto": "auto", "fp32": "cublas", "int8": "int8-or-cublas", "bf16": "bf16-or-cublas"}
-
-
-class _Problem(NamedTuple):
-    n: int
-    d: int
-    n_classes: int
-    penalty: float          # 1 / (C n)
-    options: dict[str, Any]
-
-
-class _CallObjective:
-    """A user-supplied per-shard ``loss_grad`` behind ``ShardObjective``'s interface; it
-    gets the rows as the objective sees them (float32, times ``scale``)."""
-
-    def __init__(self, fn: Any, X: Any, labels: Any, scale: float | None = None) -> None:
-        if on_gpu(X):
-            import cupy
-
-            with cupy.cuda.Device(X.device.id):
-                X = kernels.scaled_rows(X, scale)
-        else:
-            X = kernels.scaled_rows(X, scale)
-        self.fn, self.X, self.labels = fn, X, labels
-        self._out: tuple | None = None
-
-    def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
-        self._out = self(coef, intercept)
-
-    def collect(self) -> tuple:
-        out, self._out = self._out, None
-        return out
-
-    def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
-        if on_gpu(self.X):  # one process may hold shards of several GPUs: use this one's
-            import cupy
-
-            with cupy.cuda.Device(self.X.device.id):
-                return self.fn(self.X, self.labels, coef, intercept)
-        return self.fn(self.X, self.labels, coef, intercept)
-
-
-NOT_FINITE = "Input X contains NaN or infinity; clean or impute it first"
-
-
-def _sum_parts(parts: list[tuple]) -> tuple:
-    """Add the shards' (loss, grad_coef, grad_intercept) triples."""
-    return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
 
 
 def _rows_by_worker(X: da.Array, y: da.Array, client: Any) -> tuple[list, list, dict]:
@@ -107,173 +50,6 @@ def _rows_by_worker(X: da.Array, y: da.Array, client: Any) -> tuple[list, list, 
     return placed, labels, by_worker
 
 
-def _objective_for(X: Any, labels: Any, n_classes: int, loss_grad: Any,
-                   method: str = "cublas", scale: float | None = None) -> Any:
-    return (kernels.ShardObjective(X, labels, n_classes, method, scale)
-            if loss_grad is None else _CallObjective(loss_grad, X, labels, scale))
-
-
-def _lbfgs(evaluate: Any, problem: _Problem) -> dict[str, Any]:
-    """L-BFGS on the penalised mean cross-entropy; ``evaluate`` sums the shards."""
-    n, d, k, penalty = problem.n, problem.d, problem.n_classes, problem.penalty
-
-    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        W = theta[: d * k].reshape(d, k)
-        b = theta[d * k:]
-        loss, gW, gb = evaluate(W, b)
-        value = loss / n + 0.5 * penalty * float((W * W).sum())
-        grad = np.concatenate([(gW / n + penalty * W).ravel(), gb / n])
-        return value, grad
-
-    return minimize_lbfgs(objective, np.zeros(d * k + k), maxiter=problem.options["maxiter"],
-                          gtol=problem.options["gtol"])
-
-
-def _on_device(arrays: list[tuple[Any, Any]], problem: _Problem, loss_grad: Any) -> bool:
-    """Whether the L-BFGS runs on the GPU: our kernel, every shard on a GPU, not refused."""
-    wanted = problem.options.get("optimizer", "auto")
-    possible = loss_grad is None and device_lbfgs.usable(arrays)
-    if wanted == "device" and not possible:
-        raise DataError("optimizer='device' needs every shard on a GPU and loss_grad=None; "
-                        "use optimizer='auto' or 'host'")
-    return possible and wanted != "host"
-
-
-def _fit_on_device(arrays: list[tuple[Any, Any]], problem: _Problem) -> dict[str, Any]:
-    """The whole L-BFGS on this process's GPU over shards on any GPUs it sees."""
-    started = time.perf_counter()
-    backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n, problem.penalty,
-                                         method=problem.options["method"],
-                                         scale=problem.options.get("scale"))
-    try:
-        ready = time.perf_counter()
-        result = lbfgs.run(backend, maxiter=problem.options["maxiter"],
-                           gtol=problem.options["gtol"])
-        solved = time.perf_counter()
-        details = device_lbfgs.profile(backend, result, solved - ready)
-    finally:
-        backend.close()
-    return {**result, "optimizer": "device",
-            "profile": {"buffers": ready - started, "L-BFGS": solved - ready, **details}}
-
-
-PEER_SECONDS = 600.0  # the longest a leader waits for a peer's export (the fit's own timeout
-                     # is the client's; this only keeps a leader from waiting forever)
-
-
-def _levels_wanted(problem: _Problem, loss_grad: Any) -> bool:
-    """Whether the holders should export their rows as int8 levels (the device L-BFGS with
-    the int8 products, if the rows are levels): never where X itself is needed."""
-    return (loss_grad is None and problem.options.get("optimizer", "auto") != "host"
-            and problem.options["method"] in ("auto", "int8", "int8-or-cublas"))
-
-
-def _fit_on_leader(shards: list[dict[str, Any]], problem: _Problem,
-                   loss_grad: Any = None) -> dict[str, Any]:
-    """Runs on one worker: map every shard of the host and run the whole L-BFGS here.
-
-    The leader asks every other holder for its export straight away (one
-    message each way, no scheduler in between, ``peer_views.call``; they
-    convert and export at the same time as the leader prepares its own rows,
-    which it exports in place), maps them all and, with every shard on a
-    GPU, keeps the optimiser's vectors on this worker's GPU
-    (``device_lbfgs``); otherwise each evaluation queues every shard's work
-    on its own GPU first and then waits for them all, so the GPUs compute at
-    the same time.  Afterwards it closes its mappings and tells the holders
-    to release their exports (waiting for their answers: a few hundred
-    microseconds), so the client has nothing left to do.  Shards come as
-    ``{"own rows", "labels", "token"}`` (this worker's, the blocks
-    themselves) or ``{"address", "keys", "labels", "token"}`` (another
-    worker's: the keys of its blocks there).
-    """
-    began = time.time()
-    levels = _levels_wanted(problem, loss_grad)
-    scale = problem.options.get("scale")
-    token = shards[0]["token"] if shards else ""
-    asked = {i: (s["address"], peer_views.call(s["address"], _export_held, token, s["keys"],
-                                               s["labels"], levels, scale))
-             for i, s in enumerate(shards) if "keys" in s}
-    exporters = sorted({address for address, _ in asked.values()})
-    try:
-        started = time.perf_counter()
-        own = {i: _export_rows(token, s["own rows"], s["labels"], in_place=True, levels=levels,
-                               scale=scale)
-               for i, s in enumerate(shards) if i not in asked}
-        ready = time.perf_counter()
-        described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
-                     for i in range(len(shards))]
-        exported = time.perf_counter()
-        result = _fit_mapped(described, problem, loss_grad)
-    finally:
-        if shards:
-            peer_views.release(token)
-        # A holder still exporting (the leader failed first) would export after its
-        # release and keep the copy: let the asked exports end before releasing.
-        concurrent.futures.wait([future for _, future in asked.values()], timeout=PEER_SECONDS)
-        released = [peer_views.call(address, peer_views.release, token) for address in exporters]
-        for future in released:  # an exporter lost on the way: nothing of it to release
-            try:
-                future.result(timeout=10)
-            except Exception:
-                pass
-    result["released"] = exporters
-    if "profile" in result:  # wall-clock ends, for the client's share of the time
-        result["profile"] = {"own export": ready - started,
-                             "waiting for the holders": exported - ready, **result["profile"]}
-        result["profile"]["leader began at"], result["profile"]["leader ended at"] = (
-            began, time.time())
-    return result
-
-
-def _shard_arrays(desc: dict[str, Any], arrays: list[Any]) -> tuple[Any, Any]:
-    """``(rows, labels)`` of one opened export: X, or the int8 ``Levels`` a holder made."""
-    made = desc.get("info", {}).get("levels")
-    if made is not None:
-        v, vt, labels = arrays
-        return kernels.Levels(v, vt, *made), labels
-    return arrays[0], arrays[1]
-
-
-def _fit_mapped(shards: list[dict[str, Any]], problem: _Problem,
-                loss_grad: Any) -> dict[str, Any]:
-    exporters = [s["address"] for s in shards if s["address"] and s["pid"] != os.getpid()]
-    if not all(s["finite"] for s in shards):  # refused in the result: no worker traceback
-        return {"refused": "not finite", "exporters": exporters}
-    if len({s["host"] for s in shards}) > 1:
-        return {"refused": "the shards live on more than one host", "exporters": exporters}
-    started = time.perf_counter()
-    with peer_views.opened(shards) as opened:
-        arrays = [_shard_arrays(desc, a) for desc, a in zip(shards, opened)]
-        if _on_device(arrays, problem, loss_grad):
-            mapped = time.perf_counter()
-            result = _fit_on_device(arrays, problem)
-            result["profile"] = {"map": mapped - started, **result["profile"]}
-            arrays.clear()
-            return {**result, "exporters": exporters}
-        scale = problem.options.get("scale")  # the levels' step holds it already
-        arrays = [(X.rows(), y, None) if isinstance(X, kernels.Levels) else (X, y, scale)
-                  for X, y in arrays]
-        objectives = [_objective_for(X, labels, problem.n_classes, loss_grad,
-                                     problem.options["method"], shard_scale)
-                      for X, labels, shard_scale in arrays]
-        arrays.clear()
-        ready = time.perf_counter()
-
-        def evaluate(W: np.ndarray, b: np.ndarray) -> tuple:
-            for objective in objectives:
-                objective.launch(W, b)
-            return _sum_parts([objective.collect() for objective in objectives])
-
-        try:
-            result = _lbfgs(evaluate, problem)
-        finally:
-            objectives.clear()  # the mapped shards must have no users when they close
-        solved = time.perf_counter()
-    return {**result, "optimizer": "host", "exporters": exporters,
-            "profile": {"map and buffers": ready - started, "L-BFGS": solved - ready,
-                        "unmap": time.perf_counter() - solved}}
-
-
 def _label_codes(codes: np.ndarray, n_classes: int) -> np.ndarray:
     """Class indices in the smallest unsigned type that holds them: what travels with the
     export tasks (8.1 million MNIST labels: 8 MB as uint8 instead of 32 as int32)."""
@@ -283,98 +59,9 @@ def _label_codes(codes: np.ndarray, n_classes: int) -> np.ndarray:
     return codes.astype(np.int32)
 
 
-def _export_rows(token: str, blocks: list[Any], labels: np.ndarray,
-                 in_place: bool = False, levels: bool = False,
-                 scale: float | None = None) -> dict[str, Any]:
-    """On a holder: export its row blocks and their labels (on the rows' device); in place
-    on the leader's own worker (the fit reads them in this process).  ``levels``: rows on
-    a GPU that are 8-bit levels (uint8 rows always are) go as the int8 products'
-    ``Levels`` of ``X * scale`` instead of X (converted here, on this GPU; the
-    description says so)."""
-    xp = array_module(blocks[0])
-    if xp is not np:  # sent in their smallest type (_label_codes), widened on the GPU
-        with xp.cuda.Device(blocks[0].device.id):
-            labels = xp.asarray(labels).astype(np.int32)
-            if levels:
-                from .kernels import logreg_int8
-
-                X = blocks[0] if len(blocks) == 1 else xp.concatenate(blocks)
-                made = logreg_int8.levels(X, None if in_place else peer_views.dedicated,
-                                          scale=scale)
-                if made is not None:
-                    return peer_views.export(token, [[made.v], [made.vt], [labels]], in_place,
-                                             owned=True,
-                                             info={"levels": [made.step, made.n, made.d]})
-    else:
-        labels = np.asarray(labels, dtype=np.int32)
-    return peer_views.export(token, [blocks, [labels]], in_place=in_place)
-
-
-async def _export_held(token: str, keys: list[Any], labels: np.ndarray, levels: bool,
-                       scale: float | None = None, dask_worker: Any = None) -> dict[str, Any]:
-    """On a holder, asked by the leader (``peer_views.call``): export the blocks it holds
-    under ``keys`` (``_export_rows``), in a thread of its own, not on the event loop."""
-    import asyncio
-
-    try:
-        blocks = [dask_worker.data[key] for key in keys]
-    except KeyError as exc:
-        raise peer_views.PeerUnavailable(f"block {exc} is no longer on worker "
-                                         f"{dask_worker.address}") from None
-    return await asyncio.to_thread(_export_rows, token, blocks, labels, False, levels, scale)
-
-
-class ShardLossGrad:
-    """A Dask Actor holding one worker's row blocks; returns their summed loss and gradient."""
-
-    def __init__(self, n_blocks: int, *blocks: Any, loss_grad: Any = None,
-                 method: str = "cublas", scale: float | None = None) -> None:
-        self._loss_grad = loss_grad
-        self._method = method
-        self._scale = scale
-        xs, ys = blocks[:n_blocks], blocks[n_blocks:]
-        xp = array_module(xs[0])
-        self.X = xs[0] if n_blocks == 1 else xp.concatenate(xs)
-        self.y = ys[0] if n_blocks == 1 else xp.concatenate(ys)
-        self._objective: Any = None
-
-    def loss_grad(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
-        if self._objective is None:
-            self._objective = _objective_for(self.X, self.y, len(intercept), self._loss_grad,
-                                             self._method, self._scale)
-        return self._objective(coef, intercept)
-
-
 def _rows_dtype(X: Any) -> np.dtype:
     """How rows live for the fit and predict: uint8 stays 8-bit, the rest float32."""
     return np.dtype(np.uint8) if getattr(X, "dtype", None) == np.uint8 else np.dtype(np.float32)
-
-
-def _scaled_call(fn: Any, scale: float | None, X: Any, labels: Any, coef: np.ndarray,
-                 intercept: np.ndarray) -> tuple:
-    """``fn`` (a per-shard loss_grad) on the rows ``X * scale`` as float32."""
-    return fn(kernels.scaled_rows(X, scale), labels, coef, intercept)
-
-
-def _encode(block: Any, classes: np.ndarray) -> Any:
-    xp = array_module(block)
-    return xp.searchsorted(xp.asarray(classes), block).astype(np.int32)
-
-
-def _predict_block(X: Any, coef: np.ndarray, intercept: np.ndarray, classes: np.ndarray,
-                   host: bool = False) -> Any:
-    xp = array_module(X)
-    pred = xp.asarray(classes)[kernels.decision(X, coef, intercept).argmax(axis=1)]
-    return as_numpy(pred) if host else pred
-
-
-def _proba_block(X: Any, coef: np.ndarray, intercept: np.ndarray, host: bool = False) -> Any:
-    xp = array_module(X)
-    z = kernels.decision(X, coef, intercept).astype(np.float64)
-    z -= z.max(axis=1, keepdims=True)
-    p = xp.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
-    return as_numpy(p) if host else p
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):
@@ -569,7 +256,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             raise DataError("optimizer='device' needs the rows on GPUs (CuPy blocks); use "
                             "optimizer='auto' or 'host'")
         n, d = int(X.shape[0]), int(X.shape[1])
-        problem = _Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
+        problem = Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
                            {"maxiter": self.max_iter, "gtol": self.tol,
                             "optimizer": self.optimizer, "method": _METHOD[self.precision],
                             "scale": None if self.input_scale is None
@@ -611,7 +298,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return self
 
     def _fit_here_on_device(self, X: da.Array, y: da.Array,
-                            problem: "_Problem") -> dict[str, Any] | None:
+                            problem: "Problem") -> dict[str, Any] | None:
         """No client, CuPy blocks: the device L-BFGS in this process; None where it does not apply."""
         if self.loss_grad is not None or self.optimizer == "host" or device_of(X) != "gpu":
             return None
@@ -623,11 +310,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
         arrays = [(b, cupy.asarray(yb)) for b, yb in zip(X_blocks, y_blocks)]
         with cupy.cuda.Device(X_blocks[0].device.id):
-            result = _fit_on_device(arrays, problem)
+            result = fit_on_device(arrays, problem)
         return {**result, "round_trips": 0, "comm": "graph"}
 
     def _fit_by_messages(self, X: da.Array, y: da.Array, client: Any, timeout: float,
-                         problem: "_Problem") -> dict[str, Any]:
+                         problem: "Problem") -> dict[str, Any]:
         """L-BFGS on the client, one message round per evaluation (any cluster)."""
         if self.optimizer == "device":
             raise DataError("optimizer='device' needs a single-host fit (comm='auto' or "
@@ -640,7 +327,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                     if client is not None
                     else _GraphEvaluator(X, y, self.loss_grad, scale))
         try:
-            result = _lbfgs(evaluate, problem)
+            result = lbfgs_on_host(evaluate, problem)
         finally:
             evaluate.close()
         self.n_recoveries_ += getattr(evaluate, "rebuilds", 0)
@@ -648,10 +335,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 "comm": "actors" if client is not None else "graph"}
 
     def _fit_single_host(self, X: da.Array, labels: np.ndarray, client: Any, timeout: float,
-                         problem: "_Problem") -> dict[str, Any] | None:
+                         problem: "Problem") -> dict[str, Any] | None:
         """The whole L-BFGS in one worker that maps every shard of its host.
 
-        One task, on the worker with the most rows (``_fit_on_leader``): it
+        One task, on the worker with the most rows (``fit_on_leader``): it
         asks each other holder to export its rows and their labels (sent with
         the task) by CUDA IPC / shared memory, exports its own in place, opens
         them all and evaluates every shard on its own GPU with no Dask message
@@ -683,7 +370,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             else:
                 shards.append({"address": worker, "keys": [futures[i].key for i in idx],
                                "labels": codes, "token": token})
-        fit = client.submit(_fit_on_leader, shards, problem, self.loss_grad, workers=[leader],
+        fit = client.submit(fit_on_leader, shards, problem, self.loss_grad, workers=[leader],
                             allow_other_workers=True, pure=False,
                             key=f"logreg-fit-{token[:12]}")
         started, submitted = time.perf_counter(), time.time()
@@ -705,7 +392,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         except (DataError, TimeoutError):
             raise
         except Exception as exc:
-            alive = set(client.run_on_scheduler(_alive_workers))
+            alive = set(client.run_on_scheduler(alive_workers))
             lost = not set(by_worker) <= alive
             if not lost and (self.comm == "single-host"
                              or not isinstance(exc, peer_views.PeerUnavailable)):
@@ -720,7 +407,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             # The leader had the exporters free their copies; after a failure, every
             # live worker looks for the token.
             if exporters is None:
-                exporters = set(client.run_on_scheduler(_alive_workers))
+                exporters = set(client.run_on_scheduler(alive_workers))
             if exporters:  # none when every shard was the leader's own
                 client.run(peer_views.release, token, workers=sorted(exporters),
                            on_error="ignore")
@@ -765,7 +452,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         host = on_host or inputs.kind_of(like) == "host"
         numeric = inputs.numeric_classes(self.classes_)
         labels = self.classes_ if numeric else np.arange(len(self.classes_))
-        pred = placement.map_blocks(inputs.active_client(), _predict_block, X,
+        pred = placement.map_blocks(inputs.active_client(), predict_block, X,
                                     self._coef_of_rows(),
                                     self.intercept_, labels, host,
                                     name=placement.fresh_name("logreg-predict"),
@@ -779,7 +466,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         like = X
         X = self._check_X(X)
         host = inputs.kind_of(like) == "host"
-        proba = placement.map_blocks(inputs.active_client(), _proba_block, X,
+        proba = placement.map_blocks(inputs.active_client(), proba_block, X,
                                      self._coef_of_rows(),
                                      self.intercept_, host,
                                      name=placement.fresh_name("logreg-proba"),
@@ -854,10 +541,6 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return ours
 
 
-def _alive_workers(dask_scheduler: Any) -> list[str]:
-    return list(dask_scheduler.workers)
-
-
 class _ActorEvaluator:
     """Loss and gradient through one Actor per worker holding its blocks."""
 
@@ -891,7 +574,7 @@ class _ActorEvaluator:
         while True:  # after a worker loss, lost blocks are recomputed and get a holder
             wait(futures_of([X, y]), timeout=max(1.0, deadline - time.perf_counter()))
             placed, labels, by_worker = _rows_by_worker(X, y, client)
-            alive = set(client.run_on_scheduler(_alive_workers))
+            alive = set(client.run_on_scheduler(alive_workers))
             if all(w in alive for _, w in placed + labels):  # who_has can lag a death
                 break
             if time.perf_counter() > deadline:
@@ -918,7 +601,7 @@ class _ActorEvaluator:
             self.rebuilds += 1
             self._start_actors()
             parts = self._evaluate(coef, intercept)
-        return _sum_parts(parts)
+        return sum_parts(parts)
 
     def _evaluate(self, coef: np.ndarray, intercept: np.ndarray) -> list:
         pending = [(a, a.loss_grad(coef, intercept)) for a in self.actors]
@@ -948,14 +631,14 @@ class _GraphEvaluator:
 
     def __init__(self, X: da.Array, y: da.Array, loss_grad: Any,
                  scale: float | None = None) -> None:
-        self._shard_fn = functools.partial(_scaled_call, loss_grad or kernels.loss_grad, scale)
+        self._shard_fn = functools.partial(scaled_call, loss_grad or kernels.loss_grad, scale)
         self._keep = (X.persist(), y.persist())  # the persisted blocks live while referenced
         self.pairs = list(zip(self._keep[0].to_delayed().ravel(), self._keep[1].to_delayed().ravel()))
         self.calls = 0
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         self.calls += 1
-        return _sum_parts(dask.compute(*[dask.delayed(self._shard_fn)(xb, yb, coef, intercept)
+        return sum_parts(dask.compute(*[dask.delayed(self._shard_fn)(xb, yb, coef, intercept)
                                          for xb, yb in self.pairs]))
 
     def close(self) -> None:

@@ -23,6 +23,11 @@ def on_gpu(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
+def as_numpy(block: Any) -> np.ndarray:
+    """A NumPy copy of a CuPy block (the block itself if it already is NumPy)."""
+    return block.get() if hasattr(block, "get") else np.asarray(block)
+
+
 def all_entries_finite(a: Any) -> bool:
     """No NaN or infinity in ``a`` (NumPy or CuPy): its smallest and largest entries are
     finite (NaN propagates into both) -- two reductions, no temporary the size of ``a``."""
