@@ -33,6 +33,36 @@ def optional_import(name: str) -> ModuleType | None:
         return None
 
 
+UNUSED_BY_DASK_ARRAY = ("xarray",)
+"""Optional libraries that ``dask.array`` imports when installed and our processes never
+use: dask.array.core imports xarray (and with it pandas) only for ``da.from_array`` of a
+dask-backed ``DataArray``.  On the H200 machines that import is 0.5-0.6 s of a cold
+``knn`` run's client and again of its fork server (``benchmarks/results/round10-1xH200``)."""
+
+
+def import_dask_array() -> None:
+    """Import ``dask.array`` without the libraries of ``UNUSED_BY_DASK_ARRAY``, for the
+    processes that are ours alone: the CLI's and the worker fork server's.
+
+    They count as absent only during this import (so a later ``import xarray`` works
+    as usual); where one is imported already, nothing changes.  The one thing it
+    loses is ``da.from_array``'s shortcut for dask-backed xarray objects.
+    """
+    import sys
+
+    if "dask.array" in sys.modules:
+        return
+    hidden = [name for name in UNUSED_BY_DASK_ARRAY if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        importlib.import_module("dask.array")
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
 def require(name: str, extra: str) -> ModuleType:
     """Import ``name`` or raise an error that says which extra installs it."""
     module = optional_import(name)

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import __version__
-from ._compat import scheduler_workers
+from ._compat import import_dask_array, scheduler_workers
 from .backends import BACKENDS
 from .exceptions import DataError, MgpuDaskError
 from .job_options import cluster_kwargs, run_comparison, run_task
@@ -609,6 +609,7 @@ def main(argv: list[str] | None = None) -> int:
         from .worker_start import start_early
 
         start_early(args.device)
+    import_dask_array()  # this process never uses xarray (see UNUSED_BY_DASK_ARRAY)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         with _timeouts(getattr(args, "timeout", None)):

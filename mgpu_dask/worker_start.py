@@ -47,10 +47,31 @@ def method(device: str) -> str:
     return chosen
 
 
+def _distributed_defaults() -> dict:
+    """``distributed.yaml``'s ``distributed`` section, read without importing distributed
+    (the CLI starts the server before that import, which is most of a second)."""
+    import importlib.util
+    from pathlib import Path
+
+    import yaml
+
+    spec = importlib.util.find_spec("distributed")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(list(spec.submodule_search_locations)[0]) / "distributed.yaml"
+    try:
+        return (yaml.safe_load(path.read_text()) or {}).get("distributed", {})
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
 def _pre_spawn_environ() -> dict[str, str]:
+    """Dask's ``distributed.nanny.pre-spawn-environ``: distributed's defaults (from its
+    YAML where distributed is not imported yet) updated by the configured values."""
     import dask
 
-    values = dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}
+    values = dict(_distributed_defaults().get("nanny", {}).get("pre-spawn-environ") or {})
+    values.update(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     return {str(k): str(v) for k, v in values.items() if v is not None}
 
 

@@ -56,3 +56,44 @@ def test_forked_workers_run_knn_like_spawned_ones():
         assert {f["omp"] for f in facts.values()} == {"1"}  # Dask's pre-spawn environment
     np.testing.assert_array_equal(got["forkserver"], got["spawn"])
     assert (got["spawn"] == y[1200:]).mean() > 0.95
+
+
+def test_server_environment_before_distributed_is_imported():
+    """The CLI starts the server before it imports distributed: Dask's pre-spawn
+    environment (OMP_NUM_THREADS=1, ...) is read from distributed's YAML all the same."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from mgpu_dask.worker_start import _pre_spawn_environ; "
+            "env = _pre_spawn_environ(); print(json.dumps([env, 'distributed' in sys.modules]))")
+    env, imported = json.loads(subprocess.run([sys.executable, "-c", code], check=True,
+                                              capture_output=True, text=True).stdout)
+    assert not imported
+    assert env["OMP_NUM_THREADS"] == "1" and env["MALLOC_TRIM_THRESHOLD_"] == "65536"
+
+
+def test_lean_dask_array_import_leaves_xarray_importable(tmp_path):
+    """import_dask_array (the CLI's and the fork server's) keeps dask.array from importing
+    an installed xarray (with pandas: half a second of a cold run), and a later
+    ``import xarray`` still works; without the lean import dask.array takes it."""
+    import json
+    import subprocess
+    import sys
+
+    fake = tmp_path / "xarray"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("__version__ = '2099.1.0'\n"
+                                      "DataArray = type('DataArray', (), {})\n")
+    meta = tmp_path / "xarray-2099.1.0.dist-info"  # dask looks for the distribution first
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: xarray\nVersion: 2099.1.0\n")
+    code = ("import json, sys; from mgpu_dask._compat import import_dask_array; {lean}"
+            "import dask.array.core as core; during = core.xr is not None; "
+            "import xarray; print(json.dumps([during, xarray.__file__]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    for lean, expected in (("import_dask_array(); ", False), ("", True)):
+        during, where = json.loads(subprocess.run(
+            [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
+            text=True, env=env).stdout)
+        assert during is expected and where.startswith(str(fake))
