@@ -18,9 +18,9 @@ def _install(top: int) -> None:
     import io
     import pstats
 
-    import mgpu_dask.logreg as LR
+    import mgpu_dask.logreg_fit as LR
 
-    plain = getattr(LR, "_plain_lbfgs", LR._lbfgs)
+    plain = getattr(LR, "_plain_lbfgs", LR.lbfgs_on_host)
     LR._plain_lbfgs = plain
 
     def profiled(evaluate, problem):
@@ -31,11 +31,11 @@ def _install(top: int) -> None:
         LR._profile_text = text.getvalue()
         return result
 
-    LR._lbfgs = profiled
+    LR.lbfgs_on_host = profiled
 
 
 def _report() -> str | None:
-    import mgpu_dask.logreg as LR
+    import mgpu_dask.logreg_fit as LR
 
     return getattr(LR, "_profile_text", None)
 

@@ -2,7 +2,7 @@
 
 Rows of 8-bit levels / 255 (``--rows`` x 784, ten classes) split over every
 GPU.  Times, median of ``--repeats``: a holder's export of its rows as int8
-levels (``logreg._export_rows`` as a peer does it: converted on its GPU, in
+levels (``logreg_fit.export_rows`` as a peer does it: converted on its GPU, in
 allocations of their own, IPC handles), the leader's ``DeviceBackend`` over
 the levels of every GPU (buffers, bound launches), and the device time of
 the first and of later evaluations; then a cProfile of one export and one
@@ -45,7 +45,7 @@ def main() -> None:
     from mgpu_dask import peer_views
     from mgpu_dask.device_lbfgs import DeviceBackend
     from mgpu_dask.kernels import logreg_int8
-    from mgpu_dask.logreg import _export_rows
+    from mgpu_dask.logreg_fit import export_rows
 
     gpus = cupy.cuda.runtime.getDeviceCount()
     rng = np.random.default_rng(0)
@@ -63,7 +63,7 @@ def main() -> None:
         labels = y[cuts[-2]:]
 
         def export(token: str) -> None:
-            _export_rows(token, [rows], labels, False, True)
+            export_rows(token, [rows], labels, False, True)
             peer_views.release(token)
 
         export("warm")

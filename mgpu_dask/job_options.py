@@ -8,6 +8,7 @@ one way: kernels <- estimators <- jobs <- this module <- CLI / workflow.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 
 def cluster_kwargs(args: argparse.Namespace) -> dict:
@@ -33,22 +34,32 @@ def label_list(text: str | None) -> list[int] | None:
 
 
 def run_task(args: argparse.Namespace) -> dict:
-    """Run the ``knn`` or ``logreg`` job the parsed options describe; return its results."""
-    from .jobs import knn_job, logreg_job
-    from .timing import stderr_echo
+    """Run the ``knn`` or ``logreg`` job the parsed options describe; return its results.
 
-    common = dict(dataset=args.dataset, data_dir=args.data_dir, download=not args.no_download,
-                  fraction=args.fraction, test_size=args.test_size, seed=args.seed,
-                  cluster_options=cluster_kwargs(args), repeats=args.repeats,
-                  report=args.report, echo=None if args.quiet else stderr_echo,
-                  copies=args.copies, deformation=args.deform)
-    if args.command == "knn":
-        return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
-                       method=args.method, precision=args.precision,
-                       memory_budget=args.memory_budget, dtype=args.dtype, **common)
-    return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm,
-                      optimizer=args.optimizer, precision=args.precision,
-                      classes=label_list(args.classes), dtype=args.dtype, **common)
+    The cluster starts first, on a thread of its own, and this process imports the
+    job's modules (scikit-learn, dask.array, ...: about two seconds on a GPU machine)
+    while its workers come up.
+    """
+    from .cluster import StartingCluster
+
+    classes = label_list(args.classes) if args.command == "logreg" else None
+    with contextlib.closing(StartingCluster(**cluster_kwargs(args))) as starting:
+        from .jobs import knn_job, logreg_job
+        from .timing import stderr_echo
+
+        common = dict(dataset=args.dataset, data_dir=args.data_dir,
+                      download=not args.no_download, fraction=args.fraction,
+                      test_size=args.test_size, seed=args.seed,
+                      cluster_options=cluster_kwargs(args), repeats=args.repeats,
+                      report=args.report, echo=None if args.quiet else stderr_echo,
+                      copies=args.copies, deformation=args.deform, starting=starting)
+        if args.command == "knn":
+            return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
+                           method=args.method, precision=args.precision,
+                           memory_budget=args.memory_budget, dtype=args.dtype, **common)
+        return logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol, comm=args.comm,
+                          optimizer=args.optimizer, precision=args.precision,
+                          classes=classes, dtype=args.dtype, **common)
 
 
 def run_comparison(args: argparse.Namespace) -> dict:

@@ -19,7 +19,7 @@ from distributed import futures_of, performance_report, wait
 
 from . import __version__, config, transfers
 from ._compat import scheduler_workers, visible_gpus
-from .cluster import RunningCluster, connect
+from .cluster import RunningCluster, StartingCluster, connect
 from .data import Split, load_dataset, shard, shard_locations, split
 from .data.deformed import DeformedSpec, deformed_sources, deformed_spec, deformed_train
 from .data.shard import as_worker_rows, cast_to, placement_problems, rows_as_dtype
@@ -63,12 +63,15 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
             cluster_options: dict[str, Any] | None, report: str | None,
             say: Echo, copies: int | None = None,
             deformation: str | None = None,
-            classes: list[int] | None = None) -> Iterator[Session]:
+            classes: list[int] | None = None,
+            starting: StartingCluster | None = None) -> Iterator[Session]:
     """Load and split the data, start the cluster (timed), make its client current.
 
     A ``NAME-deformed`` data set's training part is then replaced by
     ``copies`` deformed copies of it, generated on the workers (timed as
-    ``generate``).
+    ``generate``).  ``starting``: a cluster already starting on its own thread
+    (the CLI asks for it before importing this module); its ``cluster start`` is
+    then the whole start, most of it while this process imported and loaded.
     """
     options = dict(cluster_options or {})
     spec = deformed_spec(dataset, copies, deformation, seed)
@@ -91,7 +94,10 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
     with contextlib.ExitStack() as stack:  # exits with the error, if any: no report then
         stack.callback(stopped)
         with phases("cluster start"):
-            rc = stack.enter_context(connect(**options))
+            rc = stack.enter_context(starting if starting is not None else connect(**options))
+        if starting is not None and starting.ready is not None:  # from the asking on
+            phases.seconds["cluster start"] = starting.seconds
+            phases.windows["cluster start"] = [(starting.asked[1], starting.ready[1])]
         stack.enter_context(rc.client.as_current())  # estimators use the active client
         stack.enter_context(_report(report))
         stack.callback(lambda: stopping.setdefault("from", time.perf_counter()))
@@ -157,10 +163,11 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             cluster_options: dict[str, Any] | None = None,
             repeats: int = 5, report: str | None = None, echo: Echo | None = None,
             copies: int | None = None, deformation: str | None = None,
-            dtype: str = "uint8") -> dict[str, Any]:
+            dtype: str = "uint8", starting: StartingCluster | None = None) -> dict[str, Any]:
     """Run KNN end to end and return every number the CLI prints.
 
     ``dtype`` is how the rows live on the workers: ``"uint8"`` as loaded, or ``"float32"``.
+    ``starting``: the cluster, already starting (see :func:`session`).
     """
     say = echo or (lambda message: None)
     cold = Phases(say)
@@ -168,7 +175,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
     with session("knn", cold, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
                  cluster_options=cluster_options, report=report, say=say,
-                 copies=copies, deformation=deformation) as s:
+                 copies=copies, deformation=deformation, starting=starting) as s:
         client, parts = s.cluster.client, s.data
         say("[3/4] transfer (queries sharded, training set placed by plan)")
         clf = KNeighborsClassifier(n_neighbors, weights=weights, plan=plan, method=method,
@@ -231,13 +238,14 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
                cluster_options: dict[str, Any] | None = None, repeats: int = 3,
                report: str | None = None, echo: Echo | None = None,
                copies: int | None = None, deformation: str | None = None,
-               classes: list[int] | None = None, dtype: str = "uint8") -> dict[str, Any]:
+               classes: list[int] | None = None, dtype: str = "uint8",
+               starting: StartingCluster | None = None) -> dict[str, Any]:
     """Logistic regression end to end (pixels scaled to [0, 1]); every number the CLI prints.
 
     ``classes`` keeps only the rows of those labels (``[3, 8]``: the binary problem).
     ``dtype``: the rows on the workers, ``"uint8"`` as loaded (the estimator's
     ``input_scale`` puts them in [0, 1]) or ``"float32"`` (scaled copies, 4x the bytes);
-    the same model either way.
+    the same model either way.  ``starting``: the cluster, already starting.
     """
     from .logreg import LogisticRegression
 
@@ -247,7 +255,8 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
     with session("logreg", cold, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
                  cluster_options=cluster_options, report=report, say=say,
-                 copies=copies, deformation=deformation, classes=classes) as s:
+                 copies=copies, deformation=deformation, classes=classes,
+                 starting=starting) as s:
         client, parts = s.cluster.client, s.data
         scale = 1.0 / max(1.0, float(s.dataset.X.max()))  # pixels to [0, 1]
         eight_bit = cast_to(dtype) is None and s.dataset.X.dtype == np.uint8

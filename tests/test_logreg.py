@@ -132,14 +132,14 @@ def test_a_holder_without_the_blocks_says_so():
     import types
 
     from mgpu_dask import peer_views
-    from mgpu_dask.logreg import _export_held
+    from mgpu_dask.logreg_fit import export_held
 
     holder = types.SimpleNamespace(data={("x", 0): np.ones((3, 2), np.float32)},
                                    address="tcp://127.0.0.1:1")
     with pytest.raises(peer_views.PeerUnavailable, match=r"\('x', 1\).*tcp://127.0.0.1:1"):
-        asyncio.run(_export_held("t", [("x", 0), ("x", 1)], np.zeros(6, np.uint8), False,
+        asyncio.run(export_held("t", [("x", 0), ("x", 1)], np.zeros(6, np.uint8), False,
                                  dask_worker=holder))
-    desc = asyncio.run(_export_held("t", [("x", 0)], np.zeros(3, np.uint8), False,
+    desc = asyncio.run(export_held("t", [("x", 0)], np.zeros(3, np.uint8), False,
                                     dask_worker=holder))
     try:
         assert desc["rows"] == 3 and desc["info"] == {} and desc["arrays"][0]["kind"] == "host"
