@@ -3,8 +3,8 @@
 Runs the CLI's ``main`` in this fresh process (as ``python -m mgpu_dask.run``
 would) with marks on the wall clock, seconds since this process started:
 ``main`` entered, the fork server's imports done (the time the forked workers
-inherited), the cluster start asked for and returned, each worker process
-started and ready, the job's phases, ``main`` returned.  A cProfile of the
+inherited), the cluster start asked for (on its own thread) and returned, each
+worker process started, the job's phases, ``main`` returned.  A cProfile of the
 client's main thread says what it did meanwhile.  Usage (device machine, repo
 root): ``python benchmarks/cold_timeline.py [knn options...] > timeline.log``.
 """
@@ -56,15 +56,24 @@ def main() -> int:
 
     def run_task(args):
         mark("run_task entered")
-        from mgpu_dask import jobs
+        try:
+            return real_run_task(args)
+        finally:
+            mark("job returned")
 
-        mark("jobs imported")
-        real_connect = jobs.connect
+    run.run_task = run_task
+    from mgpu_dask import cluster
 
-        def connect(*a, **kw):
+    class Starting(cluster.StartingCluster):
+        def __init__(self, **options):
             mark("cluster start asked")
-            with real_connect(*a, **kw) as rc:
-                mark("cluster start returned")
+            super().__init__(**options)
+
+        def _start(self):
+            super()._start()
+            mark("cluster start returned")
+            if self.ready is not None:
+                rc = self._started.result()
                 for address, t in rc.client.run(_worker_times).items():
                     marks[f"worker {address[-5:]} process start"] = round(
                         t["process start"] - ZERO, 3)
@@ -72,16 +81,8 @@ def main() -> int:
                     if done and done < t["process start"]:  # inherited from the fork server
                         marks["fork server imports done"] = round(done - ZERO, 3)
                         marks["fork server import seconds"] = t["server import seconds"]
-                yield rc
-            mark("cluster closed")
 
-        jobs.connect = contextlib.contextmanager(connect)
-        try:
-            return real_run_task(args)
-        finally:
-            mark("job returned")
-
-    run.run_task = run_task
+    cluster.StartingCluster = Starting
     argv = ["knn", *sys.argv[1:]] if sys.argv[1:2] != ["knn"] else sys.argv[1:]
     profile = cProfile.Profile()
     mark("main entered")

@@ -171,7 +171,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
     """
     say = echo or (lambda message: None)
     cold = Phases(say)
-    t0 = time.perf_counter()
+    t0 = starting.asked[0] if starting is not None else time.perf_counter()
     with session("knn", cold, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
                  cluster_options=cluster_options, report=report, say=say,
@@ -251,7 +251,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
 
     say = echo or (lambda message: None)
     cold = Phases(say)
-    t0 = time.perf_counter()
+    t0 = starting.asked[0] if starting is not None else time.perf_counter()
     with session("logreg", cold, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
                  cluster_options=cluster_options, report=report, say=say,
