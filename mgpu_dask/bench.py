@@ -25,7 +25,7 @@ COLUMNS = ("task", "backend", "workers", "fraction", "n_train", "n_test", "statu
 CPU_BACKENDS = ("sklearn",)
 # One colour per backend in every plot (matplotlib's and bokeh's category palette).
 COLORS = {"numba": "#1f77b4", "cupy": "#ff7f0e", "cuml": "#2ca02c", "sklearn": "#d62728",
-          "torch": "#9467bd", "cuml-single": "#8c564b", "cuda-c": "#e377c2",
+          "torch": "#9467bd", "cuml-single": "#8c564b", "cuvs": "#17becf", "cuda-c": "#e377c2",
           "torch-script": "#bcbd22"}
 
 

@@ -447,7 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "changes a neighbour. int8 needs 8-bit integer data")
     p.add_argument("--backend", type=backend_option, default="numba",
                    help="numba: our kernels; cupy, cuda-c (our algorithm as CUDA C kernels), "
-                        "cuml (multi-GPU), cuml-single (one GPU), sklearn, torch (PyTorch on "
+                        "cuml (multi-GPU), cuml-single (one GPU), cuvs (cuVS brute force, "
+                        "one GPU), sklearn, torch (PyTorch on "
                         "every worker's shards), torch-script (the PyTorch script on one "
                         "GPU): the comparison backends; all: every usable backend on the same "
                         "split, one table; several separated by commas (numba,cuda-c): those, "

@@ -68,8 +68,12 @@ def test_unavailable_reasons():
     assert "unknown backend" in unavailable("jax", "gpu")
     assert "needs GPU workers" in unavailable("cuml-single", "cpu")
     assert "needs GPU workers" in unavailable("cuda-c", "cpu")
-    assert set(BACKENDS) == {"numba", "cupy", "cuda-c", "cuml", "cuml-single", "sklearn",
-                             "torch", "torch-script"}
+    assert "needs GPU workers" in unavailable("cuvs", "cpu")
+    assert set(BACKENDS) == {"numba", "cupy", "cuda-c", "cuml", "cuml-single", "cuvs",
+                             "sklearn", "torch", "torch-script"}
+    if importlib.util.find_spec("cuvs") is None:
+        assert unavailable("cuvs", "gpu") == ("cuVS is not installed "
+                                              "(pip install 'mgpu-dask[rapids13]')")
     if importlib.util.find_spec("cuml") is None:
         assert unavailable("cuml-single", "gpu") == ("cuML is not installed "
                                                      "(pip install 'mgpu-dask[rapids13]')")
@@ -123,7 +127,7 @@ def test_cli_backend_all_table(tmp_path, capsys):
     assert all(0 <= r["differ_from_sklearn"] <= n_test for r in rows if r["status"] == "ok")
     assert next(r for r in rows if r["backend"] == "sklearn")["differ_from_sklearn"] == 0
     assert [r["backend"] for r in rows] == ["numba", "cupy", "cuda-c", "cuml", "cuml-single",
-                                            "sklearn", "torch", "torch-script"]
+                                            "cuvs", "sklearn", "torch", "torch-script"]
     assert "cuda-c needs GPU workers" in text
 
 
@@ -202,6 +206,21 @@ def test_cuml_single_backend_agrees_with_ours(task):
     tolerance = 0 if task == "knn" else 0.02  # the same neighbours and vote: the same labels
     assert abs(theirs["accuracy"] - ours["accuracy"]) <= tolerance
     assert "one GPU" in theirs["note"]
+
+
+@pytest.mark.gpu
+def test_cuvs_backend_finds_our_neighbours():
+    """cuVS's brute force (the GPU machine with the RAPIDS parts): the same neighbours and
+    vote as ours on digits, so the same accuracy; its logistic-regression row says why."""
+    pytest.importorskip("cuvs")
+    ours, theirs = _beside_ours("knn", "cuvs", {"workers": 1})
+    assert theirs["accuracy"] == ours["accuracy"] and "brute force" in theirs["note"]
+    from mgpu_dask.jobs import compare_job
+
+    row = compare_job("logreg", ["cuvs"], dataset="digits",
+                      options={"C": 1.0, "max_iter": 10, "tol": 1e-4, "repeats": 1},
+                      cluster_options={"workers": 1, "dashboard_address": ":0"})["backends"][0]
+    assert row["status"] == "skipped: cuVS is vector search only (no logistic regression)"
 
 
 def test_cuda_c_sources_define_the_kernels_launched():

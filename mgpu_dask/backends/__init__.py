@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from .._compat import is_installed
 
-BACKENDS = ("numba", "cupy", "cuda-c", "cuml", "cuml-single", "sklearn", "torch",
+BACKENDS = ("numba", "cupy", "cuda-c", "cuml", "cuml-single", "cuvs", "sklearn", "torch",
             "torch-script")
 
 
@@ -34,12 +34,14 @@ def unavailable(name: str, device: str) -> str | None:
     """Why backend ``name`` cannot run on ``device`` here, or None when it can."""
     if name not in BACKENDS:
         return f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}"
-    if name in ("cupy", "cuda-c", "cuml", "cuml-single") and device != "gpu":
+    if name in ("cupy", "cuda-c", "cuml", "cuml-single", "cuvs") and device != "gpu":
         return f"{name} needs GPU workers (this run is on CPU)"
     if name in ("cupy", "cuda-c") and not is_installed("cupy"):
         return "CuPy is not installed (pip install 'mgpu-dask[cuda13]')"
     if name in ("cuml", "cuml-single") and not is_installed("cuml"):
         return "cuML is not installed (pip install 'mgpu-dask[rapids13]')"
+    if name == "cuvs" and not is_installed("cuvs"):
+        return "cuVS is not installed (pip install 'mgpu-dask[rapids13]')"
     if name in ("torch", "torch-script") and not is_installed("torch"):
         return "PyTorch is not installed (pip install 'mgpu-dask[torch]')"
     return None
