@@ -10,6 +10,8 @@
 #   cold     benchmarks/cold_timeline.py (knn, WORKERS workers) after one warm-up run, then
 #            three whole-process `knn --workers WORKERS` runs
 #   levels   benchmarks/int8_levels_probe.py (uint8 / float32 rows to int8 levels, transpose)
+#   table    (RAPIDS) --backend BACKENDS (all) for TASKS at FRACTIONS on W workers
+#   none     nothing (a call that only carries a RAPIDS part)
 #   startprobe benchmarks/cluster_start_probe.py (what connect() waits for, sampled)
 #   imports  python -X importtime of the client's modules and of the fork server's
 #   gputests every GPU test (pytest -m gpu tests/)
@@ -72,6 +74,16 @@ imports)
   log "worker imports (mgpu_dask.worker_imports)"
   python3 -X importtime -c "import mgpu_dask.worker_imports as w; print({k: round(v, 3) for k, v in w.seconds.items()})" 2> $R/importtime_worker${TAG:-}.log | tee -a "$OUT/summary.log"
   sort -t'|' -k2 -n $R/importtime_worker${TAG:-}.log | tail -30 | tee -a "$OUT/summary.log"
+  ;;
+table)
+  python3 -c "import cuml, cuvs; print('cuml', cuml.__version__, 'cuvs', cuvs.__version__)" 2>&1 | tail -1 | tee -a "$OUT/summary.log"
+  for f in ${FRACTIONS:-1}; do for task in ${TASKS:-knn logreg}; do
+    log "$task --backend ${BACKENDS:-all} f$f w$W"
+    timeout ${T_TABLE:-280} python3 -m mgpu_dask.run $task --backend ${BACKENDS:-all} --workers $W --fraction $f --repeats ${REPEATS:-3} --quiet --json $R/${task}_all_f${f}_w$W${TAG:-}.json > "$R/${task}_all_f${f}_w$W${TAG:-}.log" 2>&1
+    grep -vE "^\[|^ *$" "$R/${task}_all_f${f}_w$W${TAG:-}.log" | tail -16 | tee -a "$OUT/summary.log"
+  done; done
+  ;;
+none)
   ;;
 startprobe)
   log "cluster start probe (--workers $W)"
