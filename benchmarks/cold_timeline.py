@@ -11,7 +11,6 @@ root): ``python benchmarks/cold_timeline.py [knn options...] > timeline.log``.
 
 from __future__ import annotations
 
-import contextlib
 import cProfile
 import io
 import json

@@ -62,3 +62,14 @@ ucx_runs() {
     timeout 120 python3 -m mgpu_dask.run logreg --workers 2 --protocol $p --repeats 3 --quiet --json $R/logreg_$p.json 2>&1 | grep -E "accuracy|warm|moved|rror" | tee -a "$OUT/summary.log"
   done
 }
+# the fit profile of a logreg JSON, rounded, into the summary
+logreg_profile() {  # json
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['warm_fit_predict_median'],4), r.get('dtype'), r['warm'], {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" "$1" | cut -c1-1200 | tee -a "$OUT/summary.log"
+}
+# GPU tests of logistic regression whose names match PATTERN, into $R/gpu-tests-lr$TAG.log
+logreg_gpu_tests() {  # pattern [timeout]
+  nvidia-smi -L | tee -a "$OUT/summary.log"
+  log "gpu tests of logistic regression"
+  timeout ${2:-300} python3 -m pytest -q -rfE -m gpu tests/test_gpu.py -k "$1" > "$R/gpu-tests-lr${TAG:-}.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR|^E " "$R/gpu-tests-lr${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
+}

@@ -19,22 +19,16 @@ set -u
 source benchmarks/device_env.sh
 R=/tmp/runs
 W=${WORKERS:-1}
-profile() {  # the fit profile of a logreg JSON, rounded
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['warm_fit_predict_median'],4), r['dtype'], r['warm'], r['cold'].get('transfer'), {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" "$1" | cut -c1-1200 | tee -a "$OUT/summary.log"
-}
 for phase in ${PHASE:-none}; do
 case "$phase" in
 lrtests)
-  nvidia-smi -L | tee -a "$OUT/summary.log"
-  log "gpu tests of logistic regression"
-  timeout 400 python3 -m pytest -q -rfE -m gpu tests/test_gpu.py -k "uint8 or levels or single_host or shard_objective or int8 or graph or without_a_client" > "$R/gpu-tests-lr${TAG:-}.log" 2>&1
-  grep -E "passed|failed|^FAILED|^ERROR|^E " "$R/gpu-tests-lr${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
+  logreg_gpu_tests "uint8 or levels or single_host or shard_objective or int8 or graph or without_a_client" 400
   ;;
 logreg)
   for f in ${FRACTIONS:-1 4}; do for t in ${DTYPES:-uint8 float32}; do
     log "logreg f$f w$W --dtype $t"
     timeout 150 python3 -m mgpu_dask.run logreg --repeats ${REPEATS:-5} --quiet --workers $W --fraction $f --dtype $t --json $R/logreg_f${f}_w${W}_$t${TAG:-}.json 2>&1 | grep -E "accuracy|warm|rror" | tee -a "$OUT/summary.log"
-    profile $R/logreg_f${f}_w${W}_$t${TAG:-}.json
+    logreg_profile $R/logreg_f${f}_w${W}_$t${TAG:-}.json
   done; done
   ;;
 deformed)
@@ -42,7 +36,7 @@ deformed)
   for task in ${TASKS:-logreg}; do for t in ${DTYPES:-uint8 float32}; do
     log "$task mnist-deformed copies $c w$W --dtype $t"
     timeout 250 python3 -m mgpu_dask.run $task --dataset mnist-deformed --copies $c --workers $W --dtype $t --repeats ${REPEATS:-3} --quiet --json $R/deformed_${task}_c${c}_w${W}_$t${TAG:-}.json 2>&1 | grep -E "accuracy|warm|generated|rror" | tee -a "$OUT/summary.log"
-    [ $task = logreg ] && profile $R/deformed_${task}_c${c}_w${W}_$t${TAG:-}.json
+    [ $task = logreg ] && logreg_profile $R/deformed_${task}_c${c}_w${W}_$t${TAG:-}.json
   done; done
   ;;
 cold)

@@ -18,16 +18,10 @@
 set -u
 source benchmarks/device_env.sh
 R=/tmp/runs
-profile() {  # the fit profile of a logreg JSON, rounded
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['warm_fit_predict_median'],4), r['warm'], {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" "$1" | cut -c1-1200 | tee -a "$OUT/summary.log"
-}
 for phase in ${PHASE:-none}; do
 case "$phase" in
 lrtests)
-  nvidia-smi -L | tee -a "$OUT/summary.log"
-  log "gpu tests of logistic regression"
-  timeout 300 python3 -m pytest -q -rfE -m gpu tests/test_gpu.py -k "graph or levels or single_host or lbfgs or shard_objective or int8" > "$R/gpu-tests-lr.log" 2>&1
-  grep -E "passed|failed|^FAILED|^ERROR|^E " "$R/gpu-tests-lr.log" | tail -20 | tee -a "$OUT/summary.log"
+  logreg_gpu_tests "graph or levels or single_host or lbfgs or shard_objective or int8" 300
   ;;
 probe)
   log "device L-BFGS probe"
@@ -47,7 +41,7 @@ logreg)
   for f in ${FRACTIONS:-1 4}; do for w in ${WORKERS:-1 2}; do
     log "logreg f$f w$w"
     timeout 150 python3 -m mgpu_dask.run logreg --repeats ${REPEATS:-5} --quiet --workers $w --fraction $f --json $R/logreg_f${f}_w$w${TAG:-}.json 2>&1 | grep -E "accuracy|warm|rror" | tee -a "$OUT/summary.log"
-    profile $R/logreg_f${f}_w$w${TAG:-}.json
+    logreg_profile $R/logreg_f${f}_w$w${TAG:-}.json
   done; done
   ;;
 knn)
@@ -58,7 +52,7 @@ deformed)
   for t in ${TASKS:-knn logreg}; do for w in 1 2; do
     log "$t mnist-deformed copies $c w$w"
     timeout 250 python3 -m mgpu_dask.run $t --dataset mnist-deformed --copies $c --workers $w --repeats ${REPEATS:-2} --quiet --json $R/deformed_${t}_c${c}_w$w.json 2>&1 | grep -E "accuracy|warm|generated|rror" | tee -a "$OUT/summary.log"
-    [ $t = logreg ] && profile $R/deformed_${t}_c${c}_w$w.json
+    [ $t = logreg ] && logreg_profile $R/deformed_${t}_c${c}_w$w.json
   done; done
   ;;
 gputests)

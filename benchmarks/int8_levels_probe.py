@@ -9,27 +9,48 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import cupy
 import numpy as np
 
+from knn_kernels import timed as seconds  # this folder: the scripts run as files
 from mgpu_dask.kernels import logreg_cuda as C
 from mgpu_dask.kernels import logreg_int8
 from mgpu_dask.kernels._launch import launch
 from mgpu_dask.kernels.logreg import converted_levels
 
 
-def seconds(fn, repeats: int = 5) -> float:
-    fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        cupy.cuda.Device().synchronize()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+def measure(n: int, d: int) -> dict:
+    """One row count: each step's median seconds, bytes per second, and whether uint8 rows
+    and their float32 copy / 255 give the same levels."""
+    device = cupy.cuda.Device()
+    pixels = cupy.random.randint(0, 256, (n, d), dtype=cupy.uint8)
+    floats = pixels.astype(cupy.float32) * cupy.float32(1 / 255)
+    v = cupy.empty((n, d), dtype=cupy.int8)
+    vt = cupy.empty((d, n), dtype=cupy.int8)
+    row = {"rows": n, "d": d}
+    row["uint8 shift s"] = seconds(lambda: logreg_int8._shifted_bytes(pixels, v))
+    row["uint8 kernel s"] = seconds(
+        lambda: converted_levels(device, C.to_int8_levels, pixels, 1.0, v))
+    row["float32 kernel s"] = seconds(
+        lambda: converted_levels(device, C.to_int8_levels, floats, 1 / 255, v))
+    row["transpose s"] = seconds(lambda: launch(
+        C.transpose_i8, (-(-n // C.TILE), -(-d // C.TILE)), (C.TILE, C.TILE_ROWS), v, vt))
+    row["transpose_bytes s"] = seconds(lambda: launch(
+        C.transpose_bytes, *C.transpose_grid(n, d), v.view(np.uint32), vt.view(np.uint32)))
+    row["levels() uint8 s"] = seconds(lambda: logreg_int8.levels(pixels, scale=1 / 255))
+    row["levels() float32 s"] = seconds(lambda: logreg_int8.levels(floats))
+    nbytes = n * d
+    row["GB/s"] = {"uint8 shift": 2 * nbytes / row["uint8 shift s"] / 1e9,
+                   "uint8 kernel": 2 * nbytes / row["uint8 kernel s"] / 1e9,
+                   "float32 kernel": 5 * nbytes / row["float32 kernel s"] / 1e9,
+                   "transpose": 2 * nbytes / row["transpose s"] / 1e9,
+                   "transpose_bytes": 2 * nbytes / row["transpose_bytes s"] / 1e9}
+    same = logreg_int8.levels(pixels, scale=1 / 255)
+    ref = logreg_int8.levels(floats)
+    row["same levels"] = bool(cupy.array_equal(same.v, ref.v)
+                              and cupy.array_equal(same.vt, ref.vt) and same.step == ref.step)
+    return row
 
 
 def main() -> None:
@@ -39,38 +60,9 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     out = []
-    device = cupy.cuda.Device()
     for n in [int(r) for r in args.rows.split(",")]:
-        d = args.d
-        pixels = cupy.random.randint(0, 256, (n, d), dtype=cupy.uint8)
-        floats = pixels.astype(cupy.float32) * cupy.float32(1 / 255)
-        v = cupy.empty((n, d), dtype=cupy.int8)
-        vt = cupy.empty((d, n), dtype=cupy.int8)
-        row = {"rows": n, "d": d}
-        row["uint8 shift s"] = seconds(lambda: logreg_int8._shifted_bytes(pixels, v))
-        row["uint8 kernel s"] = seconds(
-            lambda: converted_levels(device, C.to_int8_levels, pixels, 1.0, v))
-        row["float32 kernel s"] = seconds(
-            lambda: converted_levels(device, C.to_int8_levels, floats, 1 / 255, v))
-        row["transpose s"] = seconds(lambda: launch(
-            C.transpose_i8, (-(-n // C.TILE), -(-d // C.TILE)), (C.TILE, C.TILE_ROWS), v, vt))
-        row["transpose_bytes s"] = seconds(lambda: launch(
-            C.transpose_bytes, *C.transpose_grid(n, d), v.view(np.uint32), vt.view(np.uint32)))
-        row["levels() uint8 s"] = seconds(lambda: logreg_int8.levels(pixels, scale=1 / 255))
-        row["levels() float32 s"] = seconds(lambda: logreg_int8.levels(floats))
-        nbytes = n * d
-        row["GB/s"] = {"uint8 shift": 2 * nbytes / row["uint8 shift s"] / 1e9,
-                       "uint8 kernel": 2 * nbytes / row["uint8 kernel s"] / 1e9,
-                       "float32 kernel": 5 * nbytes / row["float32 kernel s"] / 1e9,
-                       "transpose": 2 * nbytes / row["transpose s"] / 1e9,
-                       "transpose_bytes": 2 * nbytes / row["transpose_bytes s"] / 1e9}
-        same = logreg_int8.levels(pixels, scale=1 / 255)
-        ref = logreg_int8.levels(floats)
-        row["same levels"] = bool(cupy.array_equal(same.v, ref.v)
-                                  and cupy.array_equal(same.vt, ref.vt) and same.step == ref.step)
-        print(json.dumps(row), flush=True)
-        out.append(row)
-        del pixels, floats, v, vt, same, ref
+        out.append(measure(n, args.d))
+        print(json.dumps(out[-1]), flush=True)
         cupy.get_default_memory_pool().free_all_blocks()
     if args.json:
         with open(args.json, "w") as f:
