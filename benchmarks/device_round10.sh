@@ -11,6 +11,7 @@
 #            three whole-process `knn --workers WORKERS` runs
 #   levels   benchmarks/int8_levels_probe.py (uint8 / float32 rows to int8 levels, transpose)
 #   table    (RAPIDS) --backend BACKENDS (all) for TASKS at FRACTIONS on W workers
+#   overhead benchmarks/predict_overhead_probe.py at FRACTIONS on W workers
 #   none     nothing (a call that only carries a RAPIDS part)
 #   startprobe benchmarks/cluster_start_probe.py (what connect() waits for, sampled)
 #   imports  python -X importtime of the client's modules and of the fork server's
@@ -76,6 +77,12 @@ table)
     timeout ${T_TABLE:-280} python3 -m mgpu_dask.run $task --backend ${BACKENDS:-all} --workers $W --fraction $f --repeats ${REPEATS:-3} --quiet --json $R/${task}_all_f${f}_w$W${TAG:-}.json > "$R/${task}_all_f${f}_w$W${TAG:-}.log" 2>&1
     grep -vE "^\[|^ *$" "$R/${task}_all_f${f}_w$W${TAG:-}.log" | tail -16 | tee -a "$OUT/summary.log"
   done; done
+  ;;
+overhead)
+  for f in ${FRACTIONS:-1 4}; do
+    log "predict overhead probe, fraction $f, $W worker(s)"
+    timeout 200 python3 benchmarks/predict_overhead_probe.py --workers $W --fraction $f --repeats ${REPEATS:-20} --data-dir /tmp/mnist --json $R/overhead_f${f}_w$W${TAG:-}.json 2>&1 | grep -E "^knn|^logreg|rror" | tee -a "$OUT/summary.log"
+  done
   ;;
 none)
   ;;
