@@ -1,8 +1,9 @@
 """How much of a warm predict is the workers' computing and how much is everything else
 (device machine): the CLI's warm KNN and logistic-regression predicts on MNIST, each
 timed on the client and, through Dask's task stream, on the workers (the ``compute``
-span of every task; transfers between workers listed too).  The rest -- submission,
-scheduling, the result's way home -- is what a second GPU cannot shorten.
+span of every task).  The rest -- submission, scheduling, the result's way home -- is
+what a second GPU cannot shorten; Dask's own round trips with nothing computed are
+measured first for comparison.
 
 Usage: python benchmarks/predict_overhead_probe.py [--workers W] [--fraction F]
        [--repeats N] [--json FILE]
@@ -47,6 +48,35 @@ def timed_predicts(client, predict, repeats: int) -> dict:
             "outside the workers ms": None if span is None else round(wall - span, 3)}
 
 
+def _nothing() -> int:
+    return 0
+
+
+def floors(client, repeats: int) -> dict:
+    """Dask's own round trips on this cluster, nothing computed: a task that returns 0
+    (submit, result), one per worker gathered together, a call to the scheduler, a call
+    straight to a worker (no scheduler on the way)."""
+    workers = sorted(client.scheduler_info()["workers"])
+
+    def median_ms(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - started)
+        return round(statistics.median(times) * 1e3, 3)
+
+    return {
+        "submit to one worker ms": median_ms(
+            lambda: client.submit(_nothing, workers=workers[:1], pure=False).result()),
+        "submit to every worker ms": median_ms(lambda: client.gather(
+            [client.submit(_nothing, workers=[w], pure=False) for w in workers])),
+        "scheduler call ms": median_ms(lambda: client.run_on_scheduler(_nothing)),
+        "direct worker call ms": median_ms(lambda: client.run(_nothing, workers=workers[:1])),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=1)
@@ -61,6 +91,8 @@ def main() -> None:
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None)}
     with connect(workers=args.workers, dashboard_address=":0") as rc, rc.client.as_current():
         client = rc.client
+        out["floors"] = floors(client, args.repeats)
+        print("floors", out["floors"], flush=True)
         queries = shard(s.X_test, client)
         knn = KNeighborsClassifier(3, weights="distance").fit(s.X_train, s.y_train)
         out["knn"] = timed_predicts(
