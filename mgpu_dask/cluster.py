@@ -332,6 +332,7 @@ class StartingCluster:
     """
 
     def __init__(self, **options: Any) -> None:
+        self.asked = (time.perf_counter(), time.time())
         # What the start imports, imported here first: two threads importing the same
         # modules at once is how imports deadlock.
         optional_import("distributed.dashboard.scheduler")
@@ -340,7 +341,6 @@ class StartingCluster:
         self._context = connect(**options)
         self._started: concurrent.futures.Future = concurrent.futures.Future()
         self._closed = False
-        self.asked = (time.perf_counter(), time.time())
         self.ready: tuple[float, float] | None = None
         self._thread = threading.Thread(target=self._start, name="mgpu-dask-cluster-start",
                                         daemon=True)
