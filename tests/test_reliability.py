@@ -164,3 +164,40 @@ def test_missing_optional_backend(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_jobqueue)
     with pytest.raises(BackendUnavailableError, match=r"pip install 'mgpu-dask\[hpc\]'"):
         _cluster_class("slurm")
+
+
+def test_bad_input_after_the_cluster_started_is_one_line_and_no_process(tmp_path):
+    """The CLI starts its cluster on a thread before it loads the data: bad data found
+    then (a data set not in --data-dir) is still one line and exit 2, nothing written,
+    and the cluster it had started is shut down (no worker process left)."""
+    marker = f"MGPU_TEST_MARKER={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    out = tmp_path / "result.json"
+    env = {**os.environ, key: value, "MGPU_DASK_CACHE_DIR": str(tmp_path / "cache"),
+           "DASK_MGPU_DASK__DATA__DOWNLOAD": "False"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mgpu_dask.run", "knn", "--dataset", "mnist", "--data-dir",
+         str(tmp_path), "--workers", "2", "--device", "cpu", "--dashboard-address", ":0",
+         "--quiet", "--json", str(out)], capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: mnist files not found") and proc.stderr.count("\n") == 1
+    assert not out.exists()
+    deadline = time.time() + 20
+    while _processes_with(marker) and time.time() < deadline:
+        time.sleep(0.5)
+    assert _processes_with(marker) == [], "orphan worker processes"
+
+
+def test_cluster_that_cannot_start_is_one_line(monkeypatch, capsys):
+    """A start that fails on the cluster thread (GPUs asked for, none here) reaches the
+    user as connect's one-line error, exit 2."""
+    monkeypatch.setenv("MGPU_DASK_FORCE_CPU", "1")
+    from mgpu_dask import _compat
+
+    _compat.visible_gpus.cache_clear()
+    try:
+        assert main(["knn", "--dataset", "digits", "--device", "gpu", "--quiet"]) == 2
+    finally:
+        _compat.visible_gpus.cache_clear()
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "no NVIDIA GPU" in err and "\n" not in err
