@@ -11,6 +11,7 @@
 #            three whole-process `knn --workers WORKERS` runs
 #   levels   benchmarks/int8_levels_probe.py (uint8 / float32 rows to int8 levels, transpose)
 #   table    (RAPIDS) --backend BACKENDS (all) for TASKS at FRACTIONS on W workers
+#   evalprobe benchmarks/logreg_eval_probe.py, METHODS (int8,int8-wide) at ROWS
 #   overhead benchmarks/predict_overhead_probe.py at FRACTIONS on W workers
 #   none     nothing (a call that only carries a RAPIDS part)
 #   startprobe benchmarks/cluster_start_probe.py (what connect() waits for, sampled)
@@ -77,6 +78,11 @@ table)
     timeout ${T_TABLE:-280} python3 -m mgpu_dask.run $task --backend ${BACKENDS:-all} --workers $W --fraction $f --repeats ${REPEATS:-3} --quiet --json $R/${task}_all_f${f}_w$W${TAG:-}.json > "$R/${task}_all_f${f}_w$W${TAG:-}.log" 2>&1
     grep -vE "^\[|^ *$" "$R/${task}_all_f${f}_w$W${TAG:-}.log" | tail -16 | tee -a "$OUT/summary.log"
   done; done
+  ;;
+evalprobe)
+  log "logreg evaluation probe (int8 with the local-array softmax against the wide one)"
+  timeout 240 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe${TAG:-}.json --methods ${METHODS:-int8,int8-wide} --rows ${ROWS:-52500,210000,4068750} > "$R/eval_probe${TAG:-}.log" 2>&1
+  tail -3 "$R/eval_probe${TAG:-}.log" | cut -c1-900 | tee -a "$OUT/summary.log"
   ;;
 overhead)
   for f in ${FRACTIONS:-1 4}; do

@@ -5,7 +5,8 @@ and 4,068,750 x 784, 10 classes) on GPU 0; median of 50 evaluations timed
 with CUDA events, each operation of the evaluation timed alone the same way,
 and every method's gradient compared with float64's (error relative to its
 largest entry); ``bf16:ROWS`` sums the bf16 gradient over blocks of ROWS rows,
-``int8:ROWS`` takes int8 products over blocks of ROWS rows.
+``int8:ROWS`` takes int8 products over blocks of ROWS rows; ``int8-wide`` is int8 with
+the softmax kernel for any number of classes (``softmax_xent_i8_wide``).
 
     python benchmarks/logreg_eval_probe.py --json FILE [--methods cublas,bf16,int8:4096,fused]
 """
@@ -48,6 +49,9 @@ def main() -> None:
 
     from mgpu_dask.kernels import logreg as L
     from mgpu_dask.kernels import logreg_bf16, logreg_int8
+    from mgpu_dask.kernels import logreg_cuda as C
+
+    pick_softmax = C.softmax_xent_i8_for
 
     default_rows = logreg_bf16.GRADIENT_ROWS, logreg_int8.GRADIENT_ROWS
     rng = np.random.default_rng(0)
@@ -64,10 +68,14 @@ def main() -> None:
             if ":" in method:  # bf16:ROWS or int8:ROWS, the rows per block of the gradient
                 setattr(logreg_int8 if method.startswith("int8") else logreg_bf16,
                         "GRADIENT_ROWS", int(method.split(":")[1]))
+            name = method.split(":")[0]
+            # int8-wide: the int8 evaluation with the softmax kernel for any class count
+            C.softmax_xent_i8_for = ((lambda k: C.softmax_xent_i8_wide) if name == "int8-wide"
+                                     else pick_softmax)
             setups = []
             for _ in range(3):  # set-up: levels, transposes, buffers (synchronised)
                 began = time.perf_counter()
-                o = L.ShardObjective(X, y, 10, method.split(":")[0])
+                o = L.ShardObjective(X, y, 10, "int8" if name == "int8-wide" else name)
                 o.stream.synchronize()
                 setups.append(1e3 * (time.perf_counter() - began))
             row[f"{method}_setup_ms"] = float(np.median(setups))

@@ -513,8 +513,8 @@ def test_transpose_bytes_is_the_transpose(rows, cols):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-@pytest.mark.parametrize("n, d, k", [(150, 40, 3), (37, 17, 10)])
-def test_int8_split_evaluation_is_more_exact_than_float32(n, d, k, monkeypatch):
+@pytest.mark.parametrize("n, d, k", [(150, 40, 3), (37, 17, 10), (40, 12, 20)])  # 20: the wide
+def test_int8_split_evaluation_is_more_exact_than_float32(n, d, k, monkeypatch):  # softmax
     """Levels shifted to int8, four-term int8 coefficient and residual splits, exact int32
     products per row block (int64 NumPy products standing in for cuBLAS), blocks and terms
     added: float64's loss and gradient to well below float32's rounding; rows that are not

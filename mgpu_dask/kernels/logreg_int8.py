@@ -133,8 +133,8 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
         bound_launch(C.split_coef_i8, [obj.params, obj._step, obj.w8, obj.colinfo],
                      (k,), C.THREADS, obj.stream),
         forward,
-        bound_launch(C.softmax_xent_i8, [obj.logits, obj.labels, obj.colinfo,
-                                         obj.resid, obj.bpart],
+        bound_launch(C.softmax_xent_i8_for(k), [obj.logits, obj.labels, obj.colinfo,
+                                                obj.resid, obj.bpart],
                      (row_blocks,), C.THREADS, obj.stream),
         bound_launch(C.sum_block_parts, [obj.bpart, obj.sums], (k + 1,), C.THREADS,
                      obj.stream),
@@ -180,8 +180,8 @@ def loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
     sums = np.zeros(k + 1, dtype=np.float64)
     blocks = thread_grid(n, C.THREADS)[0]
     bpart = np.zeros((blocks, k + 1), dtype=np.float64)
-    launch(C.softmax_xent_i8, blocks, C.THREADS, logits, np.asarray(labels, dtype=np.int32),
-           colinfo, resid8, bpart)
+    launch(C.softmax_xent_i8_for(k), blocks, C.THREADS, logits,
+           np.asarray(labels, dtype=np.int32), colinfo, resid8, bpart)
     launch(C.sum_block_parts, k + 1, C.THREADS, bpart, sums)
     rows = GRADIENT_ROWS
     g32 = np.stack([(vt[:, r:r + rows].astype(np.int64) @ resid8[:, r:r + rows].T.astype(np.int64))
