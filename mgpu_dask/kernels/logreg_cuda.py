@@ -367,6 +367,7 @@ _i8_xent = _row_xent(_i8_logit)
 
 I8_LOCAL_K = 15  # softmax_xent_i8 holds a row's logits in a local array up to this many
                  # classes (and its block's values in 16 x THREADS float64 of shared memory)
+I8_LOCAL_SUMS = 16  # I8_LOCAL_K + 1: a shared array's shape must be literal constants
 QUARTER = THREADS // 4
 
 
@@ -382,8 +383,8 @@ def softmax_xent_i8(logits, labels, colinfo, resid8, bpart):
     tid = cuda.threadIdx.x
     row = cuda.blockIdx.x * THREADS + tid
     n, k = labels.shape[0], colinfo.shape[0] // 2
-    part = cuda.shared.array((I8_LOCAL_K + 1, THREADS), float64)
-    quarters = cuda.shared.array((I8_LOCAL_K + 1, 4), float64)
+    part = cuda.shared.array((I8_LOCAL_SUMS, THREADS), float64)
+    quarters = cuda.shared.array((I8_LOCAL_SUMS, 4), float64)
     z = cuda.local.array(I8_LOCAL_K, float64)
     if row < n:
         target = labels[row]
