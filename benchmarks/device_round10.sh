@@ -24,7 +24,7 @@ W=${WORKERS:-1}
 for phase in ${PHASE:-none}; do
 case "$phase" in
 lrtests)
-  logreg_gpu_tests "uint8 or levels or single_host or shard_objective or int8 or graph or without_a_client" 400
+  logreg_gpu_tests "uint8 or levels or single_host or shard_objective or int8 or graph or without_a_client or softmax" 400
   ;;
 logreg)
   for f in ${FRACTIONS:-1 4}; do for t in ${DTYPES:-uint8 float32}; do

@@ -246,6 +246,29 @@ def test_shard_objective_takes_tensor_cores_for_levels_only(method, wanted):
         L.ShardObjective(other, y, 10, wanted)
 
 
+def test_int8_softmax_for_few_classes_gives_the_wide_kernels_bits(monkeypatch):
+    """The int8 evaluation with its softmax for up to I8_LOCAL_K classes ends at the bits of
+    the same evaluation with the kernel for any class count, at both forward layouts."""
+    from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels import logreg_cuda as C
+    from mgpu_dask.kernels import logreg_int8
+
+    rng = np.random.default_rng()
+    n = 3 * logreg_int8.GRADIENT_ROWS + 7
+    pixels = cupy.asarray(rng.integers(0, 256, (n, 300)).astype(np.uint8))
+    y = cupy.asarray(rng.integers(0, 10, n).astype(np.int32))
+    W, b = rng.standard_normal((300, 10)) * 0.05, rng.standard_normal(10)
+    for rows_out in (n + 1, 1):  # (width x rows) logits, then (rows x width)
+        monkeypatch.setattr(logreg_int8, "ROWS_OUT_FROM", rows_out)
+        fast = L.ShardObjective(pixels, y, 10, "int8", scale=1 / 255)(W, b)
+        monkeypatch.setattr(C, "softmax_xent_i8_for", lambda k: C.softmax_xent_i8_wide)
+        wide = L.ShardObjective(pixels, y, 10, "int8", scale=1 / 255)(W, b)
+        monkeypatch.setattr(C, "softmax_xent_i8_for", lambda k: C.softmax_xent_i8)
+        assert fast[0] == wide[0]
+        np.testing.assert_array_equal(fast[1], wide[1])
+        np.testing.assert_array_equal(fast[2], wide[2])
+
+
 def test_int8_fits_are_reproducible():
     """Two int8 fits on the same rows end at the same bits (the sums that feed the
     coefficient gradient are added in a fixed order, not by atomics: with atomics,

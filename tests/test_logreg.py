@@ -513,6 +513,35 @@ def test_transpose_bytes_is_the_transpose(rows, cols):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+@pytest.mark.parametrize("n, k", [(300, 10), (37, 3)])  # three blocks, the last partial; one
+def test_int8_softmax_kernels_give_the_same_bits(n, k):
+    """The int8 evaluation's softmax for up to I8_LOCAL_K classes (logits assembled once,
+    the block's sums reduced together) writes the wide kernel's residual terms and block
+    sums exactly (the same reduction order)."""
+    from mgpu_dask.kernels import logreg_cuda as C
+    from mgpu_dask.kernels._launch import launch
+
+    rng = np.random.default_rng()
+    width = logreg_int8.term_columns(k)
+    logits = rng.integers(-2**20, 2**20, (width, n)).astype(np.int32)
+    labels = rng.integers(0, k, n).astype(np.int32)
+    colinfo = np.concatenate([rng.random(k) * 1e-6, rng.standard_normal(k)])
+    blocks = -(-n // C.THREADS)
+    got = {}
+    for kernel in (C.softmax_xent_i8, C.softmax_xent_i8_wide):
+        resid8 = np.zeros((width, n), dtype=np.int8)
+        bpart = np.zeros((blocks, k + 1), dtype=np.float64)
+        launch(kernel, blocks, C.THREADS, logits, labels, colinfo, resid8, bpart)
+        got[kernel] = resid8, bpart
+    assert C.softmax_xent_i8_for(k) is C.softmax_xent_i8
+    assert C.softmax_xent_i8_for(C.I8_LOCAL_K + 1) is C.softmax_xent_i8_wide
+    (r1, b1), (r2, b2) = got.values()
+    np.testing.assert_array_equal(r1, r2)
+    np.testing.assert_array_equal(b1, b2)
+    assert np.abs(b1[:, k]).sum() > 0 and np.abs(r1).sum() > 0  # something was computed
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
 @pytest.mark.parametrize("n, d, k", [(150, 40, 3), (37, 17, 10), (40, 12, 20)])  # 20: the wide
 def test_int8_split_evaluation_is_more_exact_than_float32(n, d, k, monkeypatch):  # softmax
     """Levels shifted to int8, four-term int8 coefficient and residual splits, exact int32

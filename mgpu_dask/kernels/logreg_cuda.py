@@ -368,23 +368,20 @@ _i8_xent = _row_xent(_i8_logit)
 I8_LOCAL_K = 15  # softmax_xent_i8 holds a row's logits in a local array up to this many
                  # classes (and its block's values in 16 x THREADS float64 of shared memory)
 I8_LOCAL_SUMS = 16  # I8_LOCAL_K + 1: a shared array's shape must be literal constants
-QUARTER = THREADS // 4
 
 
 @cuda.jit(cache=True)
 def softmax_xent_i8(logits, labels, colinfo, resid8, bpart):
-    """``softmax_xent_i8_wide`` for at most I8_LOCAL_K classes, faster: each row's logits
-    are read and put together from their terms once (the wide kernel does it three
-    times), one exponential per class (the residual is ``exp(z - top) / total``), and the
-    block's sums go through shared memory with two synchronisations instead of a tree
-    reduction per class (k + 1 of them).  The sums are added in a fixed order (each
-    class's four quarters of the block, then the quarters), so an evaluation still gives
-    the same bits every time.  Same arguments and outputs as the wide kernel."""
+    """``softmax_xent_i8_wide`` for at most I8_LOCAL_K classes, to the same bits and
+    faster: each row's logits are read and put together from their terms once (the wide
+    kernel does it three times), and the block's k + 1 sums are reduced together, one
+    synchronisation per halving (the wide kernel runs one tree reduction per sum, eight
+    synchronisations each) -- in the same order, so every residual term and every block
+    sum is the wide kernel's.  Same arguments and outputs."""
     tid = cuda.threadIdx.x
     row = cuda.blockIdx.x * THREADS + tid
     n, k = labels.shape[0], colinfo.shape[0] // 2
     part = cuda.shared.array((I8_LOCAL_SUMS, THREADS), float64)
-    quarters = cuda.shared.array((I8_LOCAL_SUMS, 4), float64)
     z = cuda.local.array(I8_LOCAL_K, float64)
     if row < n:
         target = labels[row]
@@ -393,36 +390,32 @@ def softmax_xent_i8(logits, labels, colinfo, resid8, bpart):
         for c in range(1, k):
             z[c] = _i8_logit(logits, row, c, k, colinfo)
             top = max(top, z[c])
-        picked = z[target]
         total = float64(0.0)
         for c in range(k):
-            z[c] = math.exp(z[c] - top)
-            total += z[c]
-        inv = 1.0 / total
+            total += math.exp(z[c] - top)
+        lse = top + math.log(total)
+        part[k, tid] = lse - z[target]  # the row's cross-entropy
         for c in range(k):
-            value = z[c] * inv - (1.0 if c == target else 0.0)
+            value = math.exp(z[c] - lse) - (1.0 if c == target else 0.0)
             rest = value * I8_TOP
             for t in range(I8_TERMS):
                 q = math.floor(rest + 0.5)
                 resid8[t * k + c, row] = int8(int64(q))
                 rest = (rest - q) * I8_BASE
             part[c, tid] = value
-        part[k, tid] = top + math.log(total) - picked  # the row's cross-entropy
     else:
         for c in range(k + 1):
             part[c, tid] = 0.0
     cuda.syncthreads()
-    if tid < 4 * (k + 1):  # thread (c, q): class c's quarter q of the block, in order
-        c = tid // 4
-        q = tid - 4 * c
-        s = float64(0.0)
-        for i in range(q * QUARTER, (q + 1) * QUARTER):
-            s += part[c, i]
-        quarters[c, q] = s
-    cuda.syncthreads()
+    stride = THREADS // 2
+    while stride > 0:  # cuda_blocks.block_sum's order, for every sum at once
+        if tid < stride:
+            for c in range(k + 1):
+                part[c, tid] += part[c, tid + stride]
+        cuda.syncthreads()
+        stride //= 2
     if tid <= k:
-        bpart[cuda.blockIdx.x, tid] = ((quarters[tid, 0] + quarters[tid, 1])
-                                       + (quarters[tid, 2] + quarters[tid, 3]))
+        bpart[cuda.blockIdx.x, tid] = part[tid, 0]
 
 
 def softmax_xent_i8_for(k: int):
