@@ -81,7 +81,7 @@ table)
   ;;
 evalprobe)
   log "logreg evaluation probe (int8 with the local-array softmax against the wide one)"
-  timeout 240 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe${TAG:-}.json --methods ${METHODS:-int8,int8-local,int8-wide} --rows ${ROWS:-52500,210000,4068750} > "$R/eval_probe${TAG:-}.log" 2>&1
+  timeout 240 python3 benchmarks/logreg_eval_probe.py --json $R/eval_probe${TAG:-}.json --methods ${METHODS:-int8,int8-wide} --rows ${ROWS:-52500,210000,4068750} > "$R/eval_probe${TAG:-}.log" 2>&1
   tail -3 "$R/eval_probe${TAG:-}.log" | cut -c1-900 | tee -a "$OUT/summary.log"
   ;;
 overhead)

@@ -6,8 +6,7 @@ with CUDA events, each operation of the evaluation timed alone the same way,
 and every method's gradient compared with float64's (error relative to its
 largest entry); ``bf16:ROWS`` sums the bf16 gradient over blocks of ROWS rows,
 ``int8:ROWS`` takes int8 products over blocks of ROWS rows; ``int8-wide`` is int8 with
-the softmax kernel for any number of classes (``softmax_xent_i8_wide``), ``int8-local``
-with the local-array kernel on the logits' transposed view (no coalesced-rows kernel).
+the softmax kernel for any number of classes (``softmax_xent_i8_wide``).
 
     python benchmarks/logreg_eval_probe.py --json FILE [--methods cublas,bf16,int8:4096,fused]
 """
@@ -52,7 +51,7 @@ def main() -> None:
     from mgpu_dask.kernels import logreg_bf16, logreg_int8
     from mgpu_dask.kernels import logreg_cuda as C
 
-    pick_softmax, rows_tile = C.softmax_xent_i8_for, C.ROWS_TILE_WIDTH
+    pick_softmax = C.softmax_xent_i8_for
 
     default_rows = logreg_bf16.GRADIENT_ROWS, logreg_int8.GRADIENT_ROWS
     rng = np.random.default_rng(0)
@@ -70,15 +69,13 @@ def main() -> None:
                 setattr(logreg_int8 if method.startswith("int8") else logreg_bf16,
                         "GRADIENT_ROWS", int(method.split(":")[1]))
             name = method.split(":")[0]
-            # int8-wide: the int8 evaluation with the softmax kernel for any class count;
-            # int8-local: with the local-array one on the logits' transposed view
+            # int8-wide: the int8 evaluation with the softmax kernel for any class count
             C.softmax_xent_i8_for = ((lambda k: C.softmax_xent_i8_wide) if name == "int8-wide"
                                      else pick_softmax)
-            C.ROWS_TILE_WIDTH = 0 if name in ("int8-wide", "int8-local") else rows_tile
             setups = []
             for _ in range(3):  # set-up: levels, transposes, buffers (synchronised)
                 began = time.perf_counter()
-                o = L.ShardObjective(X, y, 10, "int8" if name.startswith("int8") else name)
+                o = L.ShardObjective(X, y, 10, "int8" if name == "int8-wide" else name)
                 o.stream.synchronize()
                 setups.append(1e3 * (time.perf_counter() - began))
             row[f"{method}_setup_ms"] = float(np.median(setups))

@@ -247,9 +247,8 @@ def test_shard_objective_takes_tensor_cores_for_levels_only(method, wanted):
 
 
 def test_int8_softmax_for_few_classes_gives_the_wide_kernels_bits(monkeypatch):
-    """The int8 evaluation with its softmax for up to I8_LOCAL_K classes (and, on the
-    (rows x width) layout, the one that reads its rows coalesced) ends at the bits of the
-    same evaluation with the kernel for any class count, at both forward layouts."""
+    """The int8 evaluation with its softmax for up to I8_LOCAL_K classes ends at the bits of
+    the same evaluation with the kernel for any class count, at both forward layouts."""
     from mgpu_dask.kernels import logreg as L
     from mgpu_dask.kernels import logreg_cuda as C
     from mgpu_dask.kernels import logreg_int8
@@ -262,10 +261,9 @@ def test_int8_softmax_for_few_classes_gives_the_wide_kernels_bits(monkeypatch):
     for rows_out in (n + 1, 1):  # (width x rows) logits, then (rows x width)
         monkeypatch.setattr(logreg_int8, "ROWS_OUT_FROM", rows_out)
         fast = L.ShardObjective(pixels, y, 10, "int8", scale=1 / 255)(W, b)
-        with monkeypatch.context() as wide_only:  # neither faster kernel
-            wide_only.setattr(C, "softmax_xent_i8_for", lambda k: C.softmax_xent_i8_wide)
-            wide_only.setattr(C, "ROWS_TILE_WIDTH", 0)
-            wide = L.ShardObjective(pixels, y, 10, "int8", scale=1 / 255)(W, b)
+        monkeypatch.setattr(C, "softmax_xent_i8_for", lambda k: C.softmax_xent_i8_wide)
+        wide = L.ShardObjective(pixels, y, 10, "int8", scale=1 / 255)(W, b)
+        monkeypatch.setattr(C, "softmax_xent_i8_for", lambda k: C.softmax_xent_i8)
         assert fast[0] == wide[0]
         np.testing.assert_array_equal(fast[1], wide[1])
         np.testing.assert_array_equal(fast[2], wide[2])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float32, float64, int8, int32, int64, uint8, uint16, uint32
+from numba import cuda, float32, float64, int8, int64, uint8, uint16, uint32
 
 from .cuda_blocks import block_max, block_sum
 
@@ -370,19 +370,25 @@ I8_LOCAL_K = 15  # softmax_xent_i8 holds a row's logits in a local array up to t
 I8_LOCAL_SUMS = 16  # I8_LOCAL_K + 1: a shared array's shape must be literal constants
 
 
-@cuda.jit(device=True, inline=True)
-def _i8_rows_softmax(logits, col, row, n, labels, colinfo, resid8, bpart, part, z):
-    """The body of ``softmax_xent_i8`` and ``softmax_xent_i8_rows``: row ``row`` of the
-    data, whose term sums are column ``col`` of ``logits`` (width x ...), by thread
-    ``col`` of its block; the block's sums into ``bpart``."""
+@cuda.jit(cache=True)
+def softmax_xent_i8(logits, labels, colinfo, resid8, bpart):
+    """``softmax_xent_i8_wide`` for at most I8_LOCAL_K classes, to the same bits and
+    faster: each row's logits are read and put together from their terms once (the wide
+    kernel does it three times), and the block's k + 1 sums are reduced together, one
+    synchronisation per halving (the wide kernel runs one tree reduction per sum, eight
+    synchronisations each) -- in the same order, so every residual term and every block
+    sum is the wide kernel's.  Same arguments and outputs."""
     tid = cuda.threadIdx.x
-    k = colinfo.shape[0] // 2
+    row = cuda.blockIdx.x * THREADS + tid
+    n, k = labels.shape[0], colinfo.shape[0] // 2
+    part = cuda.shared.array((I8_LOCAL_SUMS, THREADS), float64)
+    z = cuda.local.array(I8_LOCAL_K, float64)
     if row < n:
         target = labels[row]
-        top = _i8_logit(logits, col, 0, k, colinfo)
+        top = _i8_logit(logits, row, 0, k, colinfo)
         z[0] = top
         for c in range(1, k):
-            z[c] = _i8_logit(logits, col, c, k, colinfo)
+            z[c] = _i8_logit(logits, row, c, k, colinfo)
             top = max(top, z[c])
         total = float64(0.0)
         for c in range(k):
@@ -410,50 +416,6 @@ def _i8_rows_softmax(logits, col, row, n, labels, colinfo, resid8, bpart, part, 
         stride //= 2
     if tid <= k:
         bpart[cuda.blockIdx.x, tid] = part[tid, 0]
-
-
-@cuda.jit(cache=True)
-def softmax_xent_i8(logits, labels, colinfo, resid8, bpart):
-    """``softmax_xent_i8_wide`` for at most I8_LOCAL_K classes, to the same bits and
-    faster: each row's logits are read and put together from their terms once (the wide
-    kernel does it three times), and the block's k + 1 sums are reduced together, one
-    synchronisation per halving (the wide kernel runs one tree reduction per sum, eight
-    synchronisations each) -- in the same order, so every residual term and every block
-    sum is the wide kernel's.  Same arguments and outputs."""
-    row = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
-    part = cuda.shared.array((I8_LOCAL_SUMS, THREADS), float64)
-    z = cuda.local.array(I8_LOCAL_K, float64)
-    _i8_rows_softmax(logits, row, row, labels.shape[0], labels, colinfo, resid8, bpart,
-                     part, z)
-
-
-ROWS_TILE_WIDTH = 48  # softmax_xent_i8_rows: term columns it takes (12 classes); its shared
-ROWS_TILE_PITCH = 129  # tile is WIDTH x (THREADS + 1) int32 (the pitch spreads the banks)
-
-
-@cuda.jit(cache=True)
-def softmax_xent_i8_rows(out, labels, colinfo, resid8, bpart):
-    """``softmax_xent_i8`` on the (rows x width) layout large shards take for the forward
-    product (``logreg_int8.ROWS_OUT_FROM``), to the same bits.  Read through its
-    transposed view, a warp's load takes one int32 from each of 32 rows, 192 bytes
-    apart, and the rows of a block do not stay in L1 (about 8 times the bytes went
-    through L2); here the block's rows, one contiguous run of THREADS x width int32,
-    are read coalesced into shared memory first.  At most ROWS_TILE_WIDTH term
-    columns."""
-    tid = cuda.threadIdx.x
-    r0 = cuda.blockIdx.x * THREADS
-    rows, width = out.shape
-    tile = cuda.shared.array((ROWS_TILE_WIDTH, ROWS_TILE_PITCH), int32)
-    for i in range(tid, THREADS * width, THREADS):
-        r = i // width
-        j = i - r * width
-        if r0 + r < rows:
-            tile[j, r] = out[r0 + r, j]
-    cuda.syncthreads()
-    part = cuda.shared.array((I8_LOCAL_SUMS, THREADS), float64)
-    z = cuda.local.array(I8_LOCAL_K, float64)
-    _i8_rows_softmax(tile, tid, r0 + tid, labels.shape[0], labels, colinfo, resid8, bpart,
-                     part, z)
 
 
 def softmax_xent_i8_for(k: int):

@@ -119,12 +119,9 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
     obj._step = cupy.asarray([step], dtype=np.float64)
     obj.w8 = cupy.zeros((width, cols), dtype=np.int8)
     obj.colinfo = cupy.zeros(2 * k, dtype=np.float64)
-    softmax = C.softmax_xent_i8_for(k)
     if rows > ROWS_OUT_FROM:  # (rows x width), read through its transposed view
         out = cupy.empty((rows, width), dtype=np.int32)
         obj.logits, forward = out.T, bound_int8_gemm(out, obj.w8, v, cols, obj.stream)
-        if width <= C.ROWS_TILE_WIDTH:  # or as it is, coalesced
-            softmax, obj.logits = C.softmax_xent_i8_rows, out
     else:
         obj.logits = cupy.empty((width, rows), dtype=np.int32)
         forward = bound_int8_gemm(obj.logits, v, obj.w8, cols, obj.stream)
@@ -136,7 +133,8 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
         bound_launch(C.split_coef_i8, [obj.params, obj._step, obj.w8, obj.colinfo],
                      (k,), C.THREADS, obj.stream),
         forward,
-        bound_launch(softmax, [obj.logits, obj.labels, obj.colinfo, obj.resid, obj.bpart],
+        bound_launch(C.softmax_xent_i8_for(k), [obj.logits, obj.labels, obj.colinfo,
+                                                obj.resid, obj.bpart],
                      (row_blocks,), C.THREADS, obj.stream),
         bound_launch(C.sum_block_parts, [obj.bpart, obj.sums], (k + 1,), C.THREADS,
                      obj.stream),
