@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 from distributed import get_task_stream
+from roundtrip_probe import median_ms  # this folder: the scripts run as files
 
 from mgpu_dask.cluster import connect
 from mgpu_dask.data import load_dataset, shard, split
@@ -54,26 +55,20 @@ def _nothing() -> int:
 
 def floors(client, repeats: int) -> dict:
     """Dask's own round trips on this cluster, nothing computed: a task that returns 0
-    (submit, result), one per worker gathered together, a call to the scheduler, a call
-    straight to a worker (no scheduler on the way)."""
+    (submit, result), one per worker gathered together, a call to the scheduler, a
+    function run on one worker (``Client.run``: through the scheduler, no task)."""
     workers = sorted(client.scheduler_info()["workers"])
 
-    def median_ms(fn) -> float:
-        fn()
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - started)
-        return round(statistics.median(times) * 1e3, 3)
+    def ms(fn) -> float:
+        return round(median_ms(fn, repeats), 3)
 
     return {
-        "submit to one worker ms": median_ms(
+        "submit to one worker ms": ms(
             lambda: client.submit(_nothing, workers=workers[:1], pure=False).result()),
-        "submit to every worker ms": median_ms(lambda: client.gather(
+        "submit to every worker ms": ms(lambda: client.gather(
             [client.submit(_nothing, workers=[w], pure=False) for w in workers])),
-        "scheduler call ms": median_ms(lambda: client.run_on_scheduler(_nothing)),
-        "direct worker call ms": median_ms(lambda: client.run(_nothing, workers=workers[:1])),
+        "scheduler call ms": ms(lambda: client.run_on_scheduler(_nothing)),
+        "worker run ms": ms(lambda: client.run(_nothing, workers=workers[:1])),
     }
 
 
