@@ -333,11 +333,13 @@ class StartingCluster:
 
     def __init__(self, **options: Any) -> None:
         self.asked = (time.perf_counter(), time.time())
-        # What the start imports, imported here first: two threads importing the same
-        # modules at once is how imports deadlock.
-        optional_import("distributed.dashboard.scheduler")
-        if options.get("device", "auto") != "cpu" and is_installed("dask_cuda"):
-            optional_import("dask_cuda")
+        # What a start here imports (a scheduler with its dashboard, dask-cuda), imported
+        # first on this thread: two threads importing the same modules at once is how
+        # imports deadlock.  A joined scheduler needs neither.
+        if not (options.get("scheduler_address") or options.get("scheduler_file")):
+            optional_import("distributed.dashboard.scheduler")
+            if options.get("device", "auto") != "cpu" and is_installed("dask_cuda"):
+                optional_import("dask_cuda")
         self._context = connect(**options)
         self._started: concurrent.futures.Future = concurrent.futures.Future()
         self._closed = False
