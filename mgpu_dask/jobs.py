@@ -22,7 +22,7 @@ from ._compat import scheduler_workers, visible_gpus
 from .cluster import RunningCluster, StartingCluster, connect
 from .data import Split, load_dataset, shard, shard_locations, split
 from .data.deformed import DeformedSpec, deformed_sources, deformed_spec, deformed_train
-from .data.shard import as_worker_rows, cast_to, placement_problems, rows_as_dtype
+from .data.shard import cast_to, pixel_rows, placement_problems, rows_as_dtype
 from .data.split import keep_labels
 from .files import atomic_file
 from .knn import KNeighborsClassifier, accuracy, to_host
@@ -259,25 +259,18 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
                  starting=starting) as s:
         client, parts = s.cluster.client, s.data
         scale = 1.0 / max(1.0, float(s.dataset.X.max()))  # pixels to [0, 1]
-        eight_bit = cast_to(dtype) is None and s.dataset.X.dtype == np.uint8
         say("[3/4] transfer (train and test sharded, one shard per worker)")
-        with cold("transfer"):  # host rows sharded; generated rows cast where they are
-            if eight_bit:  # as loaded (generated rows are already where they live)
-                X_train = (shard(parts.X_train, client, timeout=s.wait_timeout)
-                           if isinstance(parts.X_train, np.ndarray) else parts.X_train)
-                X_test = shard(parts.X_test, client, timeout=s.wait_timeout)
-            else:
-                X_train = as_worker_rows(parts.X_train, client, dtype=np.float32, scale=scale,
-                                         timeout=s.wait_timeout)
-                X_test = shard(parts.X_test, client, dtype=np.float32, scale=scale,
-                               timeout=s.wait_timeout)
+        with cold("transfer"):  # host rows sharded; generated ones stay or are cast in place
+            X_train, X_test, input_scale = pixel_rows(
+                parts.X_train, parts.X_test, client, scale, keep_bytes=cast_to(dtype) is None,
+                timeout=s.wait_timeout)
         say("[4/4] fit and predict: cold, then warm")
         runs, warm_phases = [], []
         for i in range(1 + max(1, repeats)):
             phases = cold if i == 0 else Phases()
             clf = LogisticRegression(C=C, max_iter=max_iter, tol=tol, comm=comm,
                                      optimizer=optimizer, precision=precision,
-                                     input_scale=scale if eight_bit else None)
+                                     input_scale=input_scale)
             with phases("fit"):
                 clf.fit(X_train, parts.y_train)
             with phases("predict"):

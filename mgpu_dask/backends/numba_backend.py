@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..data import shard
-from ..data.shard import as_worker_rows, cast_to, rows_as_dtype
+from ..data.shard import cast_to, pixel_rows, rows_as_dtype
 from ..knn import KNeighborsClassifier, to_host
 from . import BackendRun, pixel_scale
 
@@ -44,21 +44,12 @@ def logreg(run: BackendRun, loss_grad: Any = None) -> dict[str, Any]:
     from ..logreg import LogisticRegression
 
     o, p = run.options, run.parts
-    scale = pixel_scale(p.X_train)
-    eight_bit = (loss_grad is None and cast_to(o.get("dtype")) is None
-                 and p.X_train.dtype == np.uint8)
-    if eight_bit:
-        X = (shard(p.X_train, run.client, timeout=run.timeout)
-             if isinstance(p.X_train, np.ndarray) else p.X_train)
-        Xt = shard(p.X_test, run.client, timeout=run.timeout)
-    else:
-        X = as_worker_rows(p.X_train, run.client, dtype=np.float32, scale=scale,
-                           timeout=run.timeout)
-        Xt = shard(p.X_test, run.client, dtype=np.float32, scale=scale, timeout=run.timeout)
+    X, Xt, input_scale = pixel_rows(
+        p.X_train, p.X_test, run.client, pixel_scale(p.X_train),
+        keep_bytes=loss_grad is None and cast_to(o.get("dtype")) is None, timeout=run.timeout)
     return repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
                                                   comm=o.get("comm", "auto"),
                                                   precision=o.get("precision", "auto"),
-                                                  loss_grad=loss_grad,
-                                                  input_scale=scale if eight_bit else None
+                                                  loss_grad=loss_grad, input_scale=input_scale
                                                   ).fit(X, p.y_train),
                   lambda model: to_host(model.predict(Xt, on_host=True), run.timeout))

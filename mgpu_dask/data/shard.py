@@ -261,6 +261,21 @@ def as_worker_rows(X: Any, client: Client, *, dtype: Any = np.float32, scale: fl
     return out
 
 
+def pixel_rows(X_train: Any, X_test: np.ndarray, client: Client, scale: float, *,
+               keep_bytes: bool, timeout: float | None = None) -> tuple[Any, Any, float | None]:
+    """Train and test rows on the workers for a model of the pixels ``* scale``:
+    ``(X_train, X_test, input_scale)``.  ``keep_bytes`` and uint8 rows: the rows as
+    loaded (generated ones stay where they are) and ``input_scale = scale``, for
+    ``LogisticRegression(input_scale=...)``; otherwise float32 copies already scaled and
+    ``None``."""
+    if keep_bytes and X_train.dtype == np.uint8:
+        train = (shard(X_train, client, timeout=timeout) if isinstance(X_train, np.ndarray)
+                 else X_train)
+        return train, shard(X_test, client, timeout=timeout), scale
+    return (as_worker_rows(X_train, client, dtype=np.float32, scale=scale, timeout=timeout),
+            shard(X_test, client, dtype=np.float32, scale=scale, timeout=timeout), None)
+
+
 def cast_to(dtype: str | None) -> np.dtype | None:
     """The dtype ``--dtype`` asks rows to be cast to; None for ``"uint8"`` (as loaded)."""
     return None if dtype in (None, "uint8") else np.dtype(dtype)
