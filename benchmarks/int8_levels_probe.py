@@ -34,8 +34,6 @@ def measure(n: int, d: int) -> dict:
         lambda: converted_levels(device, C.to_int8_levels, pixels, 1.0, v))
     row["float32 kernel s"] = seconds(
         lambda: converted_levels(device, C.to_int8_levels, floats, 1 / 255, v))
-    row["transpose s"] = seconds(lambda: launch(
-        C.transpose_i8, (-(-n // C.TILE), -(-d // C.TILE)), (C.TILE, C.TILE_ROWS), v, vt))
     row["transpose_bytes s"] = seconds(lambda: launch(
         C.transpose_bytes, *C.transpose_grid(n, d), v.view(np.uint32), vt.view(np.uint32)))
     row["levels() uint8 s"] = seconds(lambda: logreg_int8.levels(pixels, scale=1 / 255))
@@ -44,7 +42,6 @@ def measure(n: int, d: int) -> dict:
     row["GB/s"] = {"uint8 shift": 2 * nbytes / row["uint8 shift s"] / 1e9,
                    "uint8 kernel": 2 * nbytes / row["uint8 kernel s"] / 1e9,
                    "float32 kernel": 5 * nbytes / row["float32 kernel s"] / 1e9,
-                   "transpose": 2 * nbytes / row["transpose s"] / 1e9,
                    "transpose_bytes": 2 * nbytes / row["transpose_bytes s"] / 1e9}
     same = logreg_int8.levels(pixels, scale=1 / 255)
     ref = logreg_int8.levels(floats)

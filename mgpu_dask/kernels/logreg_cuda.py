@@ -260,28 +260,6 @@ def to_int8_levels(x, inv_step, v, bad):
         v[r, j] = int8(int64(q) - I8_SHIFT)
 
 
-TILE = 32  # transpose_i8: TILE x TILE values per block, TILE x TILE_ROWS threads
-TILE_ROWS = 8
-TILE_PITCH = 33  # TILE + 1 (a shared array's shape must be constants): no bank conflicts
-
-
-@cuda.jit(cache=True)
-def transpose_i8(v, vt):
-    """``vt = v.T`` for int8 matrices, through shared-memory tiles (coalesced both ways);
-    the grid's x runs over v's rows (there may be millions), its y over v's columns."""
-    tile = cuda.shared.array((TILE, TILE_PITCH), int8)
-    y0 = cuda.blockIdx.x * TILE
-    x0 = cuda.blockIdx.y * TILE
-    tx = cuda.threadIdx.x
-    for i in range(cuda.threadIdx.y, TILE, TILE_ROWS):
-        if y0 + i < v.shape[0] and x0 + tx < v.shape[1]:
-            tile[i, tx] = v[y0 + i, x0 + tx]
-    cuda.syncthreads()
-    for i in range(cuda.threadIdx.y, TILE, TILE_ROWS):
-        if x0 + i < vt.shape[0] and y0 + tx < vt.shape[1]:
-            vt[x0 + i, y0 + tx] = tile[tx, i]
-
-
 WIDE_TILE = 64  # transpose_bytes: WIDE_TILE x WIDE_TILE bytes per block, 16 x 16 threads
 WIDE_PITCH = 65  # WIDE_TILE + 1: a column of the shared tile spreads over the banks
 
@@ -290,9 +268,8 @@ WIDE_PITCH = 65  # WIDE_TILE + 1: a column of the shared tile spreads over the b
 def transpose_bytes(v4, vt4):
     """``vt = v.T`` for byte matrices whose sides are multiples of 4, given as uint32 views
     (``v4`` is v's rows of words, ``vt4`` vt's): four bytes per load and per store, through
-    a WIDE_TILE-square shared tile.  ``transpose_i8`` moves one byte per access, so a
-    block of it reads and writes 32-byte pieces; this one moves words of whole 64-byte
-    rows (``benchmarks/int8_levels_probe.py``).  Grid: x over v's row tiles, y over its
+    a WIDE_TILE-square shared tile (moving one byte per access took three times as long:
+    ``benchmarks/results/round10-1xH200/call3-transpose-startprobe/``).  Grid: x over v's row tiles, y over its
     column tiles; 16 x 16 threads."""
     tile = cuda.shared.array((WIDE_TILE, WIDE_PITCH), uint8)
     r0 = cuda.blockIdx.x * WIDE_TILE

@@ -167,8 +167,12 @@ def loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
            v, bad)
     if bad[0]:
         return None
-    vt = np.zeros((d, n), dtype=np.int8)
-    launch(C.transpose_i8, (-(-n // C.TILE), -(-d // C.TILE)), (C.TILE, C.TILE_ROWS), v, vt)
+    n4, d4 = -(-n // 4) * 4, -(-d // 4) * 4  # transpose_bytes moves words of four bytes
+    padded, vt = np.zeros((n4, d4), dtype=np.int8), np.zeros((d4, n4), dtype=np.int8)
+    padded[:n, :d] = v
+    launch(C.transpose_bytes, *C.transpose_grid(n4, d4), padded.view(np.uint32),
+           vt.view(np.uint32))
+    vt = vt[:d, :n]
     width = term_columns(k)
     params = np.concatenate([np.asarray(coef, dtype=np.float32).ravel(),
                              np.asarray(intercept, dtype=np.float32)])
