@@ -199,8 +199,6 @@ def all_finite(X: Any) -> bool:
     return all_entries_finite(X if on_gpu(X) else np.asarray(X))
 
 
-
-
 def to_host(array: Any, timeout: float | None = None) -> np.ndarray:
     """A NumPy copy of a dask, CuPy or NumPy array, within ``timeout`` seconds.
 

@@ -610,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
         from .worker_start import start_early
 
         start_early(args.device)
-    import_dask_array()  # this process never uses xarray (see UNUSED_BY_DASK_ARRAY)
+    if args.command != "info":  # every other command reads data sets into dask arrays
+        import_dask_array()  # this process never uses xarray (see UNUSED_BY_DASK_ARRAY)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         with _timeouts(getattr(args, "timeout", None)):
