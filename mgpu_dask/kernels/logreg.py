@@ -336,9 +336,9 @@ default "cublas"
         return self.collect()
 
 
-def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray,
-              scale: float | None = None) -> tuple[float, np.ndarray, np.ndarray]:
-    """Summed cross-entropy and its gradient over the rows ``X * scale`` of one shard.
+def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray) -> tuple[
+        float, np.ndarray, np.ndarray]:
+    """Summed cross-entropy and its gradient over the rows of one shard.
 
     Parameters
     ----------
@@ -346,8 +346,6 @@ def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray,
     labels : array of shape (n,), int32 class indices
     coef : numpy.ndarray of shape (d, n_classes)
     intercept : numpy.ndarray of shape (n_classes,)
-    scale : float or None, default None
-        The rows are ``X * scale`` (None: ``X``).
 
     Returns
     -------
@@ -356,7 +354,7 @@ def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray,
     grad_coef : numpy.ndarray of shape (d, n_classes), float64
     grad_intercept : numpy.ndarray of shape (n_classes,), float64
     """
-    return ShardObjective(X, labels, len(intercept), scale=scale)(coef, intercept)
+    return ShardObjective(X, labels, len(intercept))(coef, intercept)
 
 
 def decision(X: Any, coef: np.ndarray, intercept: np.ndarray) -> Any:
