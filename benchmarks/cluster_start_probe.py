@@ -14,18 +14,14 @@ import threading
 import time
 
 import mgpu_dask.jobs  # noqa: F401  (everything the CLI has imported by then)
+from cold_timeline import since_start  # this folder: the scripts run as files
 from mgpu_dask import worker_start
 from mgpu_dask.cluster import connect
 
 
 def _started() -> float:
-    import os
-
-    with open("/proc/self/stat") as f:
-        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/uptime") as f:
-        uptime = float(f.read().split()[0])
-    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    """This process's start on the wall clock (run on the workers)."""
+    return time.time() - since_start()
 
 
 IDLE = ("(select)", "(wait)", "(sleep)", "(acquire)", "(_run_once)", "(poll)", "(get)",
