@@ -18,6 +18,7 @@ from sklearn.exceptions import NotFittedError as _SklearnNotFitted
 from sklearn.utils.multiclass import check_classification_targets
 
 from . import config, placement
+from . import labels as labels_mod
 from .exceptions import DataError, DataTypeError, MgpuDaskError
 from .kernels._launch import all_entries_finite, as_numpy, on_gpu
 
@@ -54,8 +55,8 @@ def _validate_data(estimator: Any, X: Any, y: Any = "no_validation", **kwargs: A
 _HOST_CHECKS = dict(accept_sparse=False, dtype="numeric")
 
 
-def fit_inputs(estimator: Any, X: Any, y: Any, *,
-               check_finite: bool = True) -> tuple[Any, np.ndarray]:
+def fit_inputs(estimator: Any, X: Any, y: Any, *, check_finite: bool = True,
+               labels_stay: bool = False) -> tuple[Any, np.ndarray | None]:
     """``(X, labels)`` checked for ``fit``; sets ``n_features_in_`` (and ``feature_names_in_``).
 
     Host inputs go through scikit-learn's ``validate_data`` (its errors and
@@ -63,7 +64,8 @@ def fit_inputs(estimator: Any, X: Any, y: Any, *,
     and CuPy inputs get the same checks where they live (``check_finite=False``:
     all but NaN and infinity, for a caller that checks them on its way).  The
     labels come back as a NumPy array of any type scikit-learn accepts for
-    classes.
+    classes; ``labels_stay`` (a dask ``X`` and integer dask ``y`` that the
+    caller reads where they live): only y's shape is checked, labels is None.
     """
     if kind_of(X) == "host":
         X, labels = _validate_data(estimator, X, y, **_HOST_CHECKS)
@@ -73,8 +75,8 @@ def fit_inputs(estimator: Any, X: Any, y: Any, *,
                             "y is None")
         if getattr(X, "ndim", 0) != 2:
             raise DataError(f"X must be 2-D (rows x features), got shape {getattr(X, 'shape', None)}")
-        labels = to_host(y)
-        if labels.ndim == 2 and labels.shape[1] == 1:
+        labels = y if labels_stay else to_host(y)
+        if labels.ndim == 2 and labels.shape[1] == 1 and not labels_stay:
             warnings.warn("a column-vector y was passed when a 1d array was expected; "
                           "its single column is used", UserWarning, stacklevel=3)
             labels = labels[:, 0]
@@ -89,6 +91,8 @@ def fit_inputs(estimator: Any, X: Any, y: Any, *,
         estimator.n_features_in_ = int(X.shape[1])
         if hasattr(estimator, "feature_names_in_"):
             del estimator.feature_names_in_
+        if labels_stay:
+            return X, None
     labels = np.asarray(labels)
     if not (labels.ndim == 1 and labels.dtype.kind in "biu"):  # those are always classes
         try:  # (the check sorts the labels: 0.24 s for 8 million)
@@ -114,23 +118,11 @@ def encode_labels(labels: np.ndarray, classes: Any = None) -> tuple[np.ndarray, 
     """``(classes, codes)``: the sorted classes and each label's index among them (int32).
 
     Small non-negative integer labels (digits, MNIST's 8 million deformed
-    rows) are counted in one pass instead of sorted.
+    rows) are counted instead of sorted (``mgpu_dask.labels``).
     """
-    if (labels.dtype.kind in "iu" and labels.size and classes is None
-            and 0 <= labels.min() and labels.max() < 1 << 16):
-        present = np.flatnonzero(np.bincount(labels))
-        if len(present) == present[-1] + 1:  # labels 0..m - 1, all there: their own codes
-            return present.astype(labels.dtype), labels.astype(np.int32)
-        codes = np.zeros(int(labels.max()) + 1, dtype=np.int32)
-        codes[present] = np.arange(len(present), dtype=np.int32)
-        return present.astype(labels.dtype), codes[labels]
-    seen = np.unique(labels)
-    classes = seen if classes is None else np.unique(np.asarray(classes))
-    outside = np.setdiff1d(seen, classes)
-    if outside.size:
-        raise DataError(f"label(s) {outside[:5].tolist()} are not among the declared classes "
-                        f"{classes.tolist()}; fix the labels or the classes parameter")
-    return classes, np.searchsorted(classes, labels).astype(np.int32)
+    found = labels_mod.present(labels)
+    classes = labels_mod.classes_from([found], classes)
+    return classes, labels_mod.codes(labels, classes)
 
 
 def numeric_classes(classes: np.ndarray) -> bool:

@@ -22,14 +22,15 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from . import config, inputs, peer_views, placement
+from . import labels as labels_mod
 from ._compat import scheduler_workers
 from .data.shard import meta_for, shard
 from .exceptions import DataError, MgpuDaskError
 from .inputs import NotFittedError, accuracy, all_finite, device_of
 from .kernels import logreg as kernels
-from .logreg_fit import (NOT_FINITE, Problem, ShardLossGrad, alive_workers, fit_on_device,
-                         fit_on_leader, lbfgs_on_host, predict_block, proba_block, scaled_call,
-                         sum_parts)
+from .logreg_fit import (NOT_FINITE, HeldLabels, Problem, ShardLossGrad, alive_workers,
+                         fit_on_device, fit_on_leader, lbfgs_on_host, predict_block, proba_block,
+                         scaled_call, sum_parts)
 
 COMMS = ("auto", "single-host", "actors")
 OPTIMIZERS = ("auto", "device", "host")
@@ -62,6 +63,30 @@ def _label_codes(codes: np.ndarray, n_classes: int) -> np.ndarray:
 def _rows_dtype(X: Any) -> np.dtype:
     """How rows live for the fit and predict: uint8 stays 8-bit, the rest float32."""
     return np.dtype(np.uint8) if getattr(X, "dtype", None) == np.uint8 else np.dtype(np.float32)
+
+
+def _labels_beside(X: Any, y: Any, client: Any) -> list[Any] | None:
+    """The futures of y's row blocks where y is a persisted dask array of integer labels
+    whose blocks lie beside X's (the same rows per block, on the same workers): labels
+    the fit reads where they are, so they never travel to the client and back."""
+    if (client is None or not isinstance(X, da.Array) or not isinstance(y, da.Array)
+            or y.ndim != 1 or y.dtype.kind not in "iu" or X.ndim != 2 or X.numblocks[1] != 1
+            or X.dtype != _rows_dtype(X) or y.chunks[0] != X.chunks[0]):
+        return None
+    rows = placement.locate(client, X, remembered=True)
+    found = placement.locate(client, y, remembered=True) if rows is not None else None
+    if found is None or list(found[1]) != list(rows[1]):
+        return None
+    return found[0]
+
+
+def _held_classes(client: Any, futures: list[Any], declared: Any) -> np.ndarray:
+    """The classes of label blocks that live on the workers (one round trip: each holder
+    names the values its block holds)."""
+    where = placement.holders(client, futures)
+    parts = client.gather([client.submit(labels_mod.present, f, workers=[w] if w else None,
+                                         pure=False) for f, w in zip(futures, where)])
+    return labels_mod.classes_from(parts, declared)
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):
@@ -220,10 +245,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     def _classes_from(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         classes, encoded = inputs.encode_labels(labels, self.classes)
-        if len(classes) < 2:
-            raise DataError(f"y holds 1 class ({classes.tolist()}); logistic regression "
-                            "needs at least two")
-        return classes, encoded
+        return labels_mod.at_least_two(classes), encoded
 
     def fit(self, X: Any, y: Any) -> "LogisticRegression":
         """Fit on ``X`` (rows x features) and labels ``y``, data-parallel.
@@ -232,18 +254,29 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         ----------
         X : dask.array.Array, cupy.ndarray or array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
-            Class labels of any type scikit-learn accepts.
+            Class labels of any type scikit-learn accepts.  Integer labels
+            persisted beside the rows of a persisted dask ``X`` (the same
+            row blocks on the same workers: ``shard(y, client, like=X)``)
+            are read where they live: the fit's leader finds their classes
+            and encodes them on the GPUs; other labels come to the client
+            once per fit and travel with the fit's task.
 
         Returns
         -------
         self
         """
         self._check_params()
-        # Finiteness is checked where the rows are mapped (or by the fit by messages).
-        X, labels = inputs.fit_inputs(self, X, y, check_finite=False)
         client = inputs.active_client()
+        # Integer labels persisted beside their rows stay there: the fit's leader finds
+        # their classes and encodes them on the GPUs (nothing label-sized on the client).
+        held = _labels_beside(X, y, client) if self.comm != "actors" else None
+        # Finiteness is checked where the rows are mapped (or by the fit by messages).
+        X, labels = inputs.fit_inputs(self, X, y, check_finite=False,
+                                      labels_stay=held is not None)
         timeout = config.seconds("cluster.compute-timeout")
-        self.classes_, encoded = self._classes_from(labels)
+        encoded = None
+        if held is None:
+            self.classes_, encoded = self._classes_from(labels)
         rows = _rows_dtype(X)  # uint8 stays 8-bit; the rest becomes float32
         if not isinstance(X, da.Array):
             if inputs.kind_of(X) == "cupy" and client is not None:
@@ -256,11 +289,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             raise DataError("optimizer='device' needs the rows on GPUs (CuPy blocks); use "
                             "optimizer='auto' or 'host'")
         n, d = int(X.shape[0]), int(X.shape[1])
-        problem = Problem(n, d, len(self.classes_), 1.0 / (self.C * n),
-                           {"maxiter": self.max_iter, "gtol": self.tol,
-                            "optimizer": self.optimizer, "method": _METHOD[self.precision],
-                            "scale": None if self.input_scale is None
-                            else float(self.input_scale)})
+        problem = Problem(n, d, None if held else len(self.classes_), 1.0 / (self.C * n),
+                          {"maxiter": self.max_iter, "gtol": self.tol,
+                           "optimizer": self.optimizer, "method": _METHOD[self.precision],
+                           "scale": None if self.input_scale is None
+                           else float(self.input_scale), "classes": self.classes})
         self.n_recoveries_ = 0
         self.comm_note_ = None
         result = None
@@ -274,12 +307,21 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 X = client.persist(X)
                 wait(futures_of(X), timeout=timeout)
             if self.comm != "actors":
-                result = self._fit_single_host(X, encoded, client, timeout, problem)
-            if result is None:  # each label block goes to the worker holding its rows
+                result = self._fit_single_host(X, held or encoded, client, timeout, problem)
+            if result is None and held is not None:  # by messages: the classes first
+                self.classes_ = labels_mod.at_least_two(_held_classes(client, held, self.classes))
+                problem = problem._replace(n_classes=len(self.classes_))
+                y_enc = placement.map_blocks(client, labels_mod.codes, y, self.classes_,
+                                             name=placement.fresh_name("label-codes"),
+                                             chunks=y.chunks, meta=y._meta.astype(np.int32))
+            elif result is None:  # each label block goes to the worker holding its rows
                 y_enc = shard(encoded, client, device=device, dtype=np.int32, timeout=timeout,
                               like=X)
         if result is None:
             result = self._fit_by_messages(X, y_enc, client, timeout, problem)
+        if "classes" in result:  # found by the leader, where the labels live
+            self.classes_ = result["classes"]
+            problem = problem._replace(n_classes=len(self.classes_))
         theta = result["x"]
         k = problem.n_classes
         self.coef_ = theta[: d * k].reshape(d, k).T.copy()
@@ -334,17 +376,18 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return {**result, "round_trips": evaluate.calls, "optimizer": "host",
                 "comm": "actors" if client is not None else "graph"}
 
-    def _fit_single_host(self, X: da.Array, labels: np.ndarray, client: Any, timeout: float,
+    def _fit_single_host(self, X: da.Array, labels: Any, client: Any, timeout: float,
                          problem: "Problem") -> dict[str, Any] | None:
         """The whole L-BFGS in one worker that maps every shard of its host.
 
         One task, on the worker with the most rows (``fit_on_leader``): it
         asks each other holder to export its rows and their labels (sent with
-        the task) by CUDA IPC / shared memory, exports its own in place, opens
-        them all and evaluates every shard on its own GPU with no Dask message
-        per step, and has the holders release their exports before it returns:
-        one Dask round trip per fit.  Returns None (with the reason in
-        ``comm_note_``) when that cannot be done here.
+        the task, or ``labels`` are the futures of label blocks beside the
+        rows: read there) by CUDA IPC / shared memory, exports its own in
+        place, opens them all and evaluates every shard on its own GPU with
+        no Dask message per step, and has the holders release their exports
+        before it returns: one Dask round trip per fit.  Returns None (with
+        the reason in ``comm_note_``) when that cannot be done here.
         """
         token = uuid.uuid4().hex
         found = placement.locate(client, X, remembered=True)
@@ -356,14 +399,20 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         for i, worker in enumerate(where):
             by_worker.setdefault(worker, []).append(i)
         rows = {w: sum(X.chunks[0][i] for i in idx) for w, idx in by_worker.items()}
-        labels = _label_codes(labels, problem.n_classes)
+        held = isinstance(labels, list)
+        if not held:
+            labels = _label_codes(labels, problem.n_classes)
         leader = max(rows, key=rows.get)
         # The leader's own blocks are the task's inputs (they are there); the others
         # are named by their keys and exported by their holders when the leader asks:
         # nothing but the exports' small descriptions travels.
         shards: list[Any] = []
         for worker, idx in by_worker.items():
-            codes = np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx])
+            if held:
+                codes = ([labels[i] for i in idx] if worker == leader
+                         else HeldLabels([labels[i].key for i in idx]))
+            else:
+                codes = np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx])
             if worker == leader:
                 shards.append({"own rows": [futures[i] for i in idx], "labels": codes,
                                "token": token})
@@ -382,6 +431,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             if "refused" in result:
                 if result["refused"] == "not finite":
                     raise DataError(NOT_FINITE)
+                if result["refused"] == "labels":
+                    raise DataError(result["message"])
                 raise peer_views.PeerUnavailable(result["refused"])
             profile = result["profile"]
             result["profile"] = {

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import device_lbfgs, lbfgs, peer_views
+from . import labels as labels_mod
 from .exceptions import DataError
 from .kernels import logreg as kernels
 from .kernels._launch import array_module, as_numpy, on_gpu
@@ -36,9 +37,16 @@ from .lbfgs import minimize_lbfgs
 class Problem(NamedTuple):
     n: int
     d: int
-    n_classes: int
+    n_classes: int | None   # None: the leader finds the classes of the labels it maps
     penalty: float          # 1 / (C n)
-    options: dict[str, Any]
+    options: dict[str, Any]  # "classes": the declared ones, where the leader finds them
+
+
+class HeldLabels(NamedTuple):
+    """A holder's label blocks, named by their keys on that worker: labels that live
+    beside their rows and never travel with the fit."""
+
+    keys: list[Any]
 
 
 class CallObjective:
@@ -157,20 +165,26 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
     microseconds), so the client has nothing left to do.  Shards come as
     ``{"own rows", "labels", "token"}`` (this worker's, the blocks
     themselves) or ``{"address", "keys", "labels", "token"}`` (another
-    worker's: the keys of its blocks there).
+    worker's: the keys of its blocks there).  ``labels`` are the shard's
+    class indices (NumPy, sent by the client), or its label blocks
+    themselves (the leader's own, a list) or by their keys (a holder's,
+    :class:`HeldLabels`); with ``problem.n_classes`` None the leader finds
+    the classes from what every shard holds and returns them as
+    ``"classes"``.
     """
     began = time.time()
     levels = levels_wanted(problem, loss_grad)
     scale = problem.options.get("scale")
     token = shards[0]["token"] if shards else ""
+    discover = problem.n_classes is None
     asked = {i: (s["address"], peer_views.call(s["address"], export_held, token, s["keys"],
-                                               s["labels"], levels, scale))
+                                               s["labels"], levels, scale, discover))
              for i, s in enumerate(shards) if "keys" in s}
     exporters = sorted({address for address, _ in asked.values()})
     try:
         started = time.perf_counter()
         own = {i: export_rows(token, s["own rows"], s["labels"], in_place=True, levels=levels,
-                               scale=scale)
+                               scale=scale, discover=discover)
                for i, s in enumerate(shards) if i not in asked}
         ready = time.perf_counter()
         described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
@@ -198,13 +212,21 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
     return result
 
 
-def _shard_arrays(desc: dict[str, Any], arrays: list[Any]) -> tuple[Any, Any]:
-    """``(rows, labels)`` of one opened export: X, or the int8 ``Levels`` a holder made."""
+def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
+                  classes: np.ndarray | None) -> tuple[Any, Any]:
+    """``(rows, class indices)`` of one opened export: X, or the int8 ``Levels`` a holder
+    made, and its labels as int32 indices made on their device (``classes``: of labels
+    that came as they are; else they are indices already, in their smallest type)."""
     made = desc.get("info", {}).get("levels")
-    if made is not None:
-        v, vt, labels = arrays
-        return kernels.Levels(v, vt, *made), labels
-    return arrays[0], arrays[1]
+    X = kernels.Levels(*arrays[:2], *made) if made is not None else arrays[0]
+    labels = arrays[-1]
+    if on_gpu(labels):
+        import cupy
+
+        with cupy.cuda.Device(labels.device.id):
+            return X, (labels.astype(np.int32) if classes is None
+                       else labels_mod.codes(labels, classes))
+    return X, labels.astype(np.int32) if classes is None else labels_mod.codes(labels, classes)
 
 
 def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
@@ -214,15 +236,23 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
         return {"refused": "not finite", "exporters": exporters}
     if len({s["host"] for s in shards}) > 1:
         return {"refused": "the shards live on more than one host", "exporters": exporters}
+    found: dict[str, Any] = {}
+    if problem.n_classes is None:  # the labels came as they are: their classes, here
+        try:
+            classes = labels_mod.at_least_two(labels_mod.classes_from(
+                [s["info"]["classes"] for s in shards], problem.options.get("classes")))
+        except DataError as exc:
+            return {"refused": "labels", "message": str(exc), "exporters": exporters}
+        problem, found = problem._replace(n_classes=len(classes)), {"classes": classes}
     started = time.perf_counter()
     with peer_views.opened(shards) as opened:
-        arrays = [_shard_arrays(desc, a) for desc, a in zip(shards, opened)]
+        arrays = [_shard_arrays(desc, a, found.get("classes")) for desc, a in zip(shards, opened)]
         if on_device(arrays, problem, loss_grad):
             mapped = time.perf_counter()
             result = fit_on_device(arrays, problem)
             result["profile"] = {"map": mapped - started, **result["profile"]}
             arrays.clear()
-            return {**result, "exporters": exporters}
+            return {**result, **found, "exporters": exporters}
         scale = problem.options.get("scale")  # the levels' step holds it already
         arrays = [(X.rows(), y, None) if isinstance(X, kernels.Levels) else (X, y, scale)
                   for X, y in arrays]
@@ -242,23 +272,31 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
         finally:
             objectives.clear()  # the mapped shards must have no users when they close
         solved = time.perf_counter()
-    return {**result, "optimizer": "host", "exporters": exporters,
+    return {**result, **found, "optimizer": "host", "exporters": exporters,
             "profile": {"map and buffers": ready - started, "L-BFGS": solved - ready,
                         "unmap": time.perf_counter() - solved}}
 
 
-def export_rows(token: str, blocks: list[Any], labels: np.ndarray,
-                 in_place: bool = False, levels: bool = False,
-                 scale: float | None = None) -> dict[str, Any]:
+def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = False,
+                 levels: bool = False, scale: float | None = None,
+                 discover: bool = False) -> dict[str, Any]:
     """On a holder: export its row blocks and their labels (on the rows' device); in place
-    on the leader's own worker (the fit reads them in this process).  ``levels``: rows on
-    a GPU that are 8-bit levels (uint8 rows always are) go as the int8 products'
+    on the leader's own worker (the fit reads them in this process).  ``labels``: the
+    class indices the client sent (NumPy, in their smallest type) or the label blocks
+    held here (a list); either goes as it is, the leader widens it.  ``levels``: rows
+    on a GPU that are 8-bit levels (uint8 rows always are) go as the int8 products'
     ``Levels`` of ``X * scale`` instead of X (converted here, on this GPU; the
-    description says so)."""
+    description says so).  ``discover``: the description names the label values
+    present (``info["classes"]``)."""
     xp = array_module(blocks[0])
-    if xp is not np:  # sent in their smallest type (_label_codes), widened on the GPU
+    if isinstance(labels, list):
+        labels = labels[0] if len(labels) == 1 else array_module(labels[0]).concatenate(labels)
+    info: dict[str, Any] = {}
+    if xp is not np:
         with xp.cuda.Device(blocks[0].device.id):
-            labels = xp.asarray(labels).astype(np.int32)
+            labels = xp.asarray(labels)
+            if discover:
+                info["classes"] = labels_mod.present(labels)
             if levels:
                 from .kernels import logreg_int8
 
@@ -268,24 +306,31 @@ def export_rows(token: str, blocks: list[Any], labels: np.ndarray,
                 if made is not None:
                     return peer_views.export(token, [[made.v], [made.vt], [labels]], in_place,
                                              owned=True,
-                                             info={"levels": [made.step, made.n, made.d]})
+                                             info={**info, "levels": [made.step, made.n, made.d]})
     else:
-        labels = np.asarray(labels, dtype=np.int32)
-    return peer_views.export(token, [blocks, [labels]], in_place=in_place)
+        labels = as_numpy(labels)
+        if discover:
+            info["classes"] = labels_mod.present(labels)
+    return peer_views.export(token, [blocks, [labels]], in_place=in_place, info=info)
 
 
-async def export_held(token: str, keys: list[Any], labels: np.ndarray, levels: bool,
-                       scale: float | None = None, dask_worker: Any = None) -> dict[str, Any]:
+async def export_held(token: str, keys: list[Any], labels: Any, levels: bool,
+                       scale: float | None = None, discover: bool = False,
+                       dask_worker: Any = None) -> dict[str, Any]:
     """On a holder, asked by the leader (``peer_views.call``): export the blocks it holds
-    under ``keys`` (``export_rows``), in a thread of its own, not on the event loop."""
+    under ``keys`` (``export_rows``; labels held here come as :class:`HeldLabels`), in a
+    thread of its own, not on the event loop."""
     import asyncio
 
     try:
         blocks = [dask_worker.data[key] for key in keys]
+        if isinstance(labels, HeldLabels):
+            labels = [dask_worker.data[key] for key in labels.keys]
     except KeyError as exc:
         raise peer_views.PeerUnavailable(f"block {exc} is no longer on worker "
                                          f"{dask_worker.address}") from None
-    return await asyncio.to_thread(export_rows, token, blocks, labels, False, levels, scale)
+    return await asyncio.to_thread(export_rows, token, blocks, labels, False, levels, scale,
+                                   discover)
 
 
 class ShardLossGrad:

@@ -47,9 +47,10 @@ def logreg(run: BackendRun, loss_grad: Any = None) -> dict[str, Any]:
     X, Xt, input_scale = pixel_rows(
         p.X_train, p.X_test, run.client, pixel_scale(p.X_train),
         keep_bytes=loss_grad is None and cast_to(o.get("dtype")) is None, timeout=run.timeout)
+    y = shard(p.y_train, run.client, like=X, timeout=run.timeout)  # beside their rows
     return repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
                                                   comm=o.get("comm", "auto"),
                                                   precision=o.get("precision", "auto"),
                                                   loss_grad=loss_grad, input_scale=input_scale
-                                                  ).fit(X, p.y_train),
+                                                  ).fit(X, y),
                   lambda model: to_host(model.predict(Xt, on_host=True), run.timeout))
