@@ -525,6 +525,36 @@ def test_single_host_fit_keeps_uint8_rows_and_matches_float32_rows():
                                       cupy.asnumpy(fits["f32"].predict(X32).compute()))
 
 
+@pytest.mark.parametrize("odd", [False, True])
+def test_labels_beside_their_rows_on_the_gpus_fit_the_bits_of_host_labels(odd):
+    """CuPy label blocks beside uint8 rows: the leader finds the classes (CuPy counts
+    on each GPU) and encodes them where they live (labels 1, 3, ..., 19 through a table
+    on the GPU); the int8 fit ends at the bits of the same labels sent from the client."""
+    from conftest import exports_held
+
+    from mgpu_dask.cluster import connect
+    from mgpu_dask.data import shard
+    from mgpu_dask.logreg import LogisticRegression
+
+    rng = np.random.default_rng(5)
+    n, d, k = 20000, 784, 10
+    pixels = rng.integers(0, 256, (n, d)).astype(np.uint8)
+    y = rng.integers(0, k, n).astype(np.uint8)
+    pixels[np.arange(n), y.astype(int) * (d // k)] = 255
+    if odd:
+        y = 2 * y + 1
+    with connect(device="gpu", dashboard_address=":0") as rc, rc.client.as_current():
+        X = shard(pixels, rc.client)
+        held = shard(y, rc.client, like=X)
+        assert type(held._meta).__module__.startswith("cupy")
+        ref = LogisticRegression(max_iter=30, input_scale=1 / 255).fit(X, y)
+        ours = LogisticRegression(max_iter=30, input_scale=1 / 255).fit(X, held)
+        assert ours.comm_ == "single-host" and ours.fit_profile_["evaluation"] == "int8"
+        np.testing.assert_array_equal(ours.classes_, np.unique(y))
+        np.testing.assert_array_equal(ours.coef_, ref.coef_)
+        assert set(rc.client.run(exports_held).values()) == {0}
+
+
 def test_single_host_int8_fit_maps_the_holders_levels():
     """Every GPU's worker converts its own rows and exports the levels; the leader fits on
     them (int8 evaluations) and the holders have released everything when fit returns."""

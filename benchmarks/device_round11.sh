@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Calls of round 11 (one H200 while no several-GPU machine is lent): labels that live
+# beside their rows, against the previous commit's labels sent with every fit, in the
+# same lease. PHASE may list several phases; results under /tmp/runs, tarred into
+# $OUT/runs.tgz.
+#   ab       logreg CLI, the code at OLD_REF (carried as .ab/old/mgpu_dask, made by
+#            `git archive`) and the working tree's, alternating ROUNDS times: deformed
+#            MNIST (COPIES, default 155) and MNIST, W workers, --dtype uint8
+#   lrtests  GPU tests of the logistic-regression paths, the labels' included
+#   gputests every GPU test (pytest -m gpu tests/)
+set -u
+source benchmarks/device_env.sh
+R=/tmp/runs
+W=${WORKERS:-1}
+for phase in ${PHASE:-none}; do
+case "$phase" in
+ab)
+  c=${COPIES:-155}
+  for i in $(seq ${ROUNDS:-2}); do for code in old new; do
+    path=$PYTHONPATH; [ $code = old ] && path=$PWD/.ab/old:$PYTHONPATH
+    log "logreg mnist-deformed copies $c w$W, $code code (round $i)"
+    PYTHONPATH=$path timeout 250 python3 -m mgpu_dask.run logreg --dataset mnist-deformed --copies $c --workers $W --repeats ${REPEATS:-3} --quiet --json $R/deformed_logreg_w${W}_${code}_$i.json 2>&1 | grep -E "accuracy|warm|rror" | tee -a "$OUT/summary.log"
+    logreg_profile $R/deformed_logreg_w${W}_${code}_$i.json
+    log "logreg mnist w$W, $code code (round $i)"
+    PYTHONPATH=$path timeout 150 python3 -m mgpu_dask.run logreg --workers $W --repeats 5 --quiet --json $R/logreg_f1_w${W}_${code}_$i.json 2>&1 | grep -E "accuracy|warm|rror" | tee -a "$OUT/summary.log"
+    logreg_profile $R/logreg_f1_w${W}_${code}_$i.json
+  done; done
+  ;;
+lrtests)
+  logreg_gpu_tests "labels or uint8 or levels or single_host or shard_objective or int8 or graph or without_a_client or softmax" 400
+  ;;
+gputests)
+  log "pytest -m gpu tests/"
+  timeout 540 python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests-all${TAG:-}.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-all${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
+  ;;
+esac
+done
+tar czf "$OUT/runs.tgz" -C /tmp runs
