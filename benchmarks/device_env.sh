@@ -66,6 +66,12 @@ ucx_runs() {
 logreg_profile() {  # json
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['warm_fit_predict_median'],4), r.get('dtype'), r['warm'], {k: (round(v,4) if isinstance(v,float) else v) for k,v in r['fit_profile'].items()})" "$1" | cut -c1-1200 | tee -a "$OUT/summary.log"
 }
+# every GPU test (pytest -m gpu tests/), into $R/gpu-tests-all$TAG.log
+all_gpu_tests() {
+  log "pytest -m gpu tests/"
+  timeout 540 python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests-all${TAG:-}.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-all${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
+}
 # GPU tests of logistic regression whose names match PATTERN, into $R/gpu-tests-lr$TAG.log
 logreg_gpu_tests() {  # pattern [timeout]
   nvidia-smi -L | tee -a "$OUT/summary.log"

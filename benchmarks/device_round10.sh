@@ -98,9 +98,7 @@ startprobe)
   grep -vE "threading.py|selectors.py|base_events.py|runners.py|queue.py" $R/cluster_start_w$W${TAG:-}.log | head -60 | cut -c1-200 | tee -a "$OUT/summary.log"
   ;;
 gputests)
-  log "pytest -m gpu tests/"
-  timeout 540 python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests-all${TAG:-}.log" 2>&1
-  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-all${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
+  all_gpu_tests
   ;;
 esac
 done

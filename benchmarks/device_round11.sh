@@ -41,9 +41,7 @@ lrtests)
   logreg_gpu_tests "labels or uint8 or levels or single_host or shard_objective or int8 or graph or without_a_client or softmax" 400
   ;;
 gputests)
-  log "pytest -m gpu tests/"
-  timeout 540 python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests-all${TAG:-}.log" 2>&1
-  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests-all${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
+  all_gpu_tests
   ;;
 esac
 done
