@@ -76,14 +76,15 @@ def own_codes(classes: np.ndarray, dtype: Any) -> bool:
             and classes[0] == 0 and classes[-1] == len(classes) - 1)
 
 
-def codes(labels: Any, classes: np.ndarray) -> Any:
-    """Each label's index among the sorted ``classes`` (int32, where the labels live).
+def codes(labels: Any, classes: np.ndarray | None) -> Any:
+    """Each label's index among the sorted ``classes`` (int32, where the labels live;
+    ``classes`` None: the labels are indices already).
 
     Integer labels 0..m-1 are their own indices; other small non-negative
     integers go through a table, the rest through a binary search.
     """
     xp = array_module(labels)
-    if own_codes(classes, labels.dtype):
+    if classes is None or own_codes(classes, labels.dtype):
         return labels.astype(np.int32)
     if (_small_range(labels) is not None and classes.dtype.kind in "iu" and classes[0] >= 0
             and classes[-1] < SMALL):  # every label is among the classes (classes_from)

@@ -224,9 +224,8 @@ def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
         import cupy
 
         with cupy.cuda.Device(labels.device.id):
-            return X, (labels.astype(np.int32) if classes is None
-                       else labels_mod.codes(labels, classes))
-    return X, labels.astype(np.int32) if classes is None else labels_mod.codes(labels, classes)
+            return X, labels_mod.codes(labels, classes)
+    return X, labels_mod.codes(labels, classes)
 
 
 def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
