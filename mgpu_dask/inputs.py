@@ -76,7 +76,7 @@ def fit_inputs(estimator: Any, X: Any, y: Any, *, check_finite: bool = True,
         if getattr(X, "ndim", 0) != 2:
             raise DataError(f"X must be 2-D (rows x features), got shape {getattr(X, 'shape', None)}")
         labels = y if labels_stay else to_host(y)
-        if labels.ndim == 2 and labels.shape[1] == 1 and not labels_stay:
+        if labels.ndim == 2 and labels.shape[1] == 1:
             warnings.warn("a column-vector y was passed when a 1d array was expected; "
                           "its single column is used", UserWarning, stacklevel=3)
             labels = labels[:, 0]

@@ -65,10 +65,11 @@ def _rows_dtype(X: Any) -> np.dtype:
     return np.dtype(np.uint8) if getattr(X, "dtype", None) == np.uint8 else np.dtype(np.float32)
 
 
-def _labels_beside(X: Any, y: Any, client: Any) -> list[Any] | None:
-    """The futures of y's row blocks where y is a persisted dask array of integer labels
-    whose blocks lie beside X's (the same rows per block, on the same workers): labels
-    the fit reads where they are, so they never travel to the client and back."""
+def _labels_beside(X: Any, y: Any, client: Any) -> tuple[list[Any], list[str]] | None:
+    """The futures and holders of y's row blocks where y is a persisted dask array of
+    integer labels whose blocks lie beside X's (the same rows per block, on the same
+    workers): labels the fit reads where they are, so they never travel to the client
+    and back."""
     if (client is None or not isinstance(X, da.Array) or not isinstance(y, da.Array)
             or y.ndim != 1 or y.dtype.kind not in "iu" or X.ndim != 2 or X.numblocks[1] != 1
             or X.dtype != _rows_dtype(X) or y.chunks[0] != X.chunks[0]):
@@ -77,15 +78,14 @@ def _labels_beside(X: Any, y: Any, client: Any) -> list[Any] | None:
     found = placement.locate(client, y, remembered=True) if rows is not None else None
     if found is None or list(found[1]) != list(rows[1]):
         return None
-    return found[0]
+    return found
 
 
-def _held_classes(client: Any, futures: list[Any], declared: Any) -> np.ndarray:
-    """The classes of label blocks that live on the workers (one round trip: each holder
-    names the values its block holds)."""
-    where = placement.holders(client, futures)
-    parts = client.gather([client.submit(labels_mod.present, f, workers=[w] if w else None,
-                                         pure=False) for f, w in zip(futures, where)])
+def _held_classes(client: Any, held: tuple[list[Any], list[str]], declared: Any) -> np.ndarray:
+    """The classes of label blocks that live on the workers (``_labels_beside``; one round
+    trip: each holder names the values its block holds)."""
+    parts = client.gather([client.submit(labels_mod.present, f, workers=[w], pure=False)
+                           for f, w in zip(*held)])
     return labels_mod.classes_from(parts, declared)
 
 
@@ -307,7 +307,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                 X = client.persist(X)
                 wait(futures_of(X), timeout=timeout)
             if self.comm != "actors":
-                result = self._fit_single_host(X, held or encoded, client, timeout, problem)
+                result = self._fit_single_host(X, encoded if held is None else held[0], client,
+                                               timeout, problem)
             if result is None and held is not None:  # by messages: the classes first
                 self.classes_ = labels_mod.at_least_two(_held_classes(client, held, self.classes))
                 problem = problem._replace(n_classes=len(self.classes_))
