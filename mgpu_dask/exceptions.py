@@ -1,4 +1,4 @@
-"""Errors a user can cause, and the project's own warnings.
+"""Errors a user can cause.
 
 Every error here is printed by the CLI as one line (no traceback) and ends the
 run with a non-zero exit status.  Anything else that escapes is our bug.
@@ -26,6 +26,3 @@ class ClusterError(MgpuDaskError, RuntimeError):
 class BackendUnavailableError(MgpuDaskError, ImportError):
     """An optional backend (CuPy, numba-cuda, cuML, dask-cuda) is not installed."""
 
-
-class MgpuDaskWarning(UserWarning):
-    """Warnings raised by mgpu_dask itself (errors in the test suite)."""

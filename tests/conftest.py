@@ -105,7 +105,7 @@ def shm_segments() -> set[str]:
 
 def exports_held() -> int:
     """Shard exports this process still holds (run it on workers with ``client.run``)."""
-    from mgpu_dask import peer_views
+    from mgpu_dask.parallel import peer_views
 
     return len(peer_views._EXPORTS)
 
@@ -152,7 +152,7 @@ def http_root(tmp_path):
 
 def pytest_collection_modifyitems(config, items):
     """Skip ``gpu`` tests cleanly where no GPU (or only the simulator) is available."""
-    from mgpu_dask._compat import has_gpu
+    from mgpu_dask.config.environment import has_gpu
 
     if has_gpu() and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
         return

@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 from sklearn.neighbors import KNeighborsClassifier as SkKNN
 
-from mgpu_dask._compat import scheduler_workers
-from mgpu_dask.backends import BACKENDS, cupy_backend, unavailable
+from mgpu_dask.compare import BACKENDS, BackendRun, unavailable
+from mgpu_dask.compare import cupy as cupy_backend
+from mgpu_dask.parallel.workers import scheduler_workers
 from mgpu_dask.data import load_dataset, shard, split
 from mgpu_dask.kernels import logreg as L
-from mgpu_dask.knn import KNeighborsClassifier, to_host
+from mgpu_dask.knn import KNeighborsClassifier
+from mgpu_dask.parallel.inputs import to_host
 from mgpu_dask.logreg import LogisticRegression
-from mgpu_dask.run import main
+from mgpu_dask.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +51,23 @@ def test_array_loss_grad_matches_numba_kernel():
 
 
 def test_array_backend_through_dask_matches_ours(client, digits):
+    """The plain array-code backend on our shards (NumPy on CPU workers): a training copy
+    per worker, one task per query shard; its own L-BFGS fit, one task per shard and
+    evaluation."""
     s = digits
     Q = shard(s.X_test, client, dtype=np.float32)
     ours = to_host(KNeighborsClassifier(3).fit(s.X_train, s.y_train).predict(Q))
-    array = to_host(cupy_backend.ArrayKNN(3, plan="replicate").fit(s.X_train, s.y_train)
-                    .predict(Q))
-    assert (ours == array).mean() > 0.99
-    lr = LogisticRegression(C=1.0, max_iter=50, loss_grad=cupy_backend.loss_grad)
+    run = BackendRun(s, client, "cpu", {"k": 3, "weights": "distance", "repeats": 1,
+                                        "C": 1.0, "max_iter": 50, "tol": 1e-4}, 60)
+    array = cupy_backend.knn(run)
+    assert (ours == array["predictions"]).mean() > 0.99
+    assert len(array["warm"]) == 1 and array["cold"]["accuracy"] > 0.95
+    fitted = cupy_backend.logreg(run)
+    assert fitted["cold"]["accuracy"] > 0.9
     X = shard(s.X_train, client, dtype=np.float32, scale=1 / 16)
-    assert lr.fit(X, s.y_train).score(shard(s.X_test, client, dtype=np.float32, scale=1 / 16),
-                                      s.y_test) > 0.9
+    reference = LogisticRegression(C=1.0, max_iter=50).fit(X, s.y_train)
+    Xt = shard(s.X_test, client, dtype=np.float32, scale=1 / 16)
+    assert abs(fitted["cold"]["accuracy"] - reference.score(Xt, s.y_test)) < 0.02
 
 
 def test_unavailable_reasons():
@@ -86,7 +95,7 @@ def test_unavailable_reasons():
 
 
 def test_compare_job_rows(digits, monkeypatch):
-    from mgpu_dask.backends import sklearn_backend
+    from mgpu_dask.compare import sklearn as sklearn_backend
     from mgpu_dask.jobs import compare_job
 
     result = compare_job("knn", ["numba", "sklearn", "cupy", "cuml"], dataset="digits",
@@ -135,7 +144,7 @@ def test_shared_vote_is_scikit_learns():
     """The vote the cupy and cuml-single backends share, fed scikit-learn's neighbours."""
     from sklearn.datasets import load_digits
 
-    from mgpu_dask.backends.cupy_backend import vote
+    from mgpu_dask.compare.cupy import vote
 
     X, y = load_digits(return_X_y=True)
     X[1000] = X[0]  # an exact match: it takes the vote
@@ -151,7 +160,7 @@ def _fake_single_gpu_script(task, X, y, Xt, yt, options, repeats):
     """A stand-in framework for the one-worker runner: scikit-learn's KNN, where it runs."""
     from distributed import get_worker
 
-    from mgpu_dask.backends.one_worker import repeat_here
+    from mgpu_dask.compare.one_worker import repeat_here
 
     out = repeat_here(lambda: SkKNN(options["k"]).fit(X, y), lambda m: m.predict(Xt), yt,
                       repeats)
@@ -162,8 +171,8 @@ def test_single_gpu_frameworks_run_on_one_worker(digits):
     """Host rows go to the cluster's first worker, once; cold + warm rows come back."""
     from distributed import Client, LocalCluster
 
-    from mgpu_dask.backends import BackendRun, BackendSkipped
-    from mgpu_dask.backends.one_worker import rows_for, run_on_one_worker
+    from mgpu_dask.compare import BackendSkipped
+    from mgpu_dask.compare.one_worker import rows_for, run_on_one_worker
 
     s = digits
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
@@ -227,7 +236,7 @@ def test_cuda_c_sources_define_the_kernels_launched():
     """The .cu files ship with the package and hold every kernel the loader launches."""
     import re
 
-    from mgpu_dask.kernels import cuda_c
+    from mgpu_dask.compare.cuda_c import kernels as cuda_c
 
     for name, kernels in cuda_c.KERNELS.items():
         text = cuda_c.source(name)
@@ -277,7 +286,7 @@ def test_torch_lbfgs_over_blocks_is_the_one_block_fit(digits):
     """Rows in several blocks (a worker's shards, and what an all-reduce adds up) give the
     fit of the rows in one block; the all-reduce hook sees every evaluation."""
     torch = pytest.importorskip("torch")
-    from mgpu_dask.backends.torch_ops import lbfgs_fit
+    from mgpu_dask.compare.torch_ops import lbfgs_fit
 
     X = torch.as_tensor(digits.X_train / 16.0, dtype=torch.float64)
     y = torch.as_tensor(digits.y_train, dtype=torch.int64)
@@ -299,7 +308,7 @@ def test_cuda_c_sources_compile_with_nvrtc_without_warnings(arch):
 
     import nvrtc_compile
 
-    from mgpu_dask.kernels import cuda_c
+    from mgpu_dask.compare.cuda_c import kernels as cuda_c
 
     if nvrtc_compile.library_path() is None:
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
@@ -335,9 +344,9 @@ def test_cuda_c_block_feeds_the_kernels_our_operands(client, digits, monkeypatch
     """The cuda-c backend's host side on CPU: the kernels' contracts (NumPy stand-ins, the
     same ones the GPU tests hold the kernels to) fed our padded operands and tile products
     give our KNN's labels: exact keys for 8-bit data, the float64 re-rank for other data."""
-    from mgpu_dask.backends.cuda_c_backend import CudaCKNN
-    from mgpu_dask.kernels import cuda_c
-    from mgpu_dask.knn import KNeighborsClassifier
+    from mgpu_dask.compare.cuda_c import backend
+    from mgpu_dask.compare.cuda_c import kernels as cuda_c
+    from mgpu_dask.compare.on_shards import place_copies, predict_on_copies
 
     refined = []
     monkeypatch.setattr(cuda_c, "scan", _reference_scan)
@@ -350,13 +359,14 @@ def test_cuda_c_block_feeds_the_kernels_our_operands(client, digits, monkeypatch
     X = shard(s.X_train * scale, client, device="cpu")
     Q = shard(s.X_test * scale, client, device="cpu")
     names = np.array(list("abcdefghij"))
+    copies = place_copies(client, backend.prepare_rows, s.X_train * scale,
+                          s.y_train.astype(np.int32), 60)
     for weights in ("distance", "uniform"):
         ours = KNeighborsClassifier(5, weights=weights).fit(X, names[s.y_train])
-        theirs = CudaCKNN(5, weights=weights, plan="replicate",
-                          precision="auto" if data == "8-bit" else "fp32").fit(
-            X, names[s.y_train])
         want = to_host(ours.predict(Q))
-        np.testing.assert_array_equal(to_host(theirs.predict(Q, on_host=True)), want)
+        codes = predict_on_copies(client, copies, Q, backend._cuda_c_block, 5, weights, 10,
+                                  timeout=60)
+        np.testing.assert_array_equal(names[codes], want)
         assert len(want) == len(s.X_test)
     assert bool(refined) == (data == "float")
 
@@ -365,7 +375,7 @@ def test_torch_tensor_shares_memory_and_copies_only_read_only_arrays():
     """DLPack hands NumPy blocks to PyTorch without a copy; a read-only block (DLPack cannot
     mark it so) comes over as a copy, and the original stays untouched."""
     torch = pytest.importorskip("torch")
-    from mgpu_dask.backends.torch_ops import tensor
+    from mgpu_dask.compare.torch_ops import tensor
 
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     t = tensor(a)
@@ -388,7 +398,8 @@ def test_torch_logreg_group_of_three_processes_is_closed_after_the_run(process_c
     """Three worker processes: one Gloo group of three ranks takes the same L-BFGS steps
     (the model predicts as well as ours); the group is gone from every worker afterwards."""
     pytest.importorskip("torch")
-    from mgpu_dask.backends import BackendRun, torch_backend
+    from mgpu_dask.compare import BackendRun
+    from mgpu_dask.compare import torch as torch_backend
 
     run = BackendRun(digits, process_client, "cpu",
                      {"C": 1.0, "max_iter": 100, "tol": 1e-4, "repeats": 1}, 120)

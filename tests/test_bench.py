@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from mgpu_dask.bench import COLUMNS, flatten, write_outputs
-from mgpu_dask.run import main
+from mgpu_dask.jobs.bench import COLUMNS, flatten, write_outputs
+from mgpu_dask.cli import main
 
 
 def _result(task, fraction, n_train, times):
@@ -59,7 +59,7 @@ def _rows():
 
 
 def test_plot_views_name_their_setting_and_draw_ideal_scaling():
-    from mgpu_dask.bench import LABELS, _views
+    from mgpu_dask.jobs.bench import LABELS, _views
 
     gpus, size = _views(_rows())
     assert gpus["title"] == "knn: warm time vs GPUs, 4,000 training rows"
@@ -133,7 +133,7 @@ def test_bench_bad_arguments(capsys, argv, match):
 
 
 def test_merge_rows_replaces_one_backend_and_recomputes_speedups():
-    from mgpu_dask.bench import merge_rows
+    from mgpu_dask.jobs.bench import merge_rows
 
     def row(backend, workers, status="ok", total=1.0):
         return {"task": "knn", "backend": backend, "workers": workers, "fraction": 1.0,

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from mgpu_dask.run import build_parser, main
+from mgpu_dask.cli import main
+from mgpu_dask.cli.parser import build_parser
 
 
 def test_parser_reads_common_options():
@@ -25,7 +26,7 @@ def test_info(capsys):
     assert main(["info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["versions"]["dask"] and "numba-cpu" in info["backends"]
-    from mgpu_dask.backends import BACKENDS
+    from mgpu_dask.compare import BACKENDS
 
     assert set(BACKENDS) - {"numba"} <= set(info["backends"])  # every --backend row, by name
     assert info["backends"]["torch"] == info["backends"]["torch-script"] == (
@@ -60,7 +61,7 @@ def test_data_shard_on_cpu_cluster(capsys):
 ])
 def test_bad_input_is_one_line(capsys, argv, match, monkeypatch):
     monkeypatch.setenv("MGPU_DASK_FORCE_CPU", "1")
-    from mgpu_dask import _compat
+    from mgpu_dask.config import environment as _compat
     _compat.visible_gpus.cache_clear()
     try:
         assert main(argv) == 2
@@ -113,7 +114,7 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
 
 def test_every_documented_command_parses():
     """The README's commands use real subcommands and flags (parsed, not run)."""
-    from mgpu_dask.run import build_parser
+    from mgpu_dask.cli.parser import build_parser
 
     commands = _documented_commands()
     assert len(commands) >= 10

@@ -4,8 +4,9 @@ import time
 
 import pytest
 
-import mgpu_dask.cluster as cluster_mod
-from mgpu_dask import _compat
+import mgpu_dask.cluster.plan as cluster_mod
+from mgpu_dask.config import environment as _compat
+from mgpu_dask.parallel.workers import scheduler_workers
 from mgpu_dask.cluster import ClusterKind, connect, plan_cluster
 from mgpu_dask.exceptions import ClusterError
 
@@ -71,12 +72,12 @@ def test_visible_devices_filter(monkeypatch):
 def test_connect_local_cpu_and_join_by_address(fake_gpus):
     fake_gpus(0)
     with connect(2, device="cpu", dashboard_address=":0", timeout=60) as rc:
-        assert len(_compat.scheduler_workers(rc.client)) == 2
+        assert len(scheduler_workers(rc.client)) == 2
         assert rc.start_seconds > 0 and rc.dashboard_link.startswith("http")
         assert rc.client.submit(sum, [1, 2]).result(timeout=30) == 3
         with connect(scheduler_address=rc.client.scheduler.address, timeout=10) as joined:
             assert joined.plan.kind is ClusterKind.ADDRESS
-            assert len(_compat.scheduler_workers(joined.client)) == 2
+            assert len(scheduler_workers(joined.client)) == 2
         workers_client = rc.client
     assert workers_client.status == "closed"
 

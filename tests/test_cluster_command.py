@@ -10,7 +10,7 @@ import psutil
 from conftest import RunningCommand
 
 from mgpu_dask.cluster import exposure_warning
-from mgpu_dask.run import main
+from mgpu_dask.cli import main
 
 
 def _scheduler_tasks(address: str) -> int:

@@ -1,4 +1,4 @@
-"""Our CUDA C kernels (mgpu_dask/kernels/*.cu) run on the host, for CI without a GPU.
+"""Our CUDA C kernels (mgpu_dask/compare/cuda_c/*.cu) run on the host, for CI without a GPU.
 
 ``tests/cuda_c_host/cuda_host.h`` runs each block as threads whose warps
 move in lockstep at every warp intrinsic, so the kernels' own code -- list
@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpu_dask.backends.cupy_backend import vote as reference_vote
-from mgpu_dask.kernels import cuda_c
+from mgpu_dask.compare.cupy import vote as reference_vote
+from mgpu_dask.compare.cuda_c import kernels as cuda_c
 
 HERE = Path(__file__).resolve().parent
-KERNELS = HERE.parent / "mgpu_dask" / "kernels"
+KERNELS = HERE.parent / "mgpu_dask" / "compare" / "cuda_c"
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ from conftest import digits_xy
 from mgpu_dask.data import split
 from mgpu_dask.data.deformed import DeformedSpec, deformed_sources, deformed_train
 from mgpu_dask.exceptions import DataError
-from mgpu_dask.kernels.deform import deform_rows
-from mgpu_dask.kernels.deform_params import Deformation, parse_deformation
-from mgpu_dask.run import main
+from mgpu_dask.kernels.deform.rows import deform_rows
+from mgpu_dask.kernels.deform.params import Deformation, parse_deformation
+from mgpu_dask.cli import main
 
 
 def _images(n=5, side=8, seed=0):
@@ -138,7 +138,7 @@ def test_logistic_regression_objective_on_generated_rows(process_client):
     from sklearn.linear_model import LogisticRegression as SkLR
 
     from mgpu_dask.data.shard import as_worker_rows
-    from mgpu_dask.inputs import to_host
+    from mgpu_dask.parallel.inputs import to_host
     from mgpu_dask.logreg import LogisticRegression
 
     X, y = digits_xy()

@@ -10,7 +10,8 @@ import pytest
 pytestmark = pytest.mark.gpu
 cupy = pytest.importorskip("cupy")
 
-from mgpu_dask._compat import has_gpu, scheduler_workers  # noqa: E402
+from mgpu_dask.config.environment import has_gpu  # noqa: E402
+from mgpu_dask.parallel.workers import scheduler_workers  # noqa: E402
 
 if not has_gpu() or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
     pytest.skip("needs a CUDA GPU (not the simulator)", allow_module_level=True)
@@ -25,7 +26,7 @@ def _exact(Q, T):
 @pytest.mark.parametrize("precision", ["int8", "bf16", "tf32", "fp32"])
 def test_tensor_core_products_of_pixels_are_exact(precision):
     """The real tensor cores: every tile product of shifted pixels equals the int64 one."""
-    from mgpu_dask.kernels.knn_products import (
+    from mgpu_dask.kernels.knn.operands import (
         TileProduct,
         prepare_queries,
         prepare_train,
@@ -44,7 +45,7 @@ def test_tensor_core_products_of_pixels_are_exact(precision):
 
 @pytest.mark.parametrize("precision", ["int8", "bf16", "tf32", "fp32"])
 def test_local_candidates_on_gpu_equal_cpu_and_reference(precision):
-    from mgpu_dask.kernels.knn_products import prepare_train
+    from mgpu_dask.kernels.knn.operands import prepare_train
 
     rng = np.random.default_rng()
     Q = rng.integers(0, 256, (700, 80)).astype(np.uint8)
@@ -70,7 +71,7 @@ def test_local_candidates_on_gpu_equal_cpu_and_reference(precision):
 
 @pytest.mark.parametrize("precision", ["bf16", "tf32", "fp32"])
 def test_float_data_on_gpu_are_certified_exact(precision):
-    from mgpu_dask.kernels.knn_products import prepare_train
+    from mgpu_dask.kernels.knn.operands import prepare_train
 
     rng = np.random.default_rng()
     Q = rng.standard_normal((500, 96)).astype(np.float32)
@@ -90,7 +91,8 @@ def test_float_data_on_gpu_are_certified_exact(precision):
 def test_local_cuda_cluster_shards_and_knn_match_cpu():
     from mgpu_dask.cluster import connect
     from mgpu_dask.data import load_dataset, shard, shard_locations, split
-    from mgpu_dask.knn import KNeighborsClassifier, to_host
+    from mgpu_dask.knn import KNeighborsClassifier
+    from mgpu_dask.parallel.inputs import to_host
 
     ds = load_dataset("digits")
     s = split(ds.X, ds.y)
@@ -132,7 +134,7 @@ with connect(device="gpu", dashboard_address=":0") as rc:
     clf = KNeighborsClassifier(3).fit(s.X_train, s.y_train)
     pred = clf.predict(Q).persist()
     import distributed; distributed.wait(pred)
-    from mgpu_dask.knn import to_host
+    from mgpu_dask.parallel.inputs import to_host
     assert len(to_host(pred)) == len(s.X_test)
     print("AFTER_PREDICT", *client_has_context())
 '''
@@ -180,13 +182,12 @@ def test_cupy_backend_matches_numba_on_gpu():
     assert abs(rows["cupy"]["accuracy"] - rows["numba"]["accuracy"]) < 0.005
 
 
-@pytest.mark.parametrize("n, d, k, method", [(3001, 150, 20, "cublas"), (60000, 784, 10, "cublas"),
-                                             (60000, 784, 10, "fused"), (3001, 150, 12, "fused"),
-                                             (5, 1000, 3, "fused"), (60000, 784, 10, "bf16"),
-                                             (3001, 150, 20, "bf16"), (5, 1000, 3, "bf16"),
-                                             (60000, 784, 10, "int8"), (3001, 150, 20, "int8"),
-                                             (5, 1000, 3, "int8"), (40000, 31, 7, "int8")])
-def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k, method):
+@pytest.mark.parametrize("n, d, k, precision", [(3001, 150, 20, "fp32"), (60000, 784, 10, "fp32"),
+                                                (60000, 784, 10, "bf16"), (3001, 150, 20, "bf16"),
+                                                (5, 1000, 3, "bf16"), (60000, 784, 10, "int8"),
+                                                (3001, 150, 20, "int8"), (5, 1000, 3, "int8"),
+                                                (40000, 31, 7, "int8")])
+def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k, precision):
     """Every evaluation queued on every GPU, then collected, against float64 NumPy.
 
     Changing points and large shards: an operation that ran out of order on
@@ -198,14 +199,15 @@ def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k, metho
 
     rng = np.random.default_rng()
     X = rng.random((n, d)).astype(np.float32)
-    if method in ("bf16", "int8"):  # 8-bit levels: pixels / 255
+    if precision in ("bf16", "int8"):  # 8-bit levels: pixels / 255
         X = rng.integers(0, 256, (n, d)).astype(np.float32) * np.float32(1 / 255)
     y = rng.integers(0, k, n).astype(np.int32)
     objectives = []
     for device in range(cupy.cuda.runtime.getDeviceCount()):
         with cupy.cuda.Device(device):
-            objectives.append(L.ShardObjective(cupy.asarray(X), cupy.asarray(y), k, method))
-    assert {o.method for o in objectives} == {method}
+            objectives.append(L.ShardObjective(cupy.asarray(X), cupy.asarray(y), k, precision,
+                                               strict=True))
+    assert {o.precision for o in objectives} == {precision}
     X64 = X.astype(np.float64)
     for _ in range(4):
         W, b = rng.standard_normal((d, k)) * 0.05, rng.standard_normal(k)
@@ -220,38 +222,41 @@ def test_shard_objective_matches_float64_numpy_at_changing_points(n, d, k, metho
             np.testing.assert_allclose(got[2], gb, rtol=1e-3, atol=1e-3 * np.abs(gb).max())
 
 
-@pytest.mark.parametrize("method, wanted", [("auto", "int8"), ("int8-or-cublas", "int8"),
-                                            ("bf16-or-cublas", "bf16")])
-def test_shard_objective_takes_tensor_cores_for_levels_only(method, wanted):
-    """``auto`` (int8) and the ``-or-cublas`` methods: tensor cores for pixels / 255 (same
-    loss and gradient as float32 cuBLAS to float32's accuracy), float32 for other rows;
-    'int8' and 'bf16' refuse other rows."""
+@pytest.mark.parametrize("precision, wanted", [("auto", "int8"), ("int8", "int8"),
+                                               ("bf16", "bf16")])
+def test_shard_objective_takes_tensor_cores_for_levels_only(precision, wanted):
+    """``auto`` (int8), ``int8`` and ``bf16``: tensor cores for pixels / 255 (same loss and
+    gradient as float32 cuBLAS to float32's accuracy), float32 for other rows, saying why
+    where a precision was asked for; ``strict`` refuses other rows."""
     from mgpu_dask.kernels import logreg as L
-    from mgpu_dask.kernels import logreg_int8
+    from mgpu_dask.kernels.logreg import int8 as logreg_int8
 
     rng = np.random.default_rng()
     n = 3 * logreg_int8.GRADIENT_ROWS + 5  # several int8 row blocks, the last one short
     levels = rng.integers(0, 256, (n, 784)).astype(np.float32) * np.float32(1 / 255)
     y = cupy.asarray(rng.integers(0, 10, n).astype(np.int32))
-    auto = L.ShardObjective(cupy.asarray(levels), y, 10, method)
-    fp32 = L.ShardObjective(cupy.asarray(levels), y, 10, "cublas")
-    assert auto.method == wanted
+    auto = L.ShardObjective(cupy.asarray(levels), y, 10, precision)
+    fp32 = L.ShardObjective(cupy.asarray(levels), y, 10, "fp32")
+    assert auto.precision == wanted and auto.fallback is None
     W, b = rng.standard_normal((784, 10)) * 0.05, rng.standard_normal(10)
     got, want = auto(W, b), fp32(W, b)
     assert abs(got[0] - want[0]) / want[0] < 1e-6
     np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-5 * np.abs(want[1]).max())
     other = cupy.asarray(levels + np.float32(1e-3))
-    assert L.ShardObjective(other, y, 10, method).method == "cublas"
+    fallen = L.ShardObjective(other, y, 10, precision)
+    assert fallen.precision == "fp32"
+    assert (fallen.fallback is None) == (precision == "auto")
+    assert precision == "auto" or "8-bit levels" in fallen.fallback
     with pytest.raises(ValueError, match="8-bit levels"):
-        L.ShardObjective(other, y, 10, wanted)
+        L.ShardObjective(other, y, 10, wanted, strict=True)
 
 
 def test_int8_softmax_for_few_classes_gives_the_wide_kernels_bits(monkeypatch):
     """The int8 evaluation with its softmax for up to I8_LOCAL_K classes ends at the bits of
     the same evaluation with the kernel for any class count, at both forward layouts."""
     from mgpu_dask.kernels import logreg as L
-    from mgpu_dask.kernels import logreg_cuda as C
-    from mgpu_dask.kernels import logreg_int8
+    from mgpu_dask.kernels.logreg import cuda_int8 as C
+    from mgpu_dask.kernels.logreg import int8 as logreg_int8
 
     rng = np.random.default_rng()
     n = 3 * logreg_int8.GRADIENT_ROWS + 7
@@ -271,8 +276,8 @@ def test_int8_softmax_for_few_classes_gives_the_wide_kernels_bits(monkeypatch):
 
 def test_int8_fits_are_reproducible():
     """Two int8 fits on the same rows end at the same bits (the sums that feed the
-    coefficient gradient are added in a fixed order, not by atomics: with atomics,
-    100-iteration MNIST fits ended 6.5e-4 apart in loss; round 8, call 5)."""
+    coefficient gradient are added in a fixed order, not by atomics, whose varying order
+    made repeated fits end apart)."""
     from mgpu_dask.logreg import LogisticRegression
 
     rng = np.random.default_rng(3)
@@ -282,7 +287,7 @@ def test_int8_fits_are_reproducible():
     levels[np.arange(n), y * 78] = 255.0  # something to learn
     X = cupy.asarray(levels * np.float32(1 / 255))
     fits = [LogisticRegression(precision="int8", max_iter=40).fit(X, y) for _ in range(3)]
-    assert {f.fit_profile_["evaluation"] for f in fits} == {"int8"}
+    assert {f.fit_profile_["evaluation"] for f in fits} == {f.precision_ for f in fits} == {"int8"}
     for other in fits[1:]:
         np.testing.assert_array_equal(other.coef_, fits[0].coef_)
         assert other.loss_ == fits[0].loss_
@@ -292,7 +297,7 @@ def test_int8_forward_layouts_agree(monkeypatch):
     """The int8 forward product laid out (width x rows) or (rows x width), the layout large
     shards take: the same exact sums, so the same loss and gradient."""
     from mgpu_dask.kernels import logreg as L
-    from mgpu_dask.kernels import logreg_int8
+    from mgpu_dask.kernels.logreg import int8 as logreg_int8
 
     rng = np.random.default_rng()
     n = 2 * logreg_int8.GRADIENT_ROWS + 3
@@ -336,7 +341,7 @@ def test_single_host_logreg_maps_every_gpu_and_matches_actors():
 
     from mgpu_dask.cluster import connect
     from mgpu_dask.data import load_dataset, shard, split
-    from mgpu_dask.inputs import to_host
+    from mgpu_dask.parallel.inputs import to_host
     from mgpu_dask.logreg import LogisticRegression
 
     ds = load_dataset("digits")
@@ -371,8 +376,8 @@ def test_device_lbfgs_over_every_gpu_follows_the_host_loop():
     copies ordered by events only; a copy out of order would show as a
     different path here.
     """
-    from mgpu_dask import lbfgs
-    from mgpu_dask.device_lbfgs import DeviceBackend
+    from mgpu_dask.logreg.lbfgs import loop as lbfgs
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
     from mgpu_dask.kernels import logreg as L
 
     rng = np.random.default_rng(3)
@@ -384,7 +389,7 @@ def test_device_lbfgs_over_every_gpu_follows_the_host_loop():
     with cupy.cuda.Device(0):
         backend = DeviceBackend(shards, k, n, penalty)
         got = lbfgs.run(backend, maxiter=60, gtol=1e-6)
-        per_eval = backend.seconds_per_evaluation()
+        per_eval = backend.first_evaluation_seconds()
     objectives = [L.ShardObjective(Xs, ys, k) for Xs, ys in shards]
 
     def fun(theta):
@@ -425,18 +430,18 @@ def test_device_lbfgs_graph_gives_the_launches_bits():
     """An iteration captured once as a CUDA graph over every GPU, replayed per
     iteration, ends at the same bits as the same launches issued one by one (int8
     products: no atomics); capture must work here, not fall back."""
-    from mgpu_dask import lbfgs
-    from mgpu_dask.device_lbfgs import DeviceBackend
+    from mgpu_dask.logreg.lbfgs import loop as lbfgs
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
 
     n, k = 30000, 10
     shards, _ = _level_shards(n, 784, k, seed=5)
     got = {}
     for graph in (True, False):
         with cupy.cuda.Device(0):
-            backend = DeviceBackend(shards, k, n, 1.0 / n, method="int8", graph=graph)
+            backend = DeviceBackend(shards, k, n, 1.0 / n, precision="int8", graph=graph)
             got[graph] = lbfgs.run(backend, maxiter=40, gtol=1e-9)
             assert backend.graphed == graph, backend.graph_note
-            assert {o.method for o in backend.objectives} == {"int8"}
+            assert {o.precision for o in backend.objectives} == {"int8"}
             backend.close()
     np.testing.assert_array_equal(got[True]["x"], got[False]["x"])
     assert got[True]["nfev"] == got[False]["nfev"] and got[True]["nit"] == 40
@@ -445,9 +450,9 @@ def test_device_lbfgs_graph_gives_the_launches_bits():
 def test_levels_made_by_a_holder_evaluate_like_the_rows():
     """Levels converted where the rows live (what a peer exports) give the int8
     evaluation's bits; other methods get the rows back exactly."""
-    from mgpu_dask import peer_views
+    from mgpu_dask.parallel import peer_views
     from mgpu_dask.kernels import logreg as L
-    from mgpu_dask.kernels import logreg_int8
+    from mgpu_dask.kernels.logreg import int8 as logreg_int8
 
     (X, y), *_ = _level_shards(20001, 300, 7, seed=2)[0]
     made = logreg_int8.levels(X, peer_views.dedicated)
@@ -459,15 +464,15 @@ def test_levels_made_by_a_holder_evaluate_like_the_rows():
     got = L.ShardObjective(made, y, 7, "int8")(W, b)
     assert got[0] == want[0]  # int8: no atomics, the same bits
     np.testing.assert_array_equal(got[1], want[1])
-    want = L.ShardObjective(X, y, 7, "cublas")(W, b)  # float32 sums by atomics: nearly
-    got = L.ShardObjective(made, y, 7, "cublas")(W, b)
+    want = L.ShardObjective(X, y, 7, "fp32")(W, b)  # float32 sums by atomics: nearly
+    got = L.ShardObjective(made, y, 7, "fp32")(W, b)
     assert abs(got[0] - want[0]) <= 1e-12 * want[0]
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6 * np.abs(want[1]).max())
     assert logreg_int8.levels(X + np.float32(1e-3)) is None  # not levels: X is exported
 
 
-@pytest.mark.parametrize("method", ["int8", "bf16", "cublas"])
-def test_uint8_rows_evaluate_like_their_scaled_float_copy(method):
+@pytest.mark.parametrize("precision", ["int8", "bf16", "fp32"])
+def test_uint8_rows_evaluate_like_their_scaled_float_copy(precision):
     """uint8 rows with a scale are their own levels (int8 and bf16 take them as they are;
     no pass decides whether they are levels) and the same objective as float32 rows
     scaled beforehand: int8 to the bit, the others to float32's sums; uint8 rows whose
@@ -480,17 +485,17 @@ def test_uint8_rows_evaluate_like_their_scaled_float_copy(method):
     y = cupy.asarray(rng.integers(0, k, n).astype(np.int32))
     W, b = rng.standard_normal((d, k)) * 0.05, rng.standard_normal(k)
     scaled = cupy.asarray(pixels.astype(np.float32) * np.float32(1 / 255))
-    eight = L.ShardObjective(cupy.asarray(pixels), y, k, method, scale=1 / 255)
-    assert eight.method == method
-    got, want = eight(W, b), L.ShardObjective(scaled, y, k, method)(W, b)
-    if method == "int8":
+    eight = L.ShardObjective(cupy.asarray(pixels), y, k, precision, scale=1 / 255)
+    assert eight.precision == precision
+    got, want = eight(W, b), L.ShardObjective(scaled, y, k, precision)(W, b)
+    if precision == "int8":
         assert got[0] == want[0]
         np.testing.assert_array_equal(got[1], want[1])
     else:
         assert abs(got[0] - want[0]) <= 1e-6 * want[0]
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5 * np.abs(want[1]).max())
     low = cupy.asarray(pixels // 16)  # 0..15: levels of step 1 / 15 as uint8
-    assert L.ShardObjective(low, y, k, "auto", scale=1 / 15).method == "int8"
+    assert L.ShardObjective(low, y, k, "auto", scale=1 / 15).precision == "int8"
 
 
 def test_single_host_fit_keeps_uint8_rows_and_matches_float32_rows():
@@ -519,7 +524,7 @@ def test_single_host_fit_keeps_uint8_rows_and_matches_float32_rows():
             assert fits[name].comm_ == "single-host"
         assert fits["u8"].fit_profile_["evaluation"] == "int8"
         np.testing.assert_array_equal(fits["u8"].coef_, fits["f32"].coef_)
-        assert fits["u8 fp32"].fit_profile_["evaluation"] == "cublas"
+        assert fits["u8 fp32"].fit_profile_["evaluation"] == "fp32"
         assert abs(fits["u8 fp32"].loss_ - fits["f32 fp32"].loss_) <= 1e-5 * fits["f32 fp32"].loss_
         np.testing.assert_array_equal(cupy.asnumpy(fits["u8"].predict(X8).compute()),
                                       cupy.asnumpy(fits["f32"].predict(X32).compute()))
@@ -603,7 +608,7 @@ def test_small_launches_raise_no_performance_warning(method):
 
     from numba.core.errors import NumbaPerformanceWarning
 
-    from mgpu_dask.kernels.knn_products import prepare_train
+    from mgpu_dask.kernels.knn.operands import prepare_train
 
     rng = np.random.default_rng(1)
     Q = cupy.asarray(rng.standard_normal((9, 16)).astype(np.float32))
@@ -621,7 +626,7 @@ def test_small_launches_raise_no_performance_warning(method):
 def test_sklearn_api_with_cupy_inputs(Est):
     """CuPy in, CuPy out, with and without a LocalCUDACluster; scikit-learn's errors."""
     from mgpu_dask.cluster import connect
-    from mgpu_dask.inputs import NotFittedError
+    from mgpu_dask.parallel.inputs import NotFittedError
     from mgpu_dask.knn import KNeighborsClassifier
     from mgpu_dask.logreg import LogisticRegression
 
@@ -664,8 +669,8 @@ def test_sklearn_api_with_cupy_inputs(Est):
 def test_cuda_c_knn_kernels_find_the_exact_neighbours():
     """knn_c.cu on the GPU: the k nearest by exact distance (ties to the smaller training
     row) across several training tiles, and the vote of cupy_backend's reference."""
-    from mgpu_dask.backends.cupy_backend import vote
-    from mgpu_dask.kernels import cuda_c
+    from mgpu_dask.compare.cupy import vote
+    from mgpu_dask.compare.cuda_c import kernels as cuda_c
 
     rng = np.random.default_rng(0)
     T = rng.integers(0, 4, (3000, 20)).astype(np.float32)  # small integers: many equal distances
@@ -696,7 +701,7 @@ def test_cuda_c_softmax_matches_float64():
     """logreg_c.cu's loss and gradient against float64 NumPy."""
     from conftest import softmax_reference
 
-    from mgpu_dask.kernels import cuda_c
+    from mgpu_dask.compare.cuda_c import kernels as cuda_c
 
     rng = np.random.default_rng(1)
     X = rng.random((3001, 40)).astype(np.float32)

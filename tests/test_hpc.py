@@ -12,8 +12,8 @@ import slurm_local
 
 from mgpu_dask.cluster import ClusterKind, connect, plan_cluster
 from mgpu_dask.exceptions import ClusterError
-from mgpu_dask.hpc import job_script
-from mgpu_dask.run import main
+from mgpu_dask.cluster.jobqueue import job_script
+from mgpu_dask.cli import main
 
 pytest.importorskip("dask_jobqueue")
 

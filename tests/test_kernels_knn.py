@@ -14,8 +14,8 @@ import pytest
 from numba import config
 
 from mgpu_dask.kernels import knn as K
-from mgpu_dask.kernels import knn_precision as precisions
-from mgpu_dask.kernels.knn_products import prepare_train
+from mgpu_dask.kernels.knn import precision as precisions
+from mgpu_dask.kernels.knn.operands import prepare_train
 
 TARGETS = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator"))]
@@ -230,7 +230,7 @@ def test_no_graph_capture_where_ucx_carries_the_messages(monkeypatch):
     import sys
     import types
 
-    from mgpu_dask.kernels._launch import capture_allowed
+    from mgpu_dask.kernels.launch import capture_allowed
 
     for name in ("distributed_ucxx", "ucxx", "ucp"):
         monkeypatch.delitem(sys.modules, name, raising=False)

@@ -11,8 +11,9 @@ from sklearn.neighbors import KNeighborsClassifier as SkKNN
 
 from mgpu_dask.data import load_dataset, shard, split
 from mgpu_dask.exceptions import DataError
-from mgpu_dask.knn import KNeighborsClassifier, NotFittedError, to_host
-from mgpu_dask.run import main
+from mgpu_dask.knn import KNeighborsClassifier
+from mgpu_dask.parallel.inputs import NotFittedError, to_host
+from mgpu_dask.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def test_every_predict_gets_fresh_keys(client, digits, plan):
     clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
     Q = shard(s.X_test, client, dtype=np.float32)
     assert clf.predict(Q).name != clf.predict(Q).name
-    assert clf.kneighbors_candidates(Q).name != clf.kneighbors_candidates(Q).name
+    assert clf.kneighbors(Q)[1].name != clf.kneighbors(Q)[1].name
 
 
 def test_arbitrary_class_labels(client):
@@ -95,7 +96,7 @@ def test_arbitrary_class_labels(client):
 def test_without_a_client_runs_on_the_local_scheduler(digits, monkeypatch, plan):
     import dask
 
-    import mgpu_dask.inputs as inputs
+    import mgpu_dask.parallel.inputs as inputs
 
     monkeypatch.setattr(inputs, "active_client", lambda: None)
     s = digits
@@ -110,7 +111,7 @@ def test_without_a_client_runs_on_the_local_scheduler(digits, monkeypatch, plan)
 @pytest.mark.parametrize("plan", ["replicate", "shard"])
 def test_one_training_block_without_a_client(digits, monkeypatch, plan):
     """A single training shard: its local candidates are voted in the same task."""
-    import mgpu_dask.inputs as inputs
+    import mgpu_dask.parallel.inputs as inputs
 
     monkeypatch.setattr(inputs, "active_client", lambda: None)
     s = digits

@@ -1,4 +1,4 @@
-"""Class labels: found and encoded on the client or where they live (mgpu_dask.labels), and
+"""Class labels: found and encoded on the client or where they live (mgpu_dask.parallel.labels), and
 logistic regression on labels persisted beside their rows, which never reach the client."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from conftest import digits_xy, exports_held
 
-from mgpu_dask import inputs, labels
+from mgpu_dask.parallel import inputs, labels
 from mgpu_dask.data import shard, split
 from mgpu_dask.exceptions import DataError
-from mgpu_dask.inputs import to_host
+from mgpu_dask.parallel.inputs import to_host
 from mgpu_dask.logreg import LogisticRegression
 
 
@@ -92,7 +92,7 @@ def test_labels_beside_their_rows_when_the_fit_goes_by_actors(client, monkeypatc
     """Shards that one worker cannot map (here: every export sees another host) fall back
     to the fit by actors, which finds the classes of the held labels in one round trip and
     encodes each block where it lives."""
-    from mgpu_dask import peer_views
+    from mgpu_dask.parallel import peer_views
 
     X, y = digits_xy()
     rows = shard(X.astype(np.float32) / 16, client)

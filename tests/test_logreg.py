@@ -14,11 +14,12 @@ from sklearn.linear_model import LogisticRegression as SkLR
 
 from mgpu_dask.data import load_dataset, shard, split
 from mgpu_dask.exceptions import DataError
-from mgpu_dask.inputs import NotFittedError, to_host
+from mgpu_dask.parallel.inputs import NotFittedError, to_host
 from mgpu_dask.kernels import logreg as L
-from mgpu_dask.kernels import logreg_bf16, logreg_fused, logreg_int8
+from mgpu_dask.kernels.logreg import bf16 as logreg_bf16
+from mgpu_dask.kernels.logreg import int8 as logreg_int8
 from mgpu_dask.logreg import LogisticRegression
-from mgpu_dask.run import main
+from mgpu_dask.cli import main
 
 
 def objective(coef, intercept, X, y, C, classes):
@@ -36,7 +37,9 @@ def test_softmax_xent_kernel():
     z = (rng.standard_normal((m, 6)) * 5).astype(np.float32)
     y = rng.integers(0, 6, m).astype(np.int32)
     bias = rng.standard_normal(6).astype(np.float32)
-    resid, loss = L.softmax_xent(z, y, bias)
+    from mgpu_dask.kernels.logreg.cpu import softmax_xent
+
+    resid, loss = softmax_xent(z, y, bias)
     want_resid, want_loss = softmax_reference(z.astype(np.float64) + bias, y)
     np.testing.assert_allclose(resid, want_resid, atol=1e-6)
     np.testing.assert_allclose(loss, want_loss, rtol=1e-6, atol=1e-9)
@@ -50,7 +53,13 @@ def test_cuda_kernel_residual_and_block_sums(n, k):
     z = (rng.standard_normal((n, k)) * 4).astype(np.float32)
     y = rng.integers(0, k, n).astype(np.int32)
     b = rng.standard_normal(k).astype(np.float32)
-    resid, grad_b, loss = L.softmax_xent_sums(z, y, b)
+    from mgpu_dask.kernels.launch import launch, thread_grid
+    from mgpu_dask.kernels.logreg import cuda as C
+
+    resid = np.empty((n, k), dtype=np.float32)
+    sums = np.zeros(k + 1, dtype=np.float64)
+    launch(C.softmax_xent_rows, *thread_grid(n, C.THREADS), z, y, b, resid, sums)
+    grad_b, loss = sums[:k], sums[k]
     want_resid, want_loss = softmax_reference(z.astype(np.float64) + b, y)
     np.testing.assert_allclose(resid, want_resid, atol=1e-6)
     np.testing.assert_allclose(grad_b, want_resid.sum(0), atol=1e-5)
@@ -131,8 +140,8 @@ def test_a_holder_without_the_blocks_says_so():
     import asyncio
     import types
 
-    from mgpu_dask import peer_views
-    from mgpu_dask.logreg_fit import export_held
+    from mgpu_dask.parallel import peer_views
+    from mgpu_dask.logreg.leader import export_held
 
     holder = types.SimpleNamespace(data={("x", 0): np.ones((3, 2), np.float32)},
                                    address="tcp://127.0.0.1:1")
@@ -148,7 +157,7 @@ def test_a_holder_without_the_blocks_says_so():
 
 
 def test_auto_falls_back_to_actors_when_shards_span_hosts(client, monkeypatch):
-    from mgpu_dask import peer_views
+    from mgpu_dask.parallel import peer_views
 
     hosts = (f"host-{i}" for i in itertools.count())  # every export sees another host
     monkeypatch.setattr(peer_views, "_hostname", lambda: next(hosts))
@@ -163,7 +172,7 @@ def test_auto_falls_back_to_actors_when_shards_span_hosts(client, monkeypatch):
 
 
 def test_opening_a_foreign_host_export_is_refused():
-    from mgpu_dask import peer_views
+    from mgpu_dask.parallel import peer_views
 
     with pytest.raises(peer_views.PeerUnavailable, match="lives on host"):
         with peer_views.opened([{"host": "not-this-one", "pid": -1, "arrays": []}]):
@@ -173,7 +182,7 @@ def test_opening_a_foreign_host_export_is_refused():
 def test_without_a_client(monkeypatch):
     import dask
 
-    import mgpu_dask.inputs as inputs
+    import mgpu_dask.parallel.inputs as inputs
 
     monkeypatch.setattr(inputs, "active_client", lambda: None)
     monkeypatch.setitem(dask.config.config, "scheduler", "threads")
@@ -289,7 +298,7 @@ def test_cli_logreg_bad_c(capsys):
 
 
 def test_lbfgs_solves_a_quadratic_and_counts():
-    from mgpu_dask.lbfgs import minimize_lbfgs
+    from mgpu_dask.logreg.lbfgs.loop import minimize_lbfgs
 
     rng = np.random.default_rng()
     A = rng.standard_normal((30, 30))
@@ -359,8 +368,8 @@ def test_device_lbfgs_kernels_follow_the_host_loop():
     line search probes the device and commits; 10 iterations with 3 pairs
     wrap the ring of curvature pairs.
     """
-    from mgpu_dask import lbfgs
-    from mgpu_dask.device_lbfgs import DeviceBackend
+    from mgpu_dask.logreg.lbfgs import loop as lbfgs
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
 
     shards, n, d, k = _two_shard_problem()
     penalty = 1.0 / n
@@ -386,8 +395,8 @@ def test_device_lbfgs_stops_where_the_host_loop_stops(ahead):
     Well-scaled rows and a loose gtol: the host loop stops on the gradient
     after a few iterations; 16 queued at once must make exactly as many.
     """
-    from mgpu_dask import lbfgs
-    from mgpu_dask.device_lbfgs import DeviceBackend
+    from mgpu_dask.logreg.lbfgs import loop as lbfgs
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
 
     shards, n, d, k = _two_shard_problem(scale=0.5)
     penalty = 1.0 / n
@@ -403,7 +412,7 @@ def test_device_lbfgs_stops_where_the_host_loop_stops(ahead):
 
 
 def test_line_search_finds_strong_wolfe_steps():
-    from mgpu_dask.line_search import C1, C2, strong_wolfe
+    from mgpu_dask.logreg.lbfgs.line_search import C1, C2, strong_wolfe
 
     calls = []
 
@@ -430,25 +439,10 @@ def test_cli_logreg_device_optimizer_refused_on_cpu(capsys):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-@pytest.mark.parametrize("n, d, k", [(37, 20, 3), (70, 45, 10)])  # a partial warp step; k < lanes
-def test_fused_two_pass_kernels_match_the_cpu_path(n, d, k):
-    """Row pass, column pass and block sums (simulated) against the CPU loss and gradient."""
-    rng = np.random.default_rng()
-    X = rng.standard_normal((n, d)).astype(np.float32)
-    y = rng.integers(0, k, n).astype(np.int32)
-    W, b = rng.standard_normal((d, k)) * 0.2, rng.standard_normal(k) * 0.1
-    loss, gW, gb = logreg_fused.loss_grad(X, y, W, b, row_blocks=2, col_blocks=3)
-    want = L.loss_grad(X, y, W, b)
-    assert abs(loss - want[0]) <= 1e-6 * want[0]
-    np.testing.assert_allclose(gW, want[1], atol=1e-5)
-    np.testing.assert_allclose(gb, want[2], atol=1e-5)
-
-
-@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
 def test_bf16_rounding_matches_round_to_nearest():
     """``bf16_round``'s bit pattern and value against NumPy's bfloat16 rounding of float32."""
-    from mgpu_dask.kernels import logreg_cuda as C
-    from mgpu_dask.kernels.knn_precision import round_operand
+    from mgpu_dask.kernels.logreg import cuda_bf16 as C
+    from mgpu_dask.kernels.knn.precision import round_operand
 
     rng = np.random.default_rng()
     values = np.concatenate([rng.standard_normal(60) * 10.0 ** rng.integers(-20, 20, 60),
@@ -502,8 +496,8 @@ def test_bf16_split_evaluation_is_as_exact_as_float32(n, d, k, monkeypatch):
 def test_transpose_bytes_is_the_transpose(rows, cols):
     """The word-wise transpose of the int8 levels (uint32 views, 64-byte tiles) against
     NumPy, with tiles cut short on either side."""
-    from mgpu_dask.kernels import logreg_cuda as C
-    from mgpu_dask.kernels._launch import launch
+    from mgpu_dask.kernels.logreg import cuda_int8 as C
+    from mgpu_dask.kernels.launch import launch
 
     v = np.random.default_rng().integers(-128, 128, (rows, cols)).astype(np.int8)
     vt = np.zeros((cols, rows), dtype=np.int8)
@@ -518,8 +512,8 @@ def test_int8_softmax_kernels_give_the_same_bits(n, k):
     """The int8 evaluation's softmax for up to I8_LOCAL_K classes (logits assembled once,
     the block's sums reduced together) writes the wide kernel's residual terms and block
     sums exactly (the same reduction order)."""
-    from mgpu_dask.kernels import logreg_cuda as C
-    from mgpu_dask.kernels._launch import launch
+    from mgpu_dask.kernels.logreg import cuda_int8 as C
+    from mgpu_dask.kernels.launch import launch
 
     rng = np.random.default_rng()
     width = logreg_int8.term_columns(k)
@@ -597,7 +591,7 @@ def test_precision_is_checked_and_cloned():
 def test_label_codes_travel_in_their_smallest_type():
     """The class indices sent with the export tasks: uint8 up to 256 classes, uint16 up to
     65,536, int32 beyond; the values unchanged."""
-    from mgpu_dask.logreg import _label_codes
+    from mgpu_dask.logreg.single_host import label_codes as _label_codes
 
     for n_classes, dtype in ((2, np.uint8), (256, np.uint8), (257, np.uint16),
                              (65536, np.uint16), (65537, np.int32)):

@@ -21,10 +21,11 @@ from distributed import Client, LocalCluster, futures_of
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from mgpu_dask.data import shard, split
-from mgpu_dask.jobs import _predict_phases
-from mgpu_dask.knn import KNeighborsClassifier, to_host
+from mgpu_dask.jobs.knn import predict_phases
+from mgpu_dask.knn import KNeighborsClassifier
+from mgpu_dask.parallel.inputs import to_host
 from mgpu_dask.logreg import LogisticRegression
-from mgpu_dask.timing import Phases
+from mgpu_dask.jobs.phases import Phases
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +94,7 @@ def _one_round(client: Client, task: str, parts) -> list[str]:
     else:
         clf = KNeighborsClassifier(3, plan=task).fit(parts.X_train, parts.y_train)
         for _ in range(12):
-            pred = _predict_phases(clf, Q, 120, Phases())
+            pred = predict_phases(clf, Q, client, 120, Phases())
         for _ in range(12):
             assert (to_host(clf.predict(Q, on_host=True)) == pred).all()
         assert (pred == parts.y_test).mean() > 0.95
@@ -141,7 +142,7 @@ def test_task_pinned_to_a_lost_worker_runs_elsewhere(process_client, parts):
     import os
     import signal
 
-    from mgpu_dask import placement
+    from mgpu_dask.parallel import placement
 
     Q = shard(parts.X_test, process_client, dtype=np.float32)
     futures, where = placement.locate(process_client, Q)
@@ -157,7 +158,9 @@ def test_task_pinned_to_a_lost_worker_runs_elsewhere(process_client, parts):
     np.testing.assert_allclose(out, parts.X_test.sum(1), rtol=1e-5)
 
     def unpinned(dask_scheduler):
-        return dask_scheduler.plugins[placement.PinRecovery.name].unpinned
+        from mgpu_dask.parallel.recovery import PinRecovery
+
+        return dask_scheduler.plugins[PinRecovery.name].unpinned
 
     assert process_client.run_on_scheduler(unpinned) >= 1
 

@@ -3,7 +3,6 @@ in docs/reliability.md."""
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import subprocess
@@ -14,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import faults
 from conftest import digits_xy, shm_segments
 
 from mgpu_dask.data import shard, split
-from mgpu_dask.knn import KNeighborsClassifier, to_host
+from mgpu_dask.knn import KNeighborsClassifier
+from mgpu_dask.parallel.inputs import to_host
 from mgpu_dask.logreg import LogisticRegression
-from mgpu_dask.run import main
-from mgpu_dask.testing import loss_grad_that_kills
+from mgpu_dask.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -54,10 +54,10 @@ def test_logreg_worker_killed_during_fit(process_client, comm, victim, tmp_path)
     before = shm_segments()
     reference = LogisticRegression(C=1.0, max_iter=400, tol=1e-7, comm="actors").fit(X, s.y_train)
     marker = tmp_path / "killed"
-    hook = functools.partial(loss_grad_that_kills, pids=sorted(process_client.run(os.getpid)
-                                                                .values()),
-                             victim=victim, marker=str(marker))
-    clf = LogisticRegression(C=1.0, max_iter=400, tol=1e-7, comm=comm, loss_grad=hook)
+    faults.by_value()
+    process_client.run(faults.kill_during_fit, sorted(process_client.run(os.getpid).values()),
+                       victim, str(marker))
+    clf = LogisticRegression(C=1.0, max_iter=400, tol=1e-7, comm=comm)
     clf.fit(X, s.y_train)
     assert marker.exists(), "no worker was killed during the fit"
     if comm == "actors":
@@ -84,7 +84,7 @@ def test_wait_past_timeout_is_a_timeout_error(client):
 
 
 def test_cli_timeout_is_one_line_and_exit_3(monkeypatch, capsys):
-    import mgpu_dask.run as run
+    import mgpu_dask.cli.tasks as run
 
     def stuck(args):
         raise TimeoutError("results did not arrive within 1 s")
@@ -136,7 +136,7 @@ def test_sigterm_mid_run_leaves_no_file_and_no_process(tmp_path):
 
 def test_gpu_out_of_memory_becomes_a_clear_error():
     from mgpu_dask.exceptions import DataError
-    from mgpu_dask.knn_plans import _guarded
+    from mgpu_dask.knn.plans import _guarded
 
     class OutOfMemoryError(Exception):  # the name CuPy's error has
         pass
@@ -152,7 +152,7 @@ def test_missing_optional_backend(monkeypatch):
     import builtins
 
     from mgpu_dask.exceptions import BackendUnavailableError
-    from mgpu_dask.hpc import _cluster_class
+    from mgpu_dask.cluster.jobqueue import _cluster_class
 
     real_import = builtins.__import__
 
@@ -192,7 +192,7 @@ def test_cluster_that_cannot_start_is_one_line(monkeypatch, capsys):
     """A start that fails on the cluster thread (GPUs asked for, none here) reaches the
     user as connect's one-line error, exit 2."""
     monkeypatch.setenv("MGPU_DASK_FORCE_CPU", "1")
-    from mgpu_dask import _compat
+    from mgpu_dask.config import environment as _compat
 
     _compat.visible_gpus.cache_clear()
     try:

@@ -19,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from mgpu_dask.exceptions import MgpuDaskError
-from mgpu_dask.inputs import NotFittedError
+from mgpu_dask.parallel.inputs import NotFittedError
 from mgpu_dask.knn import KNeighborsClassifier
 from mgpu_dask.logreg import LogisticRegression
 

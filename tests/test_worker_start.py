@@ -1,4 +1,4 @@
-"""Local workers forked from the fork server (mgpu_dask.worker_start), on CPU workers."""
+"""Local workers forked from the fork server (mgpu_dask.cluster.worker_start), on CPU workers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import digits_xy
 
-from mgpu_dask import worker_start
+from mgpu_dask.cluster import worker_start
 from mgpu_dask.cluster import connect
 from mgpu_dask.exceptions import ClusterError
 from mgpu_dask.knn import KNeighborsClassifier
@@ -19,7 +19,7 @@ def _worker_facts() -> dict:
     import sys
 
     return {"ppid": os.getppid(), "omp": os.environ.get("OMP_NUM_THREADS"),
-            "preloaded": "mgpu_dask.worker_imports" in sys.modules}
+            "preloaded": "mgpu_dask.cluster.worker_imports" in sys.modules}
 
 
 @pytest.mark.parametrize("setting, device, expected", [
@@ -65,7 +65,7 @@ def test_server_environment_before_distributed_is_imported():
     import subprocess
     import sys
 
-    code = ("import json, sys; from mgpu_dask.worker_start import _pre_spawn_environ; "
+    code = ("import json, sys; from mgpu_dask.cluster.worker_start import _pre_spawn_environ; "
             "env = _pre_spawn_environ(); print(json.dumps([env, 'distributed' in sys.modules]))")
     env, imported = json.loads(subprocess.run([sys.executable, "-c", code], check=True,
                                               capture_output=True, text=True).stdout)
@@ -88,7 +88,7 @@ def test_lean_dask_array_import_leaves_xarray_importable(tmp_path):
     meta = tmp_path / "xarray-2099.1.0.dist-info"  # dask looks for the distribution first
     meta.mkdir()
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: xarray\nVersion: 2099.1.0\n")
-    code = ("import json, sys; from mgpu_dask._compat import import_dask_array; {lean}"
+    code = ("import json, sys; from mgpu_dask.config.environment import import_dask_array; {lean}"
             "import dask.array.core as core; during = core.xr is not None; "
             "import xarray; print(json.dumps([during, xarray.__file__]))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from mgpu_dask.exceptions import MgpuDaskError
-from mgpu_dask.run import main
-from mgpu_dask.workflow import expand, load_workflow
+from mgpu_dask.cli import main
+from mgpu_dask.jobs.workflow import expand, load_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,33 +76,8 @@ def test_comparison_workflow_runs(tmp_path, capsys):
 
 
 
-def test_no_module_imports_the_cli():
-    """Imports flow one way (kernels <- estimators <- jobs <- CLI): nothing imports run.py."""
-    import ast
-    from pathlib import Path
-
-    import mgpu_dask
-
-    root = Path(mgpu_dask.__file__).parent
-    offenders = []
-    for path in root.rglob("*.py"):
-        if path.name in ("run.py", "__main__.py"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                names = [node.module or ""] + [a.name for a in node.names]
-                absolute = node.level == 0 and node.module == "mgpu_dask.run"
-                relative = node.level == 1 and (node.module == "run" or (
-                    node.module is None and "run" in names[1:]))
-                if absolute or relative:
-                    offenders.append(f"{path.relative_to(root)}:{node.lineno}")
-            elif isinstance(node, ast.Import) and any(a.name == "mgpu_dask.run" for a in node.names):
-                offenders.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert not offenders, offenders
-
-
 def test_a_run_the_machine_cannot_do_fails_alone(tmp_path, capsys):
-    from mgpu_dask._compat import gpu_count
+    from mgpu_dask.config.environment import gpu_count
 
     if gpu_count():
         pytest.skip("needs a machine without GPUs (the gpu run must fail)")

@@ -17,19 +17,18 @@ from typing import Any, NamedTuple
 import dask.array as da
 import numpy as np
 
-from .. import placement
-from .._compat import scheduler_workers
 from ..exceptions import DataError
-from ..kernels._launch import finished
-from ..kernels.deform_params import Deformation, parse_deformation
-from .registry import deformed_base
-from .shard import (
+from ..kernels.deform.params import Deformation, parse_deformation
+from ..kernels.launch import finished
+from ..parallel import placement
+from ..parallel.workers import (
     detect_device,
     free_gpu_memory,
-    meta_for,
-    row_bounds,
+    scheduler_workers,
     worker_addresses,
 )
+from .registry import deformed_base
+from .shard import meta_for, row_bounds
 
 DEFAULT_COPIES = 155
 """52,500 MNIST training images x 155 = 8,137,500 rows, the size of MNIST8M."""
@@ -64,7 +63,9 @@ def _generate(src: Any, row0: int, n_rows: int, seed: int, deformation: Deformat
         import cupy
 
         src = cupy.asarray(src)
-    from ..kernels.deform import deform_rows  # Numba: on the workers, not the client
+    from ..kernels.deform.rows import (
+        deform_rows,  # Numba: on the workers, not the client
+    )
 
     return finished(deform_rows(src, row0, n_rows, seed, deformation))
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_file
-from ..kernels.deform import deform_rows
-from ..kernels.deform_params import Deformation
+from ..kernels.deform.params import Deformation
+from ..kernels.deform.rows import deform_rows
+from .files import atomic_file
 
 
 def preview_png(path: str | Path, images: np.ndarray, *, copies: int = 6, seed: int = 0,

@@ -17,9 +17,9 @@ import dask.array as da
 import numpy as np
 from distributed import Client, futures_of, wait
 
-from .. import config, placement
-from .._compat import has_gpu, scheduler_workers
-from ..exceptions import ClusterError
+from .. import config
+from ..parallel import placement
+from ..parallel.workers import detect_device, worker_addresses
 
 _PREFIX = "mgpu-shard"
 
@@ -30,31 +30,6 @@ class ShardInfo(NamedTuple):
     worker: str
     array_type: str
     device: str
-
-
-def worker_addresses(client: Client) -> list[str]:
-    """Worker addresses in a stable order (by worker name, then address).
-
-    A cluster with no worker at this moment (still starting, or between its
-    last worker leaving and a replacement joining) is waited for, up to
-    ``mgpu-dask.cluster.start-timeout``; then ClusterError.
-    """
-    workers = scheduler_workers(client)
-    if not workers:
-        wait_s = config.seconds("cluster.start-timeout")
-        try:
-            client.wait_for_workers(1, timeout=wait_s)
-        except TimeoutError:
-            raise ClusterError(f"the cluster has no workers (waited {wait_s:g} s); start some "
-                               "or check --scheduler-address") from None
-        workers = scheduler_workers(client)
-    return sorted(workers, key=lambda a: (str(workers[a].get("name")), a))
-
-
-def detect_device(client: Client) -> str:
-    """``"gpu"`` when every worker sees a GPU and has CuPy, else ``"cpu"``."""
-    answers = client.run(has_gpu)
-    return "gpu" if answers and all(answers.values()) else "cpu"
 
 
 def _to_gpu(block: np.ndarray, dtype: np.dtype | None, scale: float | None = None) -> Any:
@@ -227,17 +202,6 @@ def placement_problems(infos: list[ShardInfo], n_workers: int, what: str = "shar
         problems += [f"worker {w} holds {len(i)} {what}s ({', '.join(map(str, sorted(i)))})"
                      for w, i in sorted(by_worker.items()) if len(i) > 1]
     return problems
-
-
-def _free_gpu_bytes() -> int:
-    import cupy
-
-    return int(cupy.cuda.runtime.memGetInfo()[0])
-
-
-def free_gpu_memory(client: Client) -> list[int]:
-    """Free bytes on each worker's GPU (one call to every worker)."""
-    return list(client.run(_free_gpu_bytes).values())
 
 
 def _cast_block(block: Any, dtype: Any, scale: float | None) -> Any:

@@ -4,7 +4,7 @@
 // other); the warp intrinsics our kernels use exchange values through the
 // warp's slots between two barriers, so the 32 lanes of a warp move in
 // lockstep at every intrinsic as they do on a GPU.  Enough CUDA for
-// mgpu_dask/kernels/*.cu, no more: what a kernel needs beyond it fails to compile.
+// mgpu_dask/compare/cuda_c/*.cu, no more: what a kernel needs beyond it fails to compile.
 #pragma once
 
 #include <barrier>

@@ -1,11 +1,11 @@
-// Our CUDA C kernels (mgpu_dask/kernels/*.cu) on the host through cuda_host.h, as a
+// Our CUDA C kernels (mgpu_dask/compare/cuda_c/*.cu) on the host through cuda_host.h, as a
 // shared library for ctypes: one launch_<kernel>(grid, block, kernel arguments...) each.
 #include "cuda_host.h"
 
-#include "knn_c.cu"
-#include "logreg_c.cu"
+#include "knn.cu"
+#include "logreg.cu"
 
-double block_sums[4096];  // logreg_c.cu's dynamic shared memory (k + 1 doubles)
+double block_sums[4096];  // logreg.cu's dynamic shared memory (k + 1 doubles)
 
 extern "C" {
 

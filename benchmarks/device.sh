@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the device tool), from the repository root: the GPU stack,
+# then the PHASEs asked for, in order.  Results go under $OUT/runs (each file also
+# in $OUT/runs.tgz); benchmarks/summarize.py turns them into the committed JSON.
+#
+# Carried, as ignored folders of the repository:
+#   .gpu    gpu-stack-build's parts (base and gpu-stack-install in the first call of a
+#           lease; one rapids-NN or faiss-NN part per later call, calls back to back)
+#   .mnist  the four MNIST files (first call; kept in /tmp/mnist for the later ones)
+#   .ab     for PHASE=ab: an older commit's package, `git archive REF mgpu_dask | tar -x -C .ab`
+#
+# PHASEs:
+#   tests    every GPU test: pytest -m gpu tests/  (TAG names the log)
+#   ab       knn and logreg --workers 1 --repeats 10, the .ab code and the working
+#            tree's alternating, ROUNDS times (default 2; ORDER "old new")
+#   tables   knn and logreg --backend all --workers 1 at each of FRACTIONS (1 4)
+#   runs     our knn and logreg at FRACTIONS, and on deformed MNIST (COPIES, 155)
+#   none     the stack only (a call that carries one more part)
+set -u
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/out}; R=$OUT/runs; mkdir -p "$R" /tmp/mnist
+[ -d .mnist ] && cp -n .mnist/* /tmp/mnist/
+if [ -f .gpu/gpu-stack-install ]; then
+  bash .gpu/gpu-stack-install > "$OUT/install.log" 2>&1; rc=$?
+  # 3: RAPIDS or FAISS parts still on their way; the base alone is usable meanwhile
+  [ $rc -eq 0 ] || [ $rc -eq 3 ] || { cat "$OUT/install.log"; exit 1; }
+  tail -1 "$OUT/install.log"
+fi
+if [ ! -f /tmp/gpu-stack.env ] && [ -f /tmp/gpu-parts/base.done ]; then  # base only, for now
+  echo "import site; site.addsitedir('/tmp/gpu-site')" > "$(python3 -c 'import site; print(site.getsitepackages()[0])')/zz-gpu-stack.pth"
+  echo 'export PYTHONPATH=/tmp/gpu-pre${PYTHONPATH:+:$PYTHONPATH}' > /tmp/gpu-stack.env
+fi
+source /tmp/gpu-stack.env
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export MGPU_DASK_DATA_DIR=/tmp/mnist MGPU_DASK_TEST_MNIST_DIR=/tmp/mnist
+log() { echo "== $*" | tee -a "$OUT/summary.log"; }
+cli() {  # name, then the CLI's arguments: its JSON as $R/name.json, its output as name.log
+  local name=$1; shift
+  log "$name: python -m mgpu_dask.run $*"
+  timeout ${LIMIT:-280} python3 -m mgpu_dask.run "$@" --json "$R/$name.json" > "$R/$name.log" 2>&1
+  grep -E "^accuracy|^warm|^error|^note|^model" "$R/$name.log" | cut -c1-300 | tee -a "$OUT/summary.log"
+}
+nvidia-smi -L | tee -a "$OUT/summary.log"
+for phase in ${PHASE:-none}; do
+case "$phase" in
+tests)
+  log "pytest -m gpu tests/ (${TAG:-base})"
+  timeout ${LIMIT:-560} python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests${TAG:-}.log" 2>&1
+  grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
+  ;;
+ab)
+  for i in $(seq ${ROUNDS:-2}); do for code in ${ORDER:-old new}; do
+    path=$PYTHONPATH; [ "$code" = old ] && path=$PWD/.ab:$PYTHONPATH
+    for task in knn logreg; do
+      PYTHONPATH=$path cli "ab_${task}_${code}_$i" $task --workers 1 --repeats 10 --quiet
+    done
+  done; done
+  ;;
+tables)
+  for f in ${FRACTIONS:-1 4}; do for task in knn logreg; do
+    LIMIT=400 cli "table_${task}_f$f" $task --backend all --workers 1 --fraction $f \
+      --repeats ${REPEATS:-3} --quiet
+  done; done
+  ;;
+runs)
+  for f in ${FRACTIONS:-1 4}; do
+    cli "knn_f$f" knn --workers 1 --fraction $f --repeats 10 --quiet
+    cli "logreg_f$f" logreg --workers 1 --fraction $f --repeats 5 --quiet
+  done
+  cli knn_deformed knn --dataset mnist-deformed --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet
+  cli logreg_deformed logreg --dataset mnist-deformed --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet
+  ;;
+none) ;;
+*) log "unknown phase $phase"; exit 2 ;;
+esac
+done
+tar czf "$OUT/runs.tgz" -C "$OUT" runs

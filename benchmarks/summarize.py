@@ -1,0 +1,87 @@
+"""The results of a device call (``benchmarks/device.sh``) as committed JSON, and tables.
+
+usage: python benchmarks/summarize.py RUNS_DIR OUT_DIR --commit SHA --made-by "PHASE=..."
+
+Each CLI JSON of RUNS_DIR is copied to OUT_DIR with the commit it ran and the
+device call that made it added; ``summary.json`` holds, per file, the figures
+the README cites (warm medians, accuracy, what ran), and the A/B ratios where
+``ab_*`` files are present.  The tables print as Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def figures(result: dict[str, Any]) -> dict[str, Any]:
+    """What one CLI result says in a table cell."""
+    if "backends" in result:  # --backend ...: one row per backend
+        return {"task": result["task"], "n_train": result["n_train"], "n_test": result["n_test"],
+                "rows": {r["backend"]: {k: r.get(k) for k in
+                                        ("status", "accuracy", "warm", "warm_total", "timed",
+                                         "differ_from_sklearn", "note")}
+                         for r in result["backends"]}}
+    warm = result.get("warm_predict_median", result.get("warm_fit_predict_median"))
+    return {"task": result["task"], "n_train": result["n_train"], "n_test": result["n_test"],
+            "accuracy": result["accuracy"], "warm_seconds": warm,
+            "precision": result.get("precision"), "cold": result.get("cold"),
+            "warm_phases": result.get("warm")}
+
+
+def ab_ratios(summary: dict[str, Any]) -> dict[str, Any]:
+    """Median warm seconds of the older and the newer code per task, and their ratio."""
+    out = {}
+    for task in ("knn", "logreg"):
+        times = {code: [v["warm_seconds"] for k, v in summary.items()
+                        if k.startswith(f"ab_{task}_{code}_")] for code in ("old", "new")}
+        if times["old"] and times["new"]:
+            old, new = statistics.median(times["old"]), statistics.median(times["new"])
+            out[task] = {"old_seconds": times["old"], "new_seconds": times["new"],
+                         "old_median": old, "new_median": new, "new_over_old": new / old}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--made-by", required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {}
+    machine = None
+    for path in sorted(args.runs.glob("*.json")):
+        result = json.loads(path.read_text())
+        result.update(commit=args.commit, made_by=args.made_by)
+        (args.out / path.name).write_text(json.dumps(result, indent=2) + "\n")
+        summary[path.stem] = {"command": result.get("command"), **figures(result)}
+        machine = machine or result.get("machine")
+    payload = {"machine": machine, "commit": args.commit, "made_by": args.made_by,
+               "runs": summary, "ab": ab_ratios(summary)}
+    (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
+    for name, s in summary.items():
+        if "rows" in s:
+            print(f"\n{name}: {s['task']}, train {s['n_train']}\n")
+            print("| backend | accuracy | warm fit | warm predict | timed |")
+            print("|---|---|---|---|---|")
+            for backend, r in s["rows"].items():
+                if r["status"] != "ok":
+                    print(f"| {backend} | {r['status']} | | | |")
+                    continue
+                print(f"| {backend} | {r['accuracy']:.4f} | {1e3 * r['warm']['fit']:.1f} ms | "
+                      f"{1e3 * r['warm']['predict']:.1f} ms | {r.get('timed') or ''} |")
+        else:
+            print(f"{name}: {s['task']} accuracy {s['accuracy']:.4f}, warm "
+                  f"{1e3 * s['warm_seconds']:.1f} ms ({s['precision']})")
+    for task, r in payload["ab"].items():
+        print(f"A/B {task}: old {1e3 * r['old_median']:.1f} ms, new {1e3 * r['new_median']:.1f} ms"
+              f" ({r['new_over_old']:.3f}x)")
+
+
+if __name__ == "__main__":
+    main()

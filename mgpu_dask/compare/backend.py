@@ -1,0 +1,110 @@
+"""The interface every comparison backend implements, and what they share."""
+
+
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..config.environment import is_installed
+
+BACKENDS = ("numba", "cupy", "cuda-c", "cuml", "cuml-single", "cuvs", "sklearn", "torch",
+            "torch-script")
+
+
+class BackendSkipped(Exception):
+    """A backend declines this run (e.g. too large for the CPU reference); says why."""
+
+
+class BackendRun(NamedTuple):
+    """What every backend gets: the same split, cluster and options."""
+
+    parts: Any              # data.Split (host arrays; X_train a dask array when generated)
+    client: Any             # distributed.Client or None
+    device: str             # "gpu" or "cpu"
+    options: dict[str, Any]
+    timeout: float
+
+
+def unavailable(name: str, device: str) -> str | None:
+    """Why backend ``name`` cannot run on ``device`` here, or None when it can."""
+    if name not in BACKENDS:
+        return f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}"
+    if name in ("cupy", "cuda-c", "cuml", "cuml-single", "cuvs") and device != "gpu":
+        return f"{name} needs GPU workers (this run is on CPU)"
+    if name in ("cupy", "cuda-c") and not is_installed("cupy"):
+        return "CuPy is not installed (pip install 'mgpu-dask[cuda13]')"
+    if name in ("cuml", "cuml-single") and not is_installed("cuml"):
+        return "cuML is not installed (pip install 'mgpu-dask[rapids13]')"
+    if name == "cuvs" and not is_installed("cuvs"):
+        return "cuVS is not installed (pip install 'mgpu-dask[rapids13]')"
+    if name in ("torch", "torch-script") and not is_installed("torch"):
+        return "PyTorch is not installed (pip install 'mgpu-dask[torch]')"
+    return None
+
+
+MODULES = {"numba": "ours", "cupy": "cupy", "cuda-c": "cuda_c", "cuml": "cuml",
+           "cuml-single": "cuml_single", "cuvs": "cuvs", "sklearn": "sklearn", "torch": "torch",
+           "torch-script": "torch_script"}
+"""The module of each backend, in this package."""
+
+
+def module(name: str) -> Any:
+    """The module implementing backend ``name``."""
+    import importlib
+
+    return importlib.import_module(f".{MODULES[name]}", __package__)
+
+
+def _block_max(block: Any) -> Any:
+    import numpy as np
+
+    return np.array([float(block.max())]) if block.size else np.zeros(1)
+
+
+def pixel_scale(X: Any) -> float:
+    """``1 / max(X)`` (at least 1): pixels to [0, 1], for host or worker-resident rows."""
+    import numpy as np
+
+    from ..parallel import placement
+    from ..parallel.inputs import active_client, to_host
+
+    if isinstance(X, np.ndarray):
+        return 1.0 / max(1.0, float(X.max()))
+    tops = placement.map_blocks(active_client(), _block_max, X, name=placement.fresh_name("max"),
+                                chunks=((1,) * X.numblocks[0],), meta=np.empty(0))
+    return 1.0 / max(1.0, float(to_host(tops).max()))
+
+
+def train_labels(run: BackendRun, X: Any, dtype: Any) -> Any:
+    """The training labels on the workers, each block with its rows of ``X``."""
+    from ..data import shard
+
+    return shard(run.parts.y_train, run.client, dtype=dtype, timeout=run.timeout, like=X)
+
+
+def converted_note(run: BackendRun, dtype: str = "float32") -> str | None:
+    """What a backend that computes in ``dtype`` says when ``--dtype`` asked for another."""
+    asked = run.options.get("dtype")
+    return f"rows converted to {dtype} (--dtype {asked})" if asked and asked != dtype else None
+
+
+def join_notes(*notes: str | None) -> str | None:
+    return "; ".join(n for n in notes if n) or None
+
+
+def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:
+    """One cold and ``repeats`` warm (fit, predict) timings with the accuracy of each, and
+    the last repetition's host predictions (``predictions``: compared, never written)."""
+    rows = []
+    for _ in range(1 + max(1, int(run.options.get("repeats", 1)))):
+        started = time.perf_counter()
+        model = fit()
+        fitted = time.perf_counter()
+        pred = predict(model)
+        done = time.perf_counter()
+        rows.append({"fit": fitted - started, "predict": done - fitted,
+                     "accuracy": float((pred == run.parts.y_test).mean())})
+    return {"cold": rows[0], "warm": rows[1:], "predictions": np.asarray(pred)}

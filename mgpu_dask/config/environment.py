@@ -1,0 +1,159 @@
+"""What this machine has: optional packages and GPUs, found without a CUDA context.
+
+The client process must not create a CUDA context before dask-cuda's workers
+start (each worker pins its own GPU through ``CUDA_VISIBLE_DEVICES``), so GPU
+counting here goes through NVML or ``nvidia-smi``, never through CUDA itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+import shutil
+import subprocess
+from types import ModuleType
+from typing import NamedTuple
+
+
+class GPU(NamedTuple):
+    index: int
+    name: str
+    memory_bytes: int
+
+
+def optional_import(name: str) -> ModuleType | None:
+    """Import ``name`` or return ``None`` when it (or what it needs) is missing."""
+    try:
+        return importlib.import_module(name)
+    except Exception:  # a broken optional stack counts as missing, by design
+        return None
+
+
+UNUSED_BY_DASK_ARRAY = ("xarray",)
+"""Optional libraries that ``dask.array`` imports when installed and our processes never
+use: dask.array.core imports xarray (and with it pandas) only for ``da.from_array`` of a
+dask-backed ``DataArray``; that import is about half a second of a cold run's client
+and again of its worker fork server."""
+
+
+def import_dask_array() -> None:
+    """Import ``dask.array`` without the libraries of ``UNUSED_BY_DASK_ARRAY``, for the
+    processes that are ours alone: the CLI's and the worker fork server's.
+
+    They count as absent only during this import (so a later ``import xarray`` works
+    as usual); where one is imported already, nothing changes.  The one thing it
+    loses is ``da.from_array``'s shortcut for dask-backed xarray objects.
+    """
+    import sys
+
+    if "dask.array" in sys.modules:
+        return
+    hidden = [name for name in UNUSED_BY_DASK_ARRAY if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        importlib.import_module("dask.array")
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
+def is_installed(name: str) -> bool:
+    """True when a top-level package can be found, without importing it."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _visible_filter(gpus: list[GPU]) -> list[GPU]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return gpus
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    keep = []
+    for token in wanted:
+        if token.isdigit() and int(token) < len(gpus):
+            keep.append(gpus[int(token)])
+    return keep
+
+
+def _gpus_from_nvml() -> list[GPU] | None:
+    pynvml = optional_import("pynvml")
+    if pynvml is None:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            name = name.decode() if isinstance(name, bytes) else name
+            memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+            gpus.append(GPU(i, name, memory))
+        return gpus
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _gpus_from_nvidia_smi() -> list[GPU]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit():
+            gpus.append(GPU(int(parts[0]), parts[1], int(float(parts[2])) * 2**20))
+    return gpus
+
+
+@functools.lru_cache(maxsize=1)
+def visible_gpus() -> tuple[GPU, ...]:
+    """The GPUs this process may use, honouring ``CUDA_VISIBLE_DEVICES``."""
+    if os.environ.get("MGPU_DASK_FORCE_CPU"):
+        return ()
+    gpus = _gpus_from_nvml()
+    if gpus is None:
+        gpus = _gpus_from_nvidia_smi()
+    return tuple(_visible_filter(gpus))
+
+
+def gpu_count() -> int:
+    return len(visible_gpus())
+
+
+def has_gpu() -> bool:
+    """True when an NVIDIA GPU is visible and CuPy plus a CUDA Numba can be found."""
+    return gpu_count() > 0 and is_installed("cupy")
+
+
+def nvlink_topology() -> str | None:
+    """``nvidia-smi topo -m`` as text, or ``None`` where it cannot be read."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        return subprocess.run(
+            [exe, "topo", "-m"], capture_output=True, text=True, timeout=20, check=True
+        ).stdout.rstrip()
+    except (OSError, subprocess.SubprocessError):
+        return None

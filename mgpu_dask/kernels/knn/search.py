@@ -1,0 +1,310 @@
+"""The k nearest training rows of a query block: tile products folded into a running
+top-k, then the exact re-rank where keys are approximate.
+
+:func:`local_candidates` is the whole search on one worker's training block.
+On a GPU the tile loop (one cuBLAS product and one scan per tile) runs on its
+own stream and is captured once as a CUDA graph; each later search of the
+same size replays it with one launch.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..launch import Launcher, array_module, capture_allowed, on_gpu
+from . import precision as precisions
+from .distances import INT_MAX, MAX_K, _cuda_target, refine
+from .operands import operand_dtype, padded_shape, prepare_queries
+from .product import TileProduct
+
+
+def _pack(xp: Any, sq: Any, columns: Any, labels: Any, index: Any) -> Any:
+    """Candidates as float64 ``(m, k, 3)``: squared distance, training index, label."""
+    valid = columns != INT_MAX
+    safe = xp.where(valid, columns, 0)
+    out = xp.empty(columns.shape + (3,), dtype=np.float64)
+    out[..., 0] = xp.where(valid, sq, np.inf)
+    out[..., 1] = xp.where(valid, index[safe], -1)
+    out[..., 2] = xp.where(valid, labels[safe], 0)
+    return out
+
+
+_L2_BYTES: dict[int, int] = {}
+# Product tile on a GPU: 8192 training columns and eight times the L2 cache in
+# all.  Past the L2 size the product's efficiency gains more than the scan
+# loses (the measurements: docs/performance-history.md, "KNN tile shape").
+TILE_COLS = {"gpu": 8192, "cpu": 2048}
+TILE_L2_SHARE = 8.0
+
+
+def _tile_shape(m_pad: int, n_pad: int, gpu: bool, tile_bytes: int | None) -> tuple[int, int]:
+    """Query rows and training columns per product tile (a small multiple of the L2 cache)."""
+    if gpu:
+        import cupy
+
+        device = cupy.cuda.Device().id
+        if device not in _L2_BYTES:
+            _L2_BYTES[device] = int(cupy.cuda.Device().attributes.get("L2CacheSize", 40 << 20))
+        budget = int(_L2_BYTES[device] * TILE_L2_SHARE)
+        tn = min(n_pad, TILE_COLS["gpu"])
+    else:
+        budget, tn = 8 << 20, min(n_pad, TILE_COLS["cpu"])
+    if tile_bytes:
+        budget = min(budget, int(tile_bytes))
+    tq = max(16, min(m_pad, budget // (4 * tn) // 16 * 16))
+    return tq, tn
+
+
+class Scan:
+    """Running top-K of every query row over the product tiles (see ``cuda_kernels.scan_tile``)."""
+
+    def __init__(self, m: int, K: int, xp: Any, cuda: bool, G: Any, alpha: float,
+                 norms: Any, use_norms: bool, n_valid: int) -> None:
+        self.keys = xp.full((m, K), np.inf, dtype=np.float64)
+        self.cols = xp.full((m, K), INT_MAX, dtype=np.int32)
+        self.cuda, self.K = cuda, K
+        self.args = [G, 1, 0, 1, float(alpha), norms, int(use_norms), 0, int(n_valid), 0,
+                     self.keys, self.cols, K]
+        if cuda:
+            from . import cuda as cuda_kernels
+
+            stream = None
+            if on_gpu(G):
+                import cupy
+
+                stream = cupy.cuda.get_current_stream()
+            kernel, threads = ((cuda_kernels.scan_tile, cuda_kernels.ROW_THREADS) if K <= cuda_kernels.SCAN_K
+                               else (cuda_kernels.scan_tile_long, cuda_kernels.LONG_THREADS))
+            self._launch = Launcher(kernel, self.args, threads, stream)
+
+    def __call__(self, nrows: int, ncols: int, row0: int, col0: int) -> None:
+        if nrows <= 0:
+            return
+        if not self.cuda:
+            from . import cpu as cpu_kernels
+
+            a = self.args
+            cpu_kernels.scan_tile(a[0], ncols, nrows, ncols, a[4], a[5], a[6], col0, a[8], row0,
+                              a[10], a[11], a[12])
+            return
+        for i, value in ((1, ncols), (2, nrows), (3, ncols), (7, col0), (9, row0)):
+            self._launch.set(i, value)
+        self._launch(nrows)
+
+
+class TileLoop:
+    """The product-and-scan loop over every tile, for one training block and m query rows.
+
+    Its buffers (the padded query operand, the product tile, the running
+    lists) are made once and kept with the training block, so a repeated
+    predict of the same size allocates nothing.  On a GPU the loop runs on
+    its own stream and its launches (one cuBLAS product and one scan per
+    tile) are captured once as a CUDA graph: each later predict replays the
+    whole loop with one launch instead of two Python-issued launches per tile.
+    """
+
+    def __init__(self, train: Any, m: int, K: int, cuda: bool, tile_bytes: int | None) -> None:
+        xp = array_module(train.norms)
+        self.gpu = on_gpu(train.norms)
+        self.m, self.K, self.train = m, K, train
+        self.stream = None
+        if self.gpu:
+            import cupy
+
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+        direct = train.method == "direct"
+        with self.on_stream():
+            if direct:
+                self.q = xp.zeros((m, train.d), dtype=np.float32)
+            else:
+                self.q = xp.zeros(padded_shape(m, train.d),
+                                  dtype=operand_dtype(train.precision, self.gpu))
+            tq, tn = _tile_shape(self.q.shape[0], train.operand.shape[0], self.gpu, tile_bytes)
+            self.tiles = (tq, tn)
+            self.product = TileProduct(self.q, train, tq * tn)
+            self.scan = Scan(m, K, xp, cuda, self.product.out, 1.0 if direct else -2.0,
+                             train.norms, not direct, train.n)
+        self.graph = None
+        self.graph_note = None
+        if self.gpu and cuda:
+            if capture_allowed():
+                self._capture()
+            else:
+                self.graph_note = "not captured: UCX's threads make CUDA calls in this process"
+
+    def follow(self) -> None:
+        """Make the loop's stream wait for the work already queued on the caller's stream."""
+        if self.stream is not None:
+            import cupy
+
+            self.stream.wait_event(cupy.cuda.get_current_stream().record())
+
+    def on_stream(self) -> Any:
+        """A context in which CuPy work goes to this loop's stream (no-op on a CPU)."""
+        import contextlib
+
+        return self.stream if self.stream is not None else contextlib.nullcontext()
+
+    def _tiles(self) -> None:
+        tq, tn = self.tiles
+        m_pad, n_pad, m = self.q.shape[0], self.train.operand.shape[0], self.m
+        for q0 in range(0, m, tq):
+            nq = min(tq, m_pad - q0)
+            for t0 in range(0, self.train.n, tn):
+                nt = min(tn, n_pad - t0)
+                self.product(q0, nq, t0, nt)
+                self.scan(min(nq, m - q0), nt, q0, t0)
+
+    def _capture(self) -> None:
+        try:
+            with self.stream:
+                self.stream.begin_capture()
+                try:
+                    self._tiles()
+                finally:
+                    graph = self.stream.end_capture()
+            self.graph = graph
+        except Exception as exc:  # a CuPy or driver that cannot capture: launch per tile
+            self.graph_note = f"{type(exc).__name__}: {exc}"
+
+    def __call__(self, Q: Any) -> Any:
+        """Prepare ``Q`` into the loop's buffer and run every tile; returns the prepared queries."""
+        queries = prepare_queries(Q, self.train, out=self.q)
+        self.scan.keys.fill(np.inf)
+        self.scan.cols.fill(INT_MAX)
+        if self.graph is not None:
+            self.graph.launch(self.stream)
+        else:
+            self._tiles()
+        return queries
+
+
+_LOOPS_LOCK = threading.Lock()
+
+
+def _tile_loop(train: Any, m: int, K: int, cuda: bool, tile_bytes: int | None) -> TileLoop:
+    """The training block's tile loop for this size and thread, made on first use.
+
+    One per thread: threads of a worker (or of the local scheduler) search
+    different query blocks at once, and a loop's buffers serve one at a time.
+    The eight most recently used are kept.
+    """
+    key = (m, K, cuda, tile_bytes, threading.get_ident())
+    with _LOOPS_LOCK:
+        loop = train.loops.pop(key, None)
+    if loop is None:
+        loop = TileLoop(train, m, K, cuda, tile_bytes)
+    with _LOOPS_LOCK:
+        train.loops[key] = loop  # most recently used last
+        while len(train.loops) > 8:
+            train.loops.pop(next(iter(train.loops)))
+    return loop
+
+
+def smallest(keys: Any, K: int, *, tile_cols: int | None = None,
+             target: str | None = None) -> tuple[Any, Any]:
+    """The K smallest entries of every row of a key matrix (ascending, ties by the
+    smaller column), scanned in column tiles of ``tile_cols`` as the product tiles are."""
+    if not 1 <= K <= MAX_K:
+        raise ValueError(f"K={K} must be between 1 and {MAX_K}")
+    xp = array_module(keys)
+    m, n = keys.shape
+    tile_cols = tile_cols or n
+    buffer = xp.empty(m * tile_cols, dtype=keys.dtype)
+    scan = Scan(m, K, xp, _cuda_target(keys, target), buffer, 1.0, buffer, False, n)
+    for col0 in range(0, n, tile_cols):
+        width = min(tile_cols, n - col0)
+        buffer[:m * width] = xp.ascontiguousarray(keys[:, col0:col0 + width]).ravel()
+        scan(m, width, 0, col0)
+    return scan.keys, scan.cols
+
+
+def _recompute_exact(Qx: Any, T: Any, K: int, cuda: bool) -> tuple[Any, Any]:
+    """Keys in float64 against every training row, for the rows a bound did not certify."""
+    T64 = T.astype(np.float64)
+    keys = (T64 * T64).sum(axis=1)[None, :] - 2.0 * (Qx.astype(np.float64) @ T64.T)
+    return smallest(keys, K, target="cuda" if cuda else "cpu")
+
+
+def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, margin: int = 8,
+                     tile_bytes: int | None = None, target: str | None = None,
+                     stats: dict | None = None) -> Any:
+    """The k nearest training rows of every query row, as packed candidates.
+
+    Parameters
+    ----------
+    Q : array of shape (m, d)
+        Query rows, in any dtype the training block accepts (uint8 pixels stay uint8).
+    train : operands.TrainBlock
+        This worker's training rows, prepared by ``operands.prepare_train``.
+    labels : array of shape (n,)
+        Their labels.
+    index : array of shape (n,)
+        Their global row numbers (int64), reported in the candidates.
+    k : int
+        Neighbours per query.
+    margin : int, default 8
+        Extra candidates for the exact re-rank where keys are approximate.
+    tile_bytes : int or None
+        Cap on one product tile (default: eight times the GPU's L2, 8 MiB on a CPU).
+    target : {None, "cuda", "cpu"}
+        Kernel family for the scan and re-rank; None follows the array type.
+    stats : dict or None
+        Filled with ``rows_recomputed`` (rows whose approximate ranking the
+        error bound did not certify, recomputed in float64).
+
+    Returns
+    -------
+    array of shape (m, k, 3), float64
+        ``[squared distance, global index, label]``, nearest first; missing
+        neighbours (fewer than k rows here) are ``[inf, -1, 0]``.
+    """
+    xp = array_module(train.norms)
+    m, n = int(Q.shape[0]), train.n
+    out = xp.empty((m, k, 3), dtype=np.float64)
+    if stats is not None:
+        stats["rows_recomputed"] = 0
+    if n == 0 or m == 0:
+        out[..., 0], out[..., 1], out[..., 2] = np.inf, -1, 0
+        return out
+    cuda = _cuda_target(train.norms, target)
+    exact = train.rows is None
+    K = min(MAX_K, k if exact else k + max(0, margin), n)
+    loop = _tile_loop(train, m, K, cuda, tile_bytes)
+    loop.follow()
+    with loop.on_stream():
+        queries = loop(Q)
+        keys, cols = loop.scan.keys, loop.scan.cols
+        if exact:
+            sq = keys[:, :k] + queries.norms[:, None]
+            cols = cols[:, :k]
+        else:
+            sq, cols = refine(queries.exact, train.rows, cols, min(k, K), target=target)
+            kept = keys[:, K - 1]
+            bound = precisions.error_bound(train.precision, train.d, xp.sqrt(queries.norms),
+                                           train.t_max, train.method, train.eight_bit)
+            doubtful = (K < n) & ~(kept - bound > sq[:, min(k, K) - 1] - queries.norms)
+            rows = xp.nonzero(doubtful)[0]
+            if rows.size:
+                keys64, cols64 = _recompute_exact(queries.exact[rows], train.rows, K, cuda)
+                sq_r, cols_r = refine(queries.exact[rows], train.rows, cols64, min(k, K),
+                                      target=target)
+                sq[rows], cols[rows] = sq_r, cols_r
+                if stats is not None:
+                    stats["rows_recomputed"] = int(rows.size)
+        if sq.shape[1] < k:  # fewer training rows here than k: pad with "no neighbour"
+            pad = k - sq.shape[1]
+            sq = xp.concatenate([sq, xp.full((m, pad), np.inf)], axis=1)
+            cols = xp.concatenate([cols, xp.full((m, pad), INT_MAX, dtype=np.int32)], axis=1)
+        out[...] = _pack(xp, sq, cols, labels, index)
+    if loop.stream is not None:  # the caller's stream knows nothing of the loop's
+        loop.stream.synchronize()
+    if stats is not None:
+        stats["graph"] = loop.graph is not None
+        stats["graph_note"] = loop.graph_note
+    return out
+
+

@@ -1,0 +1,400 @@
+"""Numba CUDA kernels of the device-resident L-BFGS (float64 vectors).
+
+The point ``x``, the gradient ``g``, the direction ``p``, the gradient at the
+trial point ``gt`` and the curvature pairs (rows of ``S`` and ``Y``, a ring
+of ``memory`` rows; ``rho[i] = 1 / s_i.y_i``) live on the GPU.  So do the
+scalars the host decides on, in ``scal`` (indices below): one small copy to
+the host per iteration is all the loop reads.
+
+* A proposal is three launches over many blocks: :func:`dots` (``g`` against
+  every stored ``s`` and ``y`` and itself), :func:`direction` (the two-loop
+  recursion from those products and the pairs' Gram matrices ``SY``/``YY``,
+  then ``p = -H g``) and :func:`trial` (the slope along ``p``, the first
+  trial step, and the trial point written as the float32 parameters the
+  evaluation reads).
+* :func:`set_trial`: the trial point at a step the host chose (line search).
+* :func:`finish`: sums the shards' partial gradients and losses into the
+  objective (mean cross-entropy plus the L2 penalty on the coefficients,
+  the intercept unpenalised) at the trial point, and, by ``mode``: keeps it
+  as the start point (INIT), keeps it when both strong-Wolfe conditions hold
+  (AUTO), only reports value and slope (PROBE), or keeps the last probed
+  point (COMMIT).  Keeping a point stores the new curvature pair;
+  :func:`gram_parts` and :func:`gram_sum` then add its products with the
+  other pairs to ``SY`` and ``YY``.
+* :func:`forget`: drops the curvature pairs.
+* :func:`arm`: lets the next proposals run (see "Running ahead").
+
+Running ahead: the host may queue several iterations (``arm``, then
+a proposal, the evaluation and ``finish(AUTO)`` n times) and read the scalars once.
+``finish(AUTO)`` clears ``scal[ACTIVE]`` when its step is not kept (the host's
+line search takes over from there) or when a stopping rule holds (largest
+gradient entry at most ``scal[GTOL]``, relative decrease at most
+``scal[FTOL]``); while it is clear, the proposal's kernels and
+``finish(AUTO)`` return at once, so the iterations queued behind change
+nothing.  ``scal[DONE]`` counts
+the steps kept since ``arm``.
+
+The recursion's products are independent, so they are taken over many
+blocks at once and the recursion itself is scalar work (in one block it
+would be a chain of dependent sweeps, each waiting on memory in one SM).
+``finish`` (three sweeps) runs in one block: each thread owns the entries
+``j = tid (mod threads)`` and needs no barrier but the block reductions.  No
+warp shuffles: the kernels also run in the CUDA simulator.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32, float64, int32
+
+from ..blocks import block_max, block_sum
+from .rules import acceptable, first_step
+
+THREADS = 512      # threads of the one block (a power of 2; fewer in the simulator)
+SWEEP = 256        # threads per block of the many-block kernels (a power of 2)
+MAX_CHUNKS = 64    # blocks along a vector in those kernels
+MAX_MEMORY = 32    # curvature pairs at most
+VECS = 65          # 2 * MAX_MEMORY + 1 (literal: Numba needs constant shared shapes)
+GRAM = 1024        # MAX_MEMORY ** 2
+
+# Indices into ``scal``.
+(F, F_PREV, SLOPE0, STEP, VALUE, SLOPE, STATUS, GMAX, DECREASE, PAIRS, HEAD,
+ ACTIVE, DONE, GTOL, FTOL, STORED) = range(16)
+N_SCALARS = 16  # the host copies all of them once per look
+# Modes of ``finish``.
+INIT, AUTO, PROBE, COMMIT = 0, 1, 2, 3
+# Values of ``scal[STATUS]`` (the host loop's ACCEPTED, SEARCH, NOT_DESCENT).
+ACCEPTED, SEARCH, NOT_DESCENT = 0, 1, 2
+
+
+@cuda.jit(device=True, inline=True)
+def _slot(head, age, memory):
+    """Ring slot of the pair ``age`` steps old (0: the newest)."""
+    return (head - 1 - age + memory) % memory
+
+
+@cuda.jit(cache=True)
+def dots(S, Y, g, scal, parts):
+    """Partial products of ``g`` with every stored ``s`` and ``y`` and itself, per chunk.
+
+    Block ``v * chunks + c`` sums vector ``v`` (``s`` of age v for v < pairs,
+    then ``y`` of age v - pairs, then ``g``) against ``g`` over chunk ``c``
+    into ``parts[v, c]``.
+    """
+    if scal[ACTIVE] == 0.0:
+        return
+    chunks = parts.shape[1]
+    v = cuda.blockIdx.x // chunks
+    c = cuda.blockIdx.x % chunks
+    pairs = int32(scal[PAIRS])
+    if v > 2 * pairs:
+        return
+    memory = S.shape[0]
+    head = int32(scal[HEAD])
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    sh = cuda.shared.array(SWEEP, float64)
+    part = float64(0.0)
+    if v == 2 * pairs:
+        for j in range(c * nt + tid, g.shape[0], chunks * nt):
+            part += g[j] * g[j]
+    elif v < pairs:
+        idx = _slot(head, v, memory)
+        for j in range(c * nt + tid, g.shape[0], chunks * nt):
+            part += S[idx, j] * g[j]
+    else:
+        idx = _slot(head, v - pairs, memory)
+        for j in range(c * nt + tid, g.shape[0], chunks * nt):
+            part += Y[idx, j] * g[j]
+    total = block_sum(part, sh)
+    if tid == 0:
+        parts[v, c] = total
+
+
+@cuda.jit(cache=True)
+def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
+    """``p = -H g`` over chunk ``c`` (block ``c``), and its chunk of ``g . p`` in ``pparts[c]``.
+
+    The two-loop recursion needs, besides ``g``, only products of vectors:
+    ``s_i . g``, ``y_i . g`` (``dots``) and the pairs' ``s_i . y_j`` and
+    ``y_i . y_j`` (``SY``, ``YY``, kept by ``gram_parts``/``gram_sum``), so its
+    scalars (alpha_i, beta_i) come from a few hundred flops on one thread;
+    every block does them (reading the same sums in the same order) and then
+    writes ``p = -gamma g + sum gamma alpha_i y_i - sum (alpha_i - beta_i) s_i``
+    over its chunk.  The same direction as the usual recursion on vectors,
+    summed in another order.
+    """
+    if scal[ACTIVE] == 0.0:
+        return
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    c = cuda.blockIdx.x
+    chunks = pparts.shape[0]
+    memory = S.shape[0]
+    pairs = int32(scal[PAIRS])
+    head = int32(scal[HEAD])
+    d = cuda.shared.array(VECS, float64)
+    coef = cuda.shared.array(VECS, float64)
+    sy = cuda.shared.array(GRAM, float64)
+    yy = cuda.shared.array(GRAM, float64)
+    sh = cuda.shared.array(SWEEP, float64)
+    for v in range(tid, 2 * pairs + 1, nt):
+        total = float64(0.0)
+        for q in range(chunks):
+            total += parts[v, q]
+        d[v] = total
+    for e in range(tid, pairs * pairs, nt):
+        a = _slot(head, e // pairs, memory)
+        b = _slot(head, e % pairs, memory)
+        sy[e] = SY[a, b]
+        yy[e] = YY[a, b]
+    cuda.syncthreads()
+    if tid == 0:
+        alpha = cuda.local.array(MAX_MEMORY, float64)
+        beta = cuda.local.array(MAX_MEMORY, float64)
+        for i in range(pairs):  # newest first: q_i = g - sum_{j newer} alpha_j y_j
+            t = d[i]
+            for j in range(i):
+                t -= alpha[j] * sy[i * pairs + j]
+            alpha[i] = rho[_slot(head, i, memory)] * t
+        gamma = float64(1.0)
+        if pairs > 0:  # initial Hessian: (s.y / y.y) I of the newest pair
+            gamma = sy[0] / yy[0]
+        for i in range(pairs - 1, -1, -1):  # oldest first
+            t = d[pairs + i]
+            for j in range(pairs):
+                t -= alpha[j] * yy[i * pairs + j]
+            t *= gamma
+            for j in range(i + 1, pairs):
+                t += (alpha[j] - beta[j]) * sy[j * pairs + i]
+            beta[i] = rho[_slot(head, i, memory)] * t
+        for i in range(pairs):
+            coef[i] = beta[i] - alpha[i]
+            coef[pairs + i] = gamma * alpha[i]
+        coef[2 * pairs] = -gamma
+    cuda.syncthreads()
+    part = float64(0.0)
+    for j in range(c * nt + tid, g.shape[0], chunks * nt):
+        pj = coef[2 * pairs] * g[j]
+        for i in range(pairs):
+            idx = _slot(head, i, memory)
+            pj += coef[i] * S[idx, j] + coef[pairs + i] * Y[idx, j]
+        p[j] = pj
+        part += g[j] * pj
+    total = block_sum(part, sh)
+    if tid == 0:
+        pparts[c] = total
+
+
+@cuda.jit(cache=True)
+def trial(x, p, scal, pparts, params):
+    """The slope along ``p``, the first step and the float32 trial parameters (any block count)."""
+    if scal[ACTIVE] == 0.0:
+        return
+    slope0 = float64(0.0)
+    for q in range(pparts.shape[0]):  # every thread sums the chunks in the same order
+        slope0 += pparts[q]
+    step = first_step(scal[F], scal[F_PREV], slope0)
+    nt = cuda.blockDim.x
+    for j in range(cuda.blockIdx.x * nt + cuda.threadIdx.x, x.shape[0], cuda.gridDim.x * nt):
+        params[j] = float32(x[j] + step * p[j])
+    if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
+        scal[SLOPE0] = slope0
+        scal[STEP] = step
+        scal[STATUS] = SEARCH if slope0 < 0 else NOT_DESCENT
+
+
+@cuda.jit(cache=True)
+def gram_parts(S, Y, scal, parts):
+    """After a pair was stored: partial products of its ``s`` and ``y`` with every slot's.
+
+    Block ``v * chunks + c``: kind ``v // memory`` (0: s_new . y_o, 1: s_o . y_new,
+    2: y_new . y_o) for slot ``o = v % memory`` over chunk ``c``.
+    """
+    if scal[STORED] == 0.0:
+        return
+    memory = S.shape[0]
+    chunks = parts.shape[1]
+    v = cuda.blockIdx.x // chunks
+    c = cuda.blockIdx.x % chunks
+    new = _slot(int32(scal[HEAD]), 0, memory)
+    kind = v // memory
+    o = v % memory
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    sh = cuda.shared.array(SWEEP, float64)
+    part = float64(0.0)
+    for j in range(c * nt + tid, S.shape[1], chunks * nt):
+        if kind == 0:
+            part += S[new, j] * Y[o, j]
+        elif kind == 1:
+            part += S[o, j] * Y[new, j]
+        else:
+            part += Y[new, j] * Y[o, j]
+    total = block_sum(part, sh)
+    if tid == 0:
+        parts[v, c] = total
+
+
+@cuda.jit(cache=True)
+def gram_sum(scal, parts, SY, YY):
+    """The new pair's row and column of ``SY`` and ``YY`` from ``gram_parts`` (one block)."""
+    if scal[STORED] == 0.0:
+        return
+    memory = SY.shape[0]
+    new = _slot(int32(scal[HEAD]), 0, memory)
+    for v in range(cuda.threadIdx.x, 3 * memory, cuda.blockDim.x):
+        total = float64(0.0)
+        for q in range(parts.shape[1]):
+            total += parts[v, q]
+        o = v % memory
+        if v < memory:
+            SY[new, o] = total
+        elif v < 2 * memory:
+            SY[o, new] = total
+        else:
+            YY[new, o] = total
+            YY[o, new] = total
+    cuda.syncthreads()  # every thread has read scal[STORED]
+    if cuda.threadIdx.x == 0:
+        scal[STORED] = 0.0
+
+
+@cuda.jit(cache=True)
+def set_trial(x, p, scal, params, step):
+    """Trial parameters ``x + step p`` (float32) at a step the host chose; any grid."""
+    j = cuda.grid(1)
+    if j == 0:
+        scal[STEP] = step
+    if j < x.shape[0]:
+        params[j] = float32(x[j] + step * p[j])
+
+
+@cuda.jit(cache=True)
+def forget(scal):
+    """Drop the curvature pairs (the next direction is steepest descent)."""
+    if cuda.grid(1) == 0:
+        scal[PAIRS] = 0
+        scal[HEAD] = 0
+
+
+@cuda.jit(cache=True)
+def arm(scal, gtol, ftol):
+    """Let the proposals queued next run, with the loop's stopping rules."""
+    if cuda.grid(1) == 0:
+        scal[ACTIVE] = 1.0
+        scal[DONE] = 0.0
+        scal[GTOL] = gtol
+        scal[FTOL] = ftol
+
+
+@cuda.jit(cache=True)
+def finish(parts, psums, x, p, g, gt, S, Y, rho, scal, inv_n, penalty, mode):
+    """Objective and gradient at the trial point from the shards' sums, then as ``mode`` says.
+
+    ``parts[s]``: shard ``s``'s coefficient gradient (rows x classes, flat,
+    float32, unscaled); ``psums[s]``: its intercept gradient and, last, its
+    summed cross-entropy.
+    """
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    m = x.shape[0]
+    dk = parts.shape[1]
+    n_parts = parts.shape[0]
+    k = psums.shape[1] - 1
+    memory = S.shape[0]
+    sh = cuda.shared.array(THREADS, float64)
+    f = scal[F]
+    step = scal[STEP]
+    slope0 = scal[SLOPE0]
+    pairs = int32(scal[PAIRS])
+    head = int32(scal[HEAD])
+    value = scal[VALUE]
+    slope = scal[SLOPE]
+    if mode == AUTO and scal[ACTIVE] == 0.0:  # queued behind a step not kept, or a stop
+        return
+    gtol = scal[GTOL]
+    ftol = scal[FTOL]
+    cuda.syncthreads()  # every thread has read scal before thread 0 writes it
+    if mode != COMMIT:
+        w2 = float64(0.0)
+        gtp = float64(0.0)
+        for j in range(tid, m, nt):
+            xt = x[j] + step * p[j]
+            total = float64(0.0)
+            if j < dk:
+                for s in range(n_parts):
+                    total += float64(parts[s, j])
+                v = total * inv_n + penalty * xt
+                w2 += xt * xt
+            else:
+                for s in range(n_parts):
+                    total += psums[s, j - dk]
+                v = total * inv_n
+            gt[j] = v
+            gtp += v * p[j]
+        loss = float64(0.0)
+        for s in range(n_parts):
+            loss += psums[s, k]
+        value = loss * inv_n + 0.5 * penalty * block_sum(w2, sh)
+        slope = block_sum(gtp, sh)
+    descent = slope0 < 0
+    keep = mode == INIT or mode == COMMIT or (
+        mode == AUTO and descent and acceptable(value, slope, step, f, slope0))
+    status = ACCEPTED if keep else (NOT_DESCENT if mode == AUTO and not descent else SEARCH)
+    if keep and mode == INIT:
+        part = float64(0.0)
+        top = float64(0.0)
+        for j in range(tid, m, nt):
+            g[j] = gt[j]
+            part += gt[j] * gt[j]
+            top = max(top, abs(gt[j]))
+        norm = math.sqrt(block_sum(part, sh))
+        top = block_max(top, sh)
+        if tid == 0:
+            scal[F] = value
+            scal[F_PREV] = value + norm / 2  # first trial step of about unit length
+            scal[GMAX] = top
+            scal[DECREASE] = math.inf
+    elif keep:
+        sy = float64(0.0)
+        yy = float64(0.0)
+        for j in range(tid, m, nt):
+            s_j = step * p[j]
+            y_j = gt[j] - g[j]
+            sy += s_j * y_j
+            yy += y_j * y_j
+        sy = block_sum(sy, sh)
+        yy = block_sum(yy, sh)
+        store = sy > 1e-10 * yy
+        top = float64(0.0)
+        for j in range(tid, m, nt):
+            s_j = step * p[j]
+            if store:
+                S[head, j] = s_j
+                Y[head, j] = gt[j] - g[j]
+            x[j] += s_j
+            g[j] = gt[j]
+            top = max(top, abs(gt[j]))
+        top = block_max(top, sh)
+        if tid == 0:
+            if store:
+                scal[STORED] = 1.0  # gram_parts / gram_sum bring SY and YY up to date
+                rho[head] = 1.0 / sy
+                scal[HEAD] = (head + 1) % memory
+                scal[PAIRS] = min(pairs + 1, memory)
+            decrease = (f - value) / max(abs(f), abs(value), 1.0)
+            scal[F_PREV] = f
+            scal[F] = value
+            scal[GMAX] = top
+            scal[DECREASE] = decrease
+            if mode == AUTO:
+                scal[DONE] += 1.0
+                scal[ACTIVE] = 1.0 if top > gtol and decrease > ftol else 0.0
+    if tid == 0:
+        if mode == AUTO and not keep:
+            scal[ACTIVE] = 0.0
+        scal[VALUE] = value
+        scal[SLOPE] = slope
+        scal[STATUS] = status

@@ -1,0 +1,114 @@
+"""What a KNN fit decides before it places the training rows: the precision of the
+product, and the plan (replicate or shard) from the memory each worker has."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import dask.array as da
+import numpy as np
+from dask.utils import parse_bytes
+
+from .. import config
+from ..exceptions import DataError
+from ..kernels.knn import precision as precisions
+from ..kernels.precision import Precision
+from ..parallel import placement
+from ..parallel import inputs
+from ..parallel.workers import free_gpu_memory, scheduler_workers
+from .layout import block_stats, gpu_capability
+
+
+class Choice(NamedTuple):
+    """How a fit places its training rows, and why."""
+
+    plan: str                    # "replicate" or "shard"
+    precision: Precision         # of the distance product, as it runs
+    precision_note: str | None   # why it is not the one asked for
+    eight_bit: precisions.EightBit
+    memory_budget: int | None    # bytes per worker the plan was chosen against
+
+
+def worker_budget(client: Any, device: str) -> int:
+    """Bytes one worker may use for the training set and scratch (80% of the smallest)."""
+    import psutil
+
+    if client is None:
+        return int(0.8 * psutil.virtual_memory().available)
+    if device == "gpu":
+        return int(0.8 * min(free_gpu_memory(client)))
+    limits = [w.get("memory_limit") or 0 for w in scheduler_workers(client).values()]
+    return int(0.8 * min((x for x in limits if x), default=psutil.virtual_memory().total))
+
+
+def capability(client: Any, device: str) -> tuple[int, int] | None:
+    """The smallest compute capability of the workers' GPUs; None on CPU."""
+    if device != "gpu":
+        return None
+    if client is None:
+        return gpu_capability()
+    return min(client.run(gpu_capability).values())
+
+
+def eight_bit(X: Any) -> precisions.EightBit:
+    """Whether the training rows are 8-bit integers (by dtype, else by their values)."""
+    if X.dtype in (np.uint8, np.int8):
+        return precisions.eight_bit_of(X.dtype)
+    if not isinstance(X, da.Array):
+        return precisions.eight_bit_of(X.dtype, *precisions.eight_bit_stats(inputs.as_numpy(X)))
+    stats = inputs.to_host(placement.map_blocks(inputs.active_client(), block_stats, X,
+                                                name=placement.fresh_name("knn-range"),
+                                                chunks=((1,) * X.numblocks[0], (3,)),
+                                                meta=np.empty((0, 0))))
+    return precisions.eight_bit_of(X.dtype, float(stats[:, 0].min()), float(stats[:, 1].max()),
+                                   bool(stats[:, 2].all()))
+
+
+def bytes_per_value(precision: Precision, exact: bool, method: str) -> int:
+    """Bytes a worker keeps per training value (operand plus exact rows where needed)."""
+    if method == "direct":
+        return 4
+    operand = {Precision.INT8: 1, Precision.BF16: 2}.get(precision, 4)
+    extra = 4 if precision is Precision.BF16 and not exact else 0
+    return operand + extra
+
+
+def choose(X: Any, client: Any, device: str, *, plan: str, precision: str, method: str,
+           memory_budget: int | str | None) -> Choice:
+    """The plan and precision for training rows ``X`` on ``client``'s workers (or here).
+
+    ``plan="auto"`` replicates when the rows fit the per-worker memory budget,
+    except rows already persisted on the workers above
+    ``mgpu-dask.knn.replicate-max-move``: those stay where they are, sharded.
+    A sharded set that does not fit even then is a DataError.
+    """
+    eight = eight_bit(X)
+    requested = Precision.parse(precision)
+    try:
+        chosen, note = precisions.choose(requested, eight.exact, capability(client, device))
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+    if method == "direct" and chosen is not Precision.FP32:
+        if requested is not Precision.AUTO:
+            note = (f"method='direct' computes its differences in float32: precision "
+                    f"{requested} does not apply")
+        chosen = Precision.FP32
+    train_bytes = int(X.shape[0]) * int(X.shape[1]) * bytes_per_value(chosen, eight.exact, method)
+    budget = parse_bytes(memory_budget) if memory_budget else None
+    if plan == "auto":
+        budget = budget or worker_budget(client, device)
+        # Rows already spread over the workers (generated there) stay put
+        # when copying them to every worker would move gigabytes.
+        moving = (isinstance(X, da.Array) and client is not None
+                  and X.nbytes > parse_bytes(config.get("knn.replicate-max-move"))
+                  and placement.locate(client, X) is not None)
+        plan = "replicate" if train_bytes <= budget and not moving else "shard"
+    if plan == "shard" and memory_budget:
+        n_workers = len(scheduler_workers(client)) if client else 1
+        if train_bytes / n_workers > budget:
+            raise DataError(
+                f"the training set ({train_bytes / 2**30:.2f} GiB in {chosen}) does not "
+                f"fit {n_workers} worker(s) x {budget / 2**30:.2f} GiB memory budget even "
+                "when sharded; add workers (GPUs), raise --memory-budget or use a smaller "
+                "--fraction")
+    return Choice(plan, chosen, note, eight, budget)

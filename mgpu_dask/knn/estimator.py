@@ -1,0 +1,359 @@
+"""``KNeighborsClassifier``: brute-force KNN over dask arrays, on GPUs or CPUs.
+
+Block work is done by our kernels (:mod:`mgpu_dask.kernels.knn`: cuBLAS
+products on tensor cores and Numba CUDA kernels around them), the training
+rows are placed by :mod:`.layout` as :mod:`.choices` decides, and the searches
+are the Dask graphs of :mod:`.plans`.  The estimator uses the active
+``distributed`` client when there is one and never creates or stores one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from dask.utils import parse_bytes
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from .. import config
+from ..exceptions import DataError, MgpuDaskError
+from ..kernels.knn import MAX_K
+from ..kernels.knn import precision as precisions
+from ..parallel import inputs
+from ..parallel.inputs import NotFittedError, accuracy, to_host
+from ..parallel.workers import detect_device
+from . import choices, layout, plans
+
+__all__ = ["KNeighborsClassifier", "NotFittedError", "accuracy", "to_host"]
+
+
+class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
+    """k-nearest-neighbour classifier on dask arrays of CuPy or NumPy chunks.
+
+    A scikit-learn estimator (``clone``, ``Pipeline``, ``GridSearchCV``): the
+    answers come back in the type that came in (NumPy in, NumPy out; CuPy in,
+    CuPy out; a dask array in, a dask array out, computed where its blocks
+    live), for labels of any type scikit-learn accepts.  A fitted model
+    pickles with its training rows brought home (while its cluster runs) and
+    places them again on first use; :meth:`to_sklearn` and
+    :meth:`from_sklearn` convert to and from scikit-learn's brute-force
+    ``KNeighborsClassifier``.
+
+    Parameters
+    ----------
+    n_neighbors : int, default 3
+        Neighbours per query, 1 to 64.
+    weights : {"distance", "uniform"}, default "distance"
+        ``"distance"`` weighs each neighbour by 1/d; a query with exact
+        matches (d = 0) is decided by those alone, as in scikit-learn.
+    plan : {"auto", "replicate", "shard"}, default "auto"
+        ``"replicate"`` copies the training set to every worker and shards the
+        queries; ``"shard"`` splits the training set and tree-merges each
+        worker's top-k.  ``"auto"`` replicates when the training set fits the
+        per-worker memory budget, except rows already persisted on the
+        workers above ``mgpu-dask.knn.replicate-max-move`` (2 GiB): those stay
+        where they are, sharded.
+    precision : {"auto", "int8", "bf16", "tf32", "fp32"}, default "auto"
+        Arithmetic of the distance product (``mgpu_dask.kernels.knn_precision``).
+        8-bit integer data (uint8 pixels) are exact in every precision, so
+        ``"auto"`` takes the fastest tensor cores for them (``"bf16"``;
+        ``"int8"`` on a GPU older than Ampere); other data take ``"tf32"``
+        (``"fp32"`` on a CPU or an older GPU), and every precision's
+        ranking is re-ranked in float64 and certified by an error bound, rows
+        it cannot certify recomputed: the neighbours are exact in every
+        precision.  ``"int8"`` on other data is an error; a GPU without the
+        tensor cores a precision needs runs ``"fp32"`` (``precision_note_``).
+    method : {"gemm", "direct"}, default "gemm"
+        Bulk distances by a cuBLAS / BLAS product in ``precision``, or by our
+        tiled Numba difference kernel in float32.
+    margin : int, default 8
+        Extra candidates re-ranked with exact float64 distances where keys are
+        approximate.
+    memory_budget : int, str or None, default None
+        Bytes of training data one worker may hold (``"20GB"``); ``None`` reads
+        80% of the smallest worker's free GPU / host memory.  A training set
+        above it is sharded; one that does not fit even sharded is an error.
+    tile_bytes : int, str or None, default None
+        Largest product tile; ``None`` is eight times the GPU's L2 cache (8 MiB
+        on a CPU): big enough for efficient products, each tile ranked as soon
+        as it is made.
+
+    Attributes
+    ----------
+    classes_ : numpy.ndarray
+        Class labels seen in ``fit``.
+    n_features_in_ : int
+        Features per row seen in ``fit``.
+    feature_names_in_ : numpy.ndarray
+        Column names, when ``fit`` was given a DataFrame with string column names.
+    n_samples_fit_ : int
+        Training rows.
+    plan_ : str
+        The plan chosen in ``fit``.
+    layout_ : mgpu_dask.knn.layout.TrainLayout
+        The placed training rows: which worker holds which prepared block.  It is
+        what the search graphs of :mod:`mgpu_dask.knn.plans` take (the CLI times
+        the search and the vote apart with them).
+    precision_ : Precision
+        The precision the product runs in (a ``str`` enum: ``"bf16"``, ...).
+    precision_note_ : str or None
+        Why ``precision_`` differs from the one asked for.
+    memory_budget_ : int or None
+        Bytes per worker the plan was chosen against (None: not needed).
+    exact_keys_ : bool
+        The product gives exact keys (8-bit data): no re-ranking is needed.
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da
+    >>> X = da.from_array(np.array([[0.0, 0], [1, 1], [9, 9], [10, 10]]), chunks=2)
+    >>> y = da.from_array(np.array([0, 0, 1, 1]), chunks=2)
+    >>> clf = KNeighborsClassifier(n_neighbors=1).fit(X, y)
+    >>> clf.predict(da.from_array(np.array([[0.2, 0.1], [8.0, 9.0]]))).compute()
+    array([0, 1])
+    >>> clf.predict(np.array([[9.5, 9.0]]))  # NumPy in, NumPy out
+    array([1])
+    """
+
+    def __init__(self, n_neighbors: int = 3, *, weights: str = "distance", plan: str = "auto",
+                 precision: str = "auto", method: str = "gemm", margin: int = 8,
+                 memory_budget: int | str | None = None,
+                 tile_bytes: int | str | None = None) -> None:
+        self.n_neighbors = n_neighbors
+        self.weights = weights
+        self.plan = plan
+        self.precision = precision
+        self.method = method
+        self.margin = margin
+        self.memory_budget = memory_budget
+        self.tile_bytes = tile_bytes
+
+    # -- validation ---------------------------------------------------------------------------
+    def _check_params(self, n_rows: int) -> None:
+        k = self.n_neighbors
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise DataError(f"n_neighbors={k!r} must be a positive integer (e.g. 3)")
+        if k > n_rows:
+            raise DataError(f"n_neighbors={k} is larger than n_samples = {n_rows} (the training "
+                            f"rows); use at most {n_rows}")
+        if k > MAX_K:
+            raise DataError(f"n_neighbors={k} exceeds the kernels' limit of {MAX_K}")
+        for name, value, allowed in (("weights", self.weights, ("distance", "uniform")),
+                                     ("plan", self.plan, ("auto", "replicate", "shard")),
+                                     ("precision", self.precision, precisions.PRECISIONS),
+                                     ("method", self.method, ("gemm", "direct"))):
+            if value not in allowed:
+                raise DataError(f"{name}={value!r} must be one of {', '.join(allowed)}")
+
+    def _check_fitted(self) -> None:
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError("this KNeighborsClassifier is not fitted yet; call fit(X, y) "
+                                 "before predict, predict_proba, kneighbors or score")
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "classes_")
+
+    def _as_queries(self, X: Any) -> da.Array:
+        """Checked queries as a dask array (NumPy and CuPy inputs: one block)."""
+        self._check_fitted()
+        X = inputs.predict_inputs(self, X)
+        if not isinstance(X, da.Array):
+            if inputs.kind_of(X) == "cupy" and inputs.active_client() is not None:
+                X = X.get()  # travels in the graph to the GPU workers, like NumPy queries
+            X = da.from_array(X, chunks=(-1, -1))
+        return X.rechunk({1: -1}) if X.numblocks[1] > 1 else X
+
+    @property
+    def _host_classes(self) -> bool:
+        """Labels GPU arrays cannot hold (strings): predictions are codes, mapped on the host."""
+        return not inputs.numeric_classes(self.classes_)
+
+    @property
+    def _classes_out(self) -> np.ndarray | None:
+        """Labels the workers map codes to; None where the codes are the labels themselves."""
+        if self._host_classes or np.array_equal(self.classes_, np.arange(len(self.classes_))):
+            return None
+        return self.classes_
+
+    def _returned(self, result: da.Array, like: Any, codes: bool = False) -> Any:
+        return inputs.returned_like(result, like, self.classes_ if codes else None)
+
+    # -- estimator API ------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any) -> "KNeighborsClassifier":
+        """Store the training set on the workers (replicated or sharded).
+
+        Parameters
+        ----------
+        X : dask.array.Array, cupy.ndarray or array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Class labels of any type scikit-learn accepts (integers, strings, ...).
+
+        Returns
+        -------
+        self
+        """
+        X, labels = inputs.fit_inputs(self, X, y)
+        self._check_params(int(X.shape[0]))
+        self.classes_, encoded = inputs.encode_labels(labels)
+        self._train_source = X
+        self._train_codes = encoded
+        self.n_samples_fit_ = int(X.shape[0])
+        self._place()
+        return self
+
+    def _place(self) -> None:
+        """Put the training rows on the workers (or prepare them here without a client)."""
+        X, encoded = self._train_source, self._train_codes
+        client = inputs.active_client()
+        if isinstance(X, da.Array):
+            device = inputs.device_of(X)
+        elif inputs.kind_of(X) == "cupy":
+            device = "gpu"
+            if client is not None:
+                X = X.get()  # shipped to the workers as NumPy rows, made CuPy there
+        else:
+            device = detect_device(client) if client is not None else "cpu"
+        choice = choices.choose(X, client, device, plan=self.plan, precision=self.precision,
+                                method=self.method, memory_budget=self.memory_budget)
+        eight = choice.eight_bit
+        prep = layout.Prep(choice.precision, eight.exact, eight.shift, self.method)
+        build = layout.replicate_train if choice.plan == "replicate" else layout.shard_train
+        self.layout_ = build(X, encoded, client, device, config.seconds("cluster.compute-timeout"),
+                             prep)
+        self.plan_ = choice.plan
+        self.precision_ = choice.precision
+        self.precision_note_ = choice.precision_note
+        self.memory_budget_ = choice.memory_budget
+        self.exact_keys_ = precisions.is_exact(choice.precision, eight.exact, self.method)
+
+    def _layout(self) -> layout.TrainLayout:
+        """The placed training rows; placed now if this model was unpickled or converted."""
+        if getattr(self, "layout_", None) is None:
+            self._place()
+        return self.layout_
+
+    def _candidates(self, X: Any, n_neighbors: int | None = None,
+                    vote: tuple | None = None) -> da.Array:
+        Q = self._as_queries(X)
+        k = n_neighbors or self.n_neighbors
+        if not 1 <= k <= self.n_samples_fit_:
+            raise DataError(f"n_neighbors={k} must be between 1 and n_samples = "
+                            f"{self.n_samples_fit_}")
+        tile = parse_bytes(self.tile_bytes) if self.tile_bytes is not None else None
+        return plans.candidates(Q, self._layout(), k, margin=self.margin, tile_bytes=tile,
+                                client=inputs.active_client(),
+                                timeout=config.seconds("cluster.compute-timeout"), vote=vote)
+
+    def kneighbors(self, X: Any, n_neighbors: int | None = None,
+                   return_distance: bool = True) -> Any:
+        """Distances (euclidean) and training-row indices of each row's neighbours, nearest first.
+
+        Returned in the type of ``X`` (see the class notes).
+        """
+        cand = self._candidates(X, n_neighbors)
+        indices = self._returned(cand[..., 1].astype(np.int64), X)
+        if not return_distance:
+            return indices
+        return self._returned(da.sqrt(cand[..., 0]), X), indices
+
+    def predict(self, X: Any, *, on_host: bool = False) -> Any:
+        """Predicted class label per row, in the type of ``X``.
+
+        For a dask array with a distributed client the work starts at once,
+        one task per query block on the worker holding it, and the result is
+        a persisted dask array; without a client it is lazy.  NumPy (or any
+        array-like) queries give a NumPy array, CuPy queries a CuPy array
+        (NumPy where the labels are strings).
+
+        Parameters
+        ----------
+        X : dask.array.Array, cupy.ndarray or array-like of shape (n_queries, n_features)
+        on_host : bool, default False
+            For dask queries: NumPy chunks even from GPU workers (copied there, in the same task).
+        """
+        self._check_fitted()
+        vote = (len(self.classes_), self.weights, self._classes_out, on_host)
+        return self._returned(self._candidates(X, vote=vote), X, codes=self._host_classes)
+
+    def predict_proba(self, X: Any) -> Any:
+        """Class probabilities per row, columns ordered as ``classes_``, in the type of ``X``."""
+        cand = self._candidates(X)
+        proba = plans.vote_probabilities(inputs.active_client(), cand, len(self.classes_),
+                                         self.weights, self._layout().device)
+        return self._returned(proba, X)
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Mean accuracy on ``(X, y)`` (weighted by ``sample_weight`` when given)."""
+        pred = self.predict(X, on_host=True)  # NumPy blocks: one Dask stage for dask rows
+        if sample_weight is None:
+            return accuracy(pred, y)
+        from sklearn.metrics import accuracy_score
+
+        return float(accuracy_score(to_host(y), to_host(pred), sample_weight=sample_weight))
+
+    # -- models that travel -------------------------------------------------------------------
+    def _rows_home(self) -> np.ndarray:
+        """The training rows as a NumPy array (gathered from the workers for a dask input)."""
+        X = self._train_source
+        if isinstance(X, da.Array):
+            from distributed import futures_of
+
+            held = futures_of(X)
+            if held and any(f.client.status != "running" for f in held):
+                raise MgpuDaskError(
+                    "this KNeighborsClassifier's training rows live on a cluster that has "
+                    "closed; pickle or convert the model while its cluster runs (the rows "
+                    "then come home), or fit it again")
+            return to_host(X)
+        return inputs.as_numpy(X)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        if "_train_source" in state:  # fitted: rows home, placed again on first use
+            state["_train_source"] = self._rows_home()
+            state["layout_"] = None
+        return state
+
+    def to_sklearn(self) -> Any:
+        """The equivalent fitted ``sklearn.neighbors.KNeighborsClassifier`` (brute force).
+
+        Its training rows come home from the workers (see :meth:`__getstate__`).
+        """
+        self._check_fitted()
+        from sklearn.neighbors import KNeighborsClassifier as SklearnKNN
+
+        model = SklearnKNN(n_neighbors=self.n_neighbors, weights=self.weights, algorithm="brute")
+        return model.fit(self._rows_home(), self.classes_[self._train_codes])
+
+    @classmethod
+    def from_sklearn(cls, model: Any, **params: Any) -> "KNeighborsClassifier":
+        """Ours from a fitted scikit-learn ``KNeighborsClassifier`` with the euclidean metric.
+
+        The rows are placed on the active client's workers (or prepared here)
+        on first use.  ``params`` set our other parameters (``precision``, ``plan``, ...).
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(model)
+        metric = (model.effective_metric_, dict(model.effective_metric_params_ or {}))
+        if metric[0] not in ("euclidean",) and not (metric[0] == "minkowski"
+                                                    and metric[1].get("p", 2) == 2):
+            raise DataError(f"the model's metric is {metric[0]} {metric[1] or ''}; only euclidean "
+                            "distances run here")
+        if model.weights not in ("uniform", "distance") or np.ndim(model._y) != 1:
+            raise DataError("only single-output models with uniform or distance weights convert")
+        rows = model._fit_X
+        if hasattr(rows, "toarray"):
+            rows = rows.toarray()
+        ours = cls(n_neighbors=model.n_neighbors, weights=model.weights, **params)
+        ours._check_params(int(rows.shape[0]))
+        ours.classes_ = np.asarray(model.classes_)
+        ours._train_source = np.asarray(rows)
+        ours._train_codes = np.asarray(model._y, dtype=np.int32)
+        ours.n_features_in_ = int(rows.shape[1])
+        if hasattr(model, "feature_names_in_"):
+            ours.feature_names_in_ = model.feature_names_in_
+        ours.n_samples_fit_ = int(rows.shape[0])
+        ours.layout_ = None
+        return ours

@@ -1,0 +1,192 @@
+"""The training rows placed on the workers for the two KNN plans.
+
+- ``replicate``: one prepared copy of the training set on every worker.
+- ``shard``: the training rows split over the workers, one prepared shard each.
+
+A prepared block is the kernels' :class:`~mgpu_dask.kernels.knn.TrainBlock`
+(the product's operand in the chosen precision, norms, exact rows where keys
+are approximate).  Every task is pinned to its worker
+(:mod:`mgpu_dask.parallel.placement`); without a distributed client the rows
+are prepared in this process.  This module runs on the workers too: it
+imports no scikit-learn.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import dask.array as da
+import numpy as np
+from distributed import Client, futures_of, wait
+
+from ..data.shard import meta_for, shard
+from ..exceptions import DataError
+from ..kernels import knn as kernels
+from ..kernels.knn import precision as precisions
+from ..kernels.launch import array_module, as_numpy
+from ..kernels.precision import Precision
+from ..parallel import placement
+from ..parallel.placement import Pinned
+from ..parallel.workers import worker_addresses
+
+
+class TrainLayout(NamedTuple):
+    plan: str                      # "replicate" or "shard"
+    X: list[Any]                   # TrainBlocks: replicate, the copy on each worker; shard, each shard
+    y: list[Any]                   # encoded labels (int32), one per entry of X
+    workers: list[str | None]      # the holder of each entry (None on the local scheduler)
+    offsets: list[int]             # global index of each entry's first row
+    n_rows: int
+    device: str                    # "gpu" or "cpu"
+    keep: tuple = ()               # the persisted arrays behind the futures above
+
+    def ref(self, field: str, j: int) -> Any:
+        """Entry ``j`` of ``X`` or ``y`` as a graph argument (a key, or the value itself)."""
+        value = getattr(self, field)[j]
+        return value.key if hasattr(value, "key") and hasattr(value, "status") else value
+
+
+class Prep(NamedTuple):
+    """How the training rows are prepared on the workers (``kernels.knn.prepare_train``)."""
+
+    precision: Precision
+    eight_bit: bool
+    shift: int
+    method: str
+
+
+def _to_device(block: Any, device: str, dtype: Any = None) -> Any:
+    if device == "gpu":
+        import cupy
+
+        block = cupy.asarray(block)
+    else:
+        block = np.asarray(block)
+    return block if dtype is None else block.astype(dtype, copy=False)
+
+
+def _prepare(rows: Any, prep: Prep) -> Any:
+    return kernels.prepare_train(rows, prep.precision, prep.eight_bit, prep.shift, prep.method)
+
+
+def _prepare_host(rows: np.ndarray, device: str, prep: Prep) -> Any:
+    return _prepare(_to_device(rows, device), prep)
+
+
+def _prepare_stacked(blocks: list[Any], prep: Prep) -> Any:
+    xp = array_module(blocks[0])
+    return _prepare(blocks[0] if len(blocks) == 1 else xp.concatenate(blocks), prep)
+
+
+def _local_layout(X: Any, y: Any, device: str, plan: str, prep: Prep) -> TrainLayout:
+    """Without a distributed client: the training data in this process."""
+    if isinstance(X, da.Array):
+        blocks = list(da.compute(*X.to_delayed()[:, 0]))
+    else:
+        blocks = [X]  # NumPy, or CuPy on this process's GPU
+    if plan == "replicate" and len(blocks) > 1:
+        blocks = [array_module(blocks[0]).concatenate(blocks)]
+    device = "gpu" if type(blocks[0]).__module__.startswith("cupy") else "cpu"
+    labels = np.asarray(y.compute() if isinstance(y, da.Array) else y, dtype=np.int32)
+    edges = np.cumsum([0] + [len(b) for b in blocks])
+    return TrainLayout(plan, [_prepare(b, prep) for b in blocks],
+                       [_to_device(labels[a:b], device) for a, b in zip(edges[:-1], edges[1:])],
+                       [None] * len(blocks), edges[:-1].tolist(), int(edges[-1]), device)
+
+
+def placed_rows(client: Client, X: da.Array, timeout: float,
+            remembered: bool = False) -> tuple[da.Array, list, list]:
+    """``X`` persisted (as it is, if it already is), its row futures and their holders."""
+    found = placement.locate(client, X, remembered)
+    if found is None:
+        X = client.persist(X)
+        wait(futures_of(X), timeout=timeout)
+        found = placement.locate(client, X)
+    return (X, *found)
+
+
+def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
+                    timeout: float, prep: Prep) -> TrainLayout:
+    """One prepared copy of ``X`` and of ``y`` on every worker."""
+    if client is None:
+        return _local_layout(X, y, device, "replicate", prep)
+    workers = worker_addresses(client)
+    loose = not placement.ensure_recovery(client)
+    name = placement.fresh_name("knn-train")
+    n, d = int(X.shape[0]), int(X.shape[1])
+    inputs: list[Any] = []
+    tasks: list[Pinned] = []
+    if isinstance(X, da.Array):
+        # Each block leaves its holder under a throwaway key (``send``), is
+        # stacked on every worker, and no shard of X gains a replica.
+        X, futures, where = placed_rows(client, X.rechunk({1: -1}), timeout)
+        inputs = futures
+        sends = [(f"{name}-send", b) for b in range(len(futures))]
+        tasks += [Pinned(key, (placement.send, f.key), w)
+                  for key, f, w in zip(sends, futures, where)]
+        stack = functools.partial(_prepare_stacked, prep=prep)
+        tasks += [Pinned((name, j, 0), (stack, list(sends)), w) for j, w in enumerate(workers)]
+    else:
+        host = np.ascontiguousarray(X)
+        upload = functools.partial(_prepare_host, device=device, prep=prep)
+        tasks += [Pinned((name, j, 0), (upload, host), w) for j, w in enumerate(workers)]
+    copies = placement.pinned_array(name, tasks, chunks=((n,) * len(workers), (d,)),
+                                    meta=meta_for(device, 2, np.float32), inputs=inputs,
+                                    loose=loose)
+    labels = placement.pinned_array(
+        f"{name}-labels", [Pinned((f"{name}-labels", j), (_to_device, y, device, np.int32), w)
+                           for j, w in enumerate(workers)],
+        chunks=((n,) * len(workers),), meta=meta_for(device, 1, np.int32), loose=loose)
+    with placement.carrying_data():  # NumPy rows travel in the graph: a lost copy is rebuilt
+        copies, labels = client.persist([copies, labels], optimize_graph=False)
+    _placed_or_raise(futures_of([copies, labels]), n, timeout)
+    xs, ys = placement.row_futures(copies), placement.row_futures(labels)
+    return TrainLayout("replicate", xs, ys, placement.holders(client, xs), [0] * len(xs), n,
+                       device, (copies, labels))
+
+
+def shard_train(X: Any, y: np.ndarray, client: Client | None, device: str,
+                timeout: float, prep: Prep) -> TrainLayout:
+    """Keep the training rows split over the workers (one prepared shard per worker)."""
+    if client is None:
+        return _local_layout(X, y, device, "shard", prep)
+    if isinstance(X, np.ndarray):
+        Xd = shard(X, client, device=device, timeout=timeout)
+    else:
+        Xd = placed_rows(client, X.rechunk({1: -1}), timeout)[0]
+    blocks = placement.map_blocks(client, _prepare, Xd, prep, name=placement.fresh_name("knn-train"),
+                                  chunks=Xd.chunks, meta=meta_for(device, 2, np.float32))
+    yd = shard(y, client, device=device, dtype=np.int32, timeout=timeout, like=blocks)
+    _placed_or_raise(futures_of([blocks, yd]), int(Xd.shape[0]), timeout)
+    xs, ys = placement.row_futures(blocks), placement.row_futures(yd)
+    offsets = np.cumsum((0,) + Xd.chunks[0][:-1]).tolist()
+    return TrainLayout("shard", xs, ys, placement.holders(client, xs), offsets,
+                       int(Xd.shape[0]), device, (blocks, yd))
+
+
+def _placed_or_raise(futures: list, n_rows: int, timeout: float) -> None:
+    """Wait for the training blocks; a block that failed raises here (out of memory: clearly)."""
+    wait(futures, timeout=timeout)
+    for f in futures:
+        if f.status == "error":
+            exc = f.exception()
+            if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+                raise DataError(f"a worker ran out of memory preparing its part of the {n_rows} "
+                                "training rows; add workers (GPUs) or lower --memory-budget so "
+                                f"each holds less ({exc})") from None
+            raise exc
+
+
+def block_stats(block: Any) -> Any:
+    """``[[min, max, all integral]]`` of one block, on its worker (the 8-bit test)."""
+    low, high, integral = precisions.eight_bit_stats(as_numpy(block))
+    return np.array([[low, high, float(integral)]])
+
+
+def gpu_capability() -> tuple[int, int]:
+    """This process's GPU's compute capability as (major, minor) (run on a worker)."""
+    import cupy
+
+    cc = str(cupy.cuda.Device().compute_capability)
+    return int(cc[:-1]), int(cc[-1])

@@ -1,0 +1,394 @@
+"""L-BFGS for logistic regression with every vector on the GPU (:func:`.loop.run`'s
+device backend).
+
+One process holds every shard of the fit (the single-host fit maps the other
+workers' shards into it).  The optimiser's state -- point,
+gradient, direction, curvature pairs, and the scalars it decides on -- lives
+on the *leader* GPU (this process's own).  One iteration is queued without
+waiting:
+
+1. the proposal on the leader: two-loop recursion, first step, trial
+   parameters (float32) -- then an event;
+2. every shard, on its own GPU and stream, once that event fires: copies the
+   parameters in (a peer copy over NVLink where the shard is on another GPU),
+   evaluates its rows (cuBLAS, our softmax kernel, cuBLAS) and copies its
+   partial gradient and sums into its slot on the leader -- then an event;
+3. ``finish`` on the leader, after every shard's event: the objective and
+   gradient at the trial point, the strong-Wolfe test, and the update of the
+   point and the curvature pairs when the step is kept;
+4. one copy of a dozen scalars to the host, the only wait of the iteration.
+
+Steps 1-3 are the same launches every iteration (the same buffers, the
+same arguments), so they are captured once per fit as one CUDA graph that
+spans every GPU of the fit (stream capture follows the events from the
+leader's stream to the shards' and back); each iteration is then one graph
+launch instead of some twenty Python-issued launches per shard, which
+would cost more host time than an MNIST evaluation takes on the GPU.  Where capture is not possible (UCX's threads in the process,
+a driver that refuses), the iteration is launched op by op and
+``graph_note`` says why.
+
+Most first steps are kept, so the host queues ``run_ahead`` such iterations
+before it reads the scalars (``advance``): while the GPUs work through them
+the host is already queueing the next, and the GPU never idles for a round
+trip to the host.  An iteration whose step is not kept stops the ones
+queued behind it on the device (:mod:`mgpu_dask.kernels.lbfgs.cuda`, "Running ahead");
+their evaluations are wasted, so ``run_ahead`` is chosen from the device time
+of one evaluation: many when evaluations are short (the wait would cost as
+much as the work), one when they are long.
+
+When the first step is not kept the host's scalar line search
+(:mod:`.line_search`) asks for more trial steps, two scalars back per trial.
+Under Numba's CUDA simulator (NumPy shards) the same kernels run on the
+host and the shards are evaluated by the CPU path, which is how CI tests
+the kernels and the loop together.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ...kernels.launch import Launcher, capture_allowed
+from ...kernels.lbfgs import cuda as K
+from ...kernels.logreg import ShardObjective, rows_on_gpu
+from ...kernels.precision import Precision
+from .loop import Step
+
+SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: few, or slow
+AHEAD_SECONDS = 2e-3   # device time worth queueing before the host looks (a wait costs ~0.1 ms)
+MAX_AHEAD = 16
+SIMULATOR_AHEAD = 4
+
+
+def usable(arrays: list[tuple[Any, Any]]) -> bool:
+    """Whether these shards can be fitted by the device backend (all CuPy, on GPUs)."""
+    return bool(arrays) and all(rows_on_gpu(X) for X, _ in arrays)
+
+
+class DeviceBackend:
+    """The L-BFGS state of a multinomial logistic regression on the leader GPU.
+
+    Parameters
+    ----------
+    shards : list of (X, labels)
+        Row blocks (float32 or uint8, n_i x d, or ``kernels.logreg.Levels``) and their
+        class indices (int32), CuPy arrays on any GPUs this process sees -- or
+        NumPy arrays under the CUDA simulator.
+    n_classes : int
+    n_rows : int
+        Rows over all shards (the objective is the mean cross-entropy).
+    penalty : float
+        ``1 / (C n)``: the L2 weight on the coefficients.
+    memory : int
+        Curvature pairs kept (at most ``kernels.lbfgs.cuda.MAX_MEMORY``).
+    precision : Precision or str
+        The products of each shard's evaluation (a
+        :class:`~mgpu_dask.kernels.logreg.ShardObjective` precision; ``AUTO``:
+        int8 where the rows are levels).
+    run_ahead : int or None
+        Iterations queued per look at the scalars; None: from the device time
+        of the first evaluation (``AHEAD_SECONDS`` of work, 1 to ``MAX_AHEAD``).
+    graph : bool
+        Capture an iteration as a CUDA graph (see the module's docstring);
+        False: launch it op by op (for comparisons).
+    scale : float or None
+        The objective's rows are ``X * scale`` (uint8 pixels kept 8-bit; see
+        ``ShardObjective``); None: ``X``.
+    """
+
+    def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
+                 penalty: float, memory: int = 10,
+                 precision: Precision | str = Precision.FP32,
+                 run_ahead: int | None = None, graph: bool = True,
+                 scale: float | None = None) -> None:
+        if not 1 <= memory <= K.MAX_MEMORY:
+            raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
+        if run_ahead is not None and run_ahead < 1:
+            raise ValueError(f"run_ahead={run_ahead} must be at least 1")
+        self._ahead = run_ahead
+        self.gpu = usable(shards)
+        self._graph: Any = None
+        self.graph_seconds: float | None = None  # host time of the capture
+        self.graph_launches = 0
+        self.graph_note: str | None = None if graph else "not asked for"
+        if self.gpu and graph and not capture_allowed():
+            self.graph_note = "not captured: UCX's threads make CUDA calls in this process"
+        if not self.gpu:
+            self.graph_note = "the simulator launches op by op"
+            from numba import config
+
+            if not config.ENABLE_CUDASIM:
+                raise ValueError("the device L-BFGS needs CuPy shards (or the CUDA simulator)")
+        k = int(n_classes)
+        d = int(shards[0][0].shape[1])
+        m, dk = d * k + k, d * k
+        self.shape = (d, k)
+        self.evaluations = 0
+        self.syncs = 0  # host waits for the device
+        self.objectives = [ShardObjective(X, labels, k, precision, scale) for X, labels in shards]
+        if self.gpu:
+            import cupy
+            import cupyx
+
+            xp = cupy
+            self.device = cupy.cuda.Device()
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+            self._scal_h = cupyx.empty_pinned(K.N_SCALARS, dtype=np.float64)
+            self._enable_peers()
+            threads = K.THREADS
+        else:
+            xp, self.device, self.stream = np, None, None
+            threads = SIMULATOR_THREADS
+        with self._leader():
+            z = lambda *shape, dtype=np.float64: xp.zeros(shape, dtype=dtype)  # noqa: E731
+            self.x, self.g, self.gt, self.p = z(m), z(m), z(m), z(m)
+            self.S, self.Y, self.rho = z(memory, m), z(memory, m), z(memory)
+            self.scal = z(K.N_SCALARS)
+            self.params = z(m, dtype=np.float32)
+            self.parts = z(len(shards), dk, dtype=np.float32)
+            self.psums = z(len(shards), k + 1)
+            sweep = K.SWEEP if self.gpu else SIMULATOR_THREADS
+            per_thread = 4 if self.gpu else 1  # several chunks in the simulator's small tests
+            chunks = max(1, min(K.MAX_CHUNKS, -(-m // (per_thread * sweep))))
+            self.SY, self.YY = z(memory, memory), z(memory, memory)
+            self.dparts, self.pparts = z(2 * memory + 1, chunks), z(chunks)
+            self.gparts = z(3 * memory, chunks)
+            self._propose_launches = [
+                (Launcher(K.dots, [self.S, self.Y, self.g, self.scal, self.dparts], sweep,
+                          self.stream), (2 * memory + 1) * chunks),
+                (Launcher(K.direction, [self.S, self.Y, self.g, self.rho, self.SY, self.YY,
+                                        self.scal, self.dparts, self.p, self.pparts], sweep,
+                          self.stream), chunks),
+                (Launcher(K.trial, [self.x, self.p, self.scal, self.pparts, self.params],
+                          sweep, self.stream), chunks)]
+            self._gram_launches = [
+                (Launcher(K.gram_parts, [self.S, self.Y, self.scal, self.gparts], sweep,
+                          self.stream), 3 * memory * chunks),
+                (Launcher(K.gram_sum, [self.scal, self.gparts, self.SY, self.YY], sweep,
+                          self.stream), 1)]
+            self._k_finish = Launcher(K.finish, [self.parts, self.psums, self.x, self.p, self.g,
+                                               self.gt, self.S, self.Y, self.rho, self.scal,
+                                               1.0 / n_rows, float(penalty), K.INIT], threads,
+                                    self.stream)
+            self._k_trial = Launcher(K.set_trial, [self.x, self.p, self.scal, self.params, 0.0],
+                                   256, self.stream)
+            self._k_forget = Launcher(K.forget, [self.scal], 1, self.stream)
+            self._k_arm = Launcher(K.arm, [self.scal, 0.0, 0.0], 1, self.stream)
+            self._trial_blocks = -(-m // 256)
+            if self.gpu:
+                self._ready = cupy.cuda.Event(disable_timing=True)
+                # The zeros above were queued on the legacy default stream, which a
+                # non-blocking stream is not ordered with: done before any kernel reads them.
+                cupy.cuda.Stream.null.synchronize()
+        if self.gpu:
+            self._done = []
+            for o in self.objectives:
+                with o.device:
+                    self._done.append(cupy.cuda.Event(disable_timing=True))
+        self._last = np.zeros(K.N_SCALARS)
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _leader(self) -> Any:
+        import contextlib
+
+        return self.device if self.device is not None else contextlib.nullcontext()
+
+    def _enable_peers(self) -> None:
+        """Peer access between the leader GPU and every shard's GPU, both ways (NVLink copies)."""
+        import cupy
+        from cupy.cuda import runtime
+
+        leader = self.device.id
+        for peer in {o.device.id for o in self.objectives} - {leader}:
+            for a, b in ((leader, peer), (peer, leader)):
+                if runtime.deviceCanAccessPeer(a, b):
+                    with cupy.cuda.Device(a):
+                        try:
+                            runtime.deviceEnablePeerAccess(b)
+                        except runtime.CUDARuntimeError:  # already enabled
+                            pass
+
+    def _evaluate(self, counted: bool = True) -> None:
+        """Every shard at ``params``; their partial sums land in ``parts`` / ``psums``."""
+        self.evaluations += counted
+        if self.gpu:
+            with self.device:
+                self._ready.record(self.stream)
+            for i, o in enumerate(self.objectives):
+                o.queue_from(self.params, self._ready, self.parts[i], self.psums[i],
+                             self._done[i])
+            with self.device:
+                for event in self._done:
+                    self.stream.wait_event(event)
+            return
+        d, k = self.shape
+        coef, intercept = self.params[: d * k].reshape(d, k), self.params[d * k:]
+        for i, o in enumerate(self.objectives):
+            loss, g_coef, g_intercept = o(coef, intercept)
+            self.parts[i] = g_coef.ravel()
+            self.psums[i, :k] = g_intercept
+            self.psums[i, k] = loss
+
+    def _finish(self, mode: int) -> None:
+        self._k_finish.set(12, mode)
+        with self._leader():
+            self._k_finish(1)
+            if mode in (K.AUTO, K.COMMIT):  # a pair may have been stored
+                for launcher, grid in self._gram_launches:
+                    launcher(grid)
+
+    def _propose(self) -> None:
+        with self._leader():
+            for launcher, grid in self._propose_launches:
+                launcher(grid)
+
+    def _iterate(self) -> None:
+        """Queue one iteration: propose, evaluate, finish (one graph launch once captured)."""
+        if self._graph is None and self.graph_note is None:
+            self._capture()
+        if self._graph is not None:
+            self.evaluations += 1
+            self.graph_launches += 1
+            with self.device:
+                self._graph.launch(self.stream)
+            return
+        self._propose()
+        self._evaluate()
+        self._finish(K.AUTO)
+
+    def _capture(self) -> None:
+        """The iteration's launches, captured from the leader's stream (the shards' streams
+        join through the events); on failure ``graph_note`` says why and nothing changed."""
+        began = time.perf_counter()
+        try:
+            with self.device:
+                self.stream.begin_capture()
+                try:
+                    self._propose()
+                    self._evaluate(counted=False)
+                    self._finish(K.AUTO)
+                finally:
+                    graph = self.stream.end_capture()
+            self._graph = graph
+        except Exception as exc:  # a driver or CuPy that cannot capture: op by op
+            self.graph_note = f"not captured: {type(exc).__name__}: {exc}"
+        self.graph_seconds = time.perf_counter() - began
+
+    def _read(self) -> np.ndarray:
+        """The scalars, after everything queued so far (the one wait of an iteration)."""
+        self.syncs += 1
+        if self.gpu:
+            from cupy.cuda import runtime
+
+            with self.device:
+                runtime.memcpyAsync(self._scal_h.ctypes.data, self.scal.data.ptr,
+                                    self.scal.nbytes, runtime.memcpyDeviceToHost,
+                                    self.stream.ptr)
+                self.stream.synchronize()
+            self._last = np.array(self._scal_h)
+        else:
+            self._last = np.array(self.scal)
+        return self._last
+
+    def _step(self) -> Step:
+        s = self._read()
+        return Step(int(s[K.STATUS]), float(s[K.F]), float(s[K.GMAX]), float(s[K.DECREASE]),
+                    float(s[K.SLOPE0]), float(s[K.STEP]), float(s[K.VALUE]), float(s[K.SLOPE]))
+
+    # -- the backend --------------------------------------------------------------------------
+    @property
+    def graphed(self) -> bool:
+        """Whether the iterations ran as one captured CUDA graph each."""
+        return self.graph_launches > 0
+
+    @property
+    def pairs(self) -> int:
+        return int(self._last[K.PAIRS])
+
+    def start(self) -> Step:
+        if self.gpu:  # the device time of this first evaluation is the fit's figure
+            import cupy
+
+            for o in self.objectives:  # their set-up (levels, buffers) is not the evaluation's
+                o.stream.synchronize()
+            # Nor is a first touch: the first kernels to read another process's rows (CUDA
+            # IPC) take many times an evaluation, which would make run_ahead 1.  One
+            # evaluation at zero beforehand, not counted.
+            self._evaluate(counted=False)
+            with self.device:
+                self._timed = (cupy.cuda.Event(), cupy.cuda.Event())
+                self._timed[0].record(self.stream)
+        self._evaluate()  # at zero: params, x and p start zeroed, scal[STEP] = 0
+        if self.gpu:
+            with self.device:
+                self._timed[1].record(self.stream)
+        self._finish(K.INIT)
+        return self._step()
+
+    def first_evaluation_seconds(self) -> float:
+        """Device time of the fit's first evaluation over every shard (CUDA events)."""
+        if not self.gpu or not hasattr(self, "_timed"):
+            return float("nan")
+        import cupy
+
+        self._timed[1].synchronize()
+        return cupy.cuda.get_elapsed_time(*self._timed) / 1e3
+
+    @property
+    def run_ahead(self) -> int:
+        if self._ahead is None:
+            seconds = self.first_evaluation_seconds()
+            if not np.isfinite(seconds):  # the simulator: a few, so tests see runs ahead
+                self._ahead = SIMULATOR_AHEAD
+            else:
+                self._ahead = int(np.clip(AHEAD_SECONDS // max(seconds, 1e-6), 1, MAX_AHEAD))
+        return self._ahead
+
+    def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]:
+        """Queue ``ahead`` iterations, read the scalars once (see the module's docstring)."""
+        self._k_arm.set(1, float(gtol))
+        self._k_arm.set(2, float(ftol))
+        with self._leader():
+            self._k_arm(1)
+        for _ in range(ahead):
+            self._iterate()
+        step = self._step()
+        done = int(self._last[K.DONE])
+        self.evaluations -= ahead - done - (step.status != K.ACCEPTED)  # skipped on the device
+        return step, done
+
+    def probe(self, step: float) -> tuple[float, float]:
+        self._k_trial.set(4, step)
+        with self._leader():
+            self._k_trial(self._trial_blocks)
+        self._evaluate()
+        self._finish(K.PROBE)
+        s = self._read()
+        return float(s[K.VALUE]), float(s[K.SLOPE])
+
+    def commit(self) -> Step:
+        self._finish(K.COMMIT)
+        return self._step()
+
+    def forget(self) -> None:
+        with self._leader():
+            self._k_forget(1)
+        self._last[K.PAIRS] = 0
+
+    def solution(self) -> np.ndarray:
+        if self.gpu:
+            with self.device:
+                self.stream.synchronize()
+                return self.x.get()
+        return self.x.copy()
+
+    def close(self) -> None:
+        """Let go of the shards (mapped views must have no users when they close) and of
+        the captured graph."""
+        if self.gpu:
+            with self.device:
+                self.stream.synchronize()
+        self._graph = None
+        self.objectives.clear()

@@ -1,0 +1,228 @@
+"""The single-host fit on the workers: the leader maps every shard of its host and runs
+the whole L-BFGS; the holders export their rows for it.
+
+Every holder exports its rows and labels once (CUDA IPC / shared memory,
+:mod:`mgpu_dask.parallel.peer_views`) and one worker, the leader, runs the
+whole loop (:func:`fit_on_leader`), evaluating each shard on its own GPU, all
+GPUs at once; with every shard on a GPU the loop's vectors stay on that
+worker's GPU (:mod:`.lbfgs.device`).  One Dask round trip per fit, whatever
+the iteration count.  The client's side is :mod:`.single_host`.  This module
+runs on the workers (and the fork server imports it ahead): it imports no
+scikit-learn.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import DataError
+from ..kernels.launch import array_module, as_numpy, on_gpu
+from ..kernels.logreg import Levels, ShardObjective
+from ..kernels.precision import Precision
+from ..parallel import labels as labels_mod
+from ..parallel import peer_views
+from .problem import (
+    HeldLabels,
+    Problem,
+    fit_on_device,
+    lbfgs_on_host,
+    on_device,
+    products,
+    sum_parts,
+)
+
+PEER_SECONDS = 600.0  # the longest a leader waits for a peer's export (the fit's own timeout
+                     # is the client's; this only keeps a leader from waiting forever)
+
+
+def levels_wanted(problem: Problem) -> bool:
+    """Whether the holders should export their rows as int8 levels (the device L-BFGS with
+    the int8 products, if the rows are levels): never where X itself is needed."""
+    return (problem.optimizer != "host"
+            and problem.precision in (Precision.AUTO, Precision.INT8))
+
+
+def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, Any]:
+    """Runs on one worker: map every shard of the host and run the whole L-BFGS here.
+
+    The leader asks every other holder for its export straight away (one
+    message each way, no scheduler in between, ``peer_views.call``; they
+    convert and export at the same time as the leader prepares its own rows,
+    which it exports in place), maps them all and, with every shard on a
+    GPU, keeps the optimiser's vectors on this worker's GPU
+    (:mod:`.lbfgs.device`); otherwise each evaluation queues every shard's work
+    on its own GPU first and then waits for them all, so the GPUs compute at
+    the same time.  Afterwards it closes its mappings and tells the holders
+    to release their exports (waiting for their answers: a few hundred
+    microseconds), so the client has nothing left to do.  Shards come as
+    ``{"own rows", "labels", "token"}`` (this worker's, the blocks
+    themselves) or ``{"address", "keys", "labels", "token"}`` (another
+    worker's: the keys of its blocks there).  ``labels`` are the shard's
+    class indices (NumPy, sent by the client), or its label blocks
+    themselves (the leader's own, a list) or by their keys (a holder's,
+    :class:`HeldLabels`); with ``problem.n_classes`` None the leader finds
+    the classes from what every shard holds and returns them as
+    ``"classes"``.
+    """
+    began = time.time()
+    levels = levels_wanted(problem)
+    scale = problem.scale
+    token = shards[0]["token"] if shards else ""
+    discover = problem.n_classes is None
+    asked = {i: (s["address"], peer_views.call(s["address"], export_held, token, s["keys"],
+                                               s["labels"], levels, scale, discover))
+             for i, s in enumerate(shards) if "keys" in s}
+    exporters = sorted({address for address, _ in asked.values()})
+    try:
+        started = time.perf_counter()
+        own = {i: export_rows(token, s["own rows"], s["labels"], in_place=True, levels=levels,
+                               scale=scale, discover=discover)
+               for i, s in enumerate(shards) if i not in asked}
+        ready = time.perf_counter()
+        described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
+                     for i in range(len(shards))]
+        exported = time.perf_counter()
+        result = _fit_mapped(described, problem)
+    finally:
+        if shards:
+            peer_views.release(token)
+        # A holder still exporting (the leader failed first) would export after its
+        # release and keep the copy: let the asked exports end before releasing.
+        concurrent.futures.wait([future for _, future in asked.values()], timeout=PEER_SECONDS)
+        released = [peer_views.call(address, peer_views.release, token) for address in exporters]
+        for future in released:  # an exporter lost on the way: nothing of it to release
+            try:
+                future.result(timeout=10)
+            except Exception:
+                pass
+    result["released"] = exporters
+    if "profile" in result:  # wall-clock ends, for the client's share of the time
+        result["profile"] = {"own export": ready - started,
+                             "waiting for the holders": exported - ready, **result["profile"]}
+        result["profile"]["leader began at"], result["profile"]["leader ended at"] = (
+            began, time.time())
+    return result
+
+
+def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
+                  classes: np.ndarray | None) -> tuple[Any, Any]:
+    """``(rows, class indices)`` of one opened export: X, or the int8 ``Levels`` a holder
+    made, and its labels as int32 indices made on their device (``classes``: of labels
+    that came as they are; else they are indices already, in their smallest type)."""
+    made = desc.get("info", {}).get("levels")
+    X = Levels(*arrays[:2], *made) if made is not None else arrays[0]
+    labels = arrays[-1]
+    if on_gpu(labels):
+        import cupy
+
+        with cupy.cuda.Device(labels.device.id):
+            return X, labels_mod.codes(labels, classes)
+    return X, labels_mod.codes(labels, classes)
+
+
+def _fit_mapped(shards: list[dict[str, Any]], problem: Problem) -> dict[str, Any]:
+    exporters = [s["address"] for s in shards if s["address"] and s["pid"] != os.getpid()]
+    if not all(s["finite"] for s in shards):  # refused in the result: no worker traceback
+        return {"refused": "not finite", "exporters": exporters}
+    if len({s["host"] for s in shards}) > 1:
+        return {"refused": "the shards live on more than one host", "exporters": exporters}
+    found: dict[str, Any] = {}
+    if problem.n_classes is None:  # the labels came as they are: their classes, here
+        try:
+            classes = labels_mod.at_least_two(labels_mod.classes_from(
+                [s["info"]["classes"] for s in shards], problem.classes))
+        except DataError as exc:
+            return {"refused": "labels", "message": str(exc), "exporters": exporters}
+        problem, found = problem._replace(n_classes=len(classes)), {"classes": classes}
+    started = time.perf_counter()
+    with peer_views.opened(shards) as opened:
+        arrays = [_shard_arrays(desc, a, found.get("classes")) for desc, a in zip(shards, opened)]
+        if on_device(arrays, problem):
+            mapped = time.perf_counter()
+            result = fit_on_device(arrays, problem)
+            result["profile"] = {"map": mapped - started, **result["profile"]}
+            arrays.clear()
+            return {**result, **found, "exporters": exporters}
+        # Levels hold the scale in their step already
+        arrays = [(X.rows(), y, None) if isinstance(X, Levels) else (X, y, problem.scale)
+                  for X, y in arrays]
+        objectives = [ShardObjective(X, labels, problem.n_classes, problem.precision, scale)
+                      for X, labels, scale in arrays]
+        ran = products(objectives)
+        arrays.clear()
+        ready = time.perf_counter()
+
+        def evaluate(W: np.ndarray, b: np.ndarray) -> tuple:
+            for objective in objectives:
+                objective.launch(W, b)
+            return sum_parts([objective.collect() for objective in objectives])
+
+        try:
+            result = lbfgs_on_host(evaluate, problem)
+        finally:
+            objectives.clear()  # the mapped shards must have no users when they close
+        solved = time.perf_counter()
+    return {**result, **found, **ran, "optimizer": "host", "exporters": exporters,
+            "profile": {"map and buffers": ready - started, "L-BFGS": solved - ready,
+                        "unmap": time.perf_counter() - solved}}
+
+
+def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = False,
+                 levels: bool = False, scale: float | None = None,
+                 discover: bool = False) -> dict[str, Any]:
+    """On a holder: export its row blocks and their labels (on the rows' device); in place
+    on the leader's own worker (the fit reads them in this process).  ``labels``: the
+    class indices the client sent (NumPy, in their smallest type) or the label blocks
+    held here (a list); either goes as it is, the leader widens it.  ``levels``: rows
+    on a GPU that are 8-bit levels (uint8 rows always are) go as the int8 products'
+    ``Levels`` of ``X * scale`` instead of X (converted here, on this GPU; the
+    description says so).  ``discover``: the description names the label values
+    present (``info["classes"]``)."""
+    xp = array_module(blocks[0])
+    if isinstance(labels, list):
+        labels = labels[0] if len(labels) == 1 else array_module(labels[0]).concatenate(labels)
+    info: dict[str, Any] = {}
+    if xp is not np:
+        with xp.cuda.Device(blocks[0].device.id):
+            labels = xp.asarray(labels)
+            if discover:
+                info["classes"] = labels_mod.present(labels)
+            if levels:
+                from ..kernels.logreg import int8
+
+                X = blocks[0] if len(blocks) == 1 else xp.concatenate(blocks)
+                made = int8.levels(X, None if in_place else peer_views.dedicated,
+                                          scale=scale)
+                if made is not None:
+                    return peer_views.export(token, [[made.v], [made.vt], [labels]], in_place,
+                                             owned=True,
+                                             info={**info, "levels": [made.step, made.n, made.d]})
+    else:
+        labels = as_numpy(labels)
+        if discover:
+            info["classes"] = labels_mod.present(labels)
+    return peer_views.export(token, [blocks, [labels]], in_place=in_place, info=info)
+
+
+async def export_held(token: str, keys: list[Any], labels: Any, levels: bool,
+                       scale: float | None = None, discover: bool = False,
+                       dask_worker: Any = None) -> dict[str, Any]:
+    """On a holder, asked by the leader (``peer_views.call``): export the blocks it holds
+    under ``keys`` (``export_rows``; labels held here come as :class:`HeldLabels`), in a
+    thread of its own, not on the event loop."""
+    import asyncio
+
+    try:
+        blocks = [dask_worker.data[key] for key in keys]
+        if isinstance(labels, HeldLabels):
+            labels = [dask_worker.data[key] for key in labels.keys]
+    except KeyError as exc:
+        raise peer_views.PeerUnavailable(f"block {exc} is no longer on worker "
+                                         f"{dask_worker.address}") from None
+    return await asyncio.to_thread(export_rows, token, blocks, labels, False, levels, scale,
+                                   discover)

@@ -1,0 +1,68 @@
+"""Fits without a distributed client: CuPy rows on this process's GPU by the device
+L-BFGS, any other rows by a small Dask graph per evaluation on the local scheduler."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import dask
+import numpy as np
+
+from ..exceptions import DataError
+from ..kernels.logreg import ShardObjective
+from ..kernels.precision import Precision
+from ..parallel.inputs import all_finite, device_of
+from .problem import NOT_FINITE, Problem, fit_on_device, sum_parts
+
+
+def fit_here_on_device(X: Any, y: Any, problem: Problem) -> dict[str, Any] | None:
+    """The device L-BFGS in this process over dask ``X`` of CuPy blocks (``y``: their class
+    indices); None where it does not apply (host rows, or ``optimizer="host"``)."""
+    if problem.optimizer == "host" or device_of(X) != "gpu":
+        return None
+    X_blocks = dask.compute(*X.to_delayed().ravel())
+    if not all(all_finite(b) for b in X_blocks):
+        raise DataError(NOT_FINITE)
+    y_blocks = dask.compute(*y.to_delayed().ravel())
+    import cupy
+
+    arrays = [(b, cupy.asarray(yb)) for b, yb in zip(X_blocks, y_blocks)]
+    with cupy.cuda.Device(X_blocks[0].device.id):
+        result = fit_on_device(arrays, problem)
+    return {**result, "round_trips": 0, "comm": "graph"}
+
+
+def _block_loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray,
+                     precision: Precision, scale: float | None) -> tuple:
+    objective = ShardObjective(X, labels, len(intercept), precision, scale)
+    return (*objective(coef, intercept), str(objective.precision), objective.fallback)
+
+
+class GraphEvaluator:
+    """Loss and gradient as one small graph per evaluation (no distributed client)."""
+
+    def __init__(self, X: Any, y: Any, precision: Precision = Precision.FP32,
+                 scale: float | None = None) -> None:
+        self._block = functools.partial(_block_loss_grad, precision=precision, scale=scale)
+        self._keep = (X.persist(), y.persist())  # the persisted blocks live while referenced
+        self.pairs = list(zip(self._keep[0].to_delayed().ravel(),
+                              self._keep[1].to_delayed().ravel()))
+        self.calls = 0
+        self.ran: dict[str, Any] = {}
+
+    def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
+        self.calls += 1
+        parts = dask.compute(*[dask.delayed(self._block)(xb, yb, coef, intercept)
+                               for xb, yb in self.pairs])
+        notes = sorted({p[4] for p in parts if p[4]})
+        self.ran = {"precision": ",".join(sorted({p[3] for p in parts})),
+                    "precision_note": "; ".join(notes) or None}
+        return sum_parts([p[:3] for p in parts])
+
+    def products(self) -> dict[str, Any]:
+        return self.ran
+
+    def close(self) -> None:
+        self.pairs = []
+        self._keep = None

@@ -1,0 +1,86 @@
+"""Which route a fit takes, and the checks each route needs first.
+
+With a client: single-host where it can (and ``comm`` allows), else by
+messages; without one: the device L-BFGS on this process's GPU, else a graph
+per evaluation.  Each returns the fit's result dictionary with what the
+estimator reports besides the solution: ``comm_note`` (why not single-host,
+or how a lost worker was handled), ``recoveries``, and the ``classes`` where
+they were found on the workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..data.shard import shard
+from ..exceptions import DataError
+from ..parallel import labels as labels_mod
+from ..parallel import placement
+from ..parallel.inputs import all_finite, device_of
+from . import local, single_host
+from .actors import ActorEvaluator
+from .local import GraphEvaluator
+from .problem import NOT_FINITE, Problem, lbfgs_on_host
+
+
+def here(X: Any, y: Any, problem: Problem) -> dict[str, Any]:
+    """No client: the device L-BFGS over CuPy blocks, else a graph per evaluation."""
+    result = local.fit_here_on_device(X, y, problem)
+    return result if result is not None else by_messages(X, y, None, 0.0, problem)
+
+
+def on_cluster(X: Any, rows: Any, labels: Any, held: Any, client: Any, timeout: float,
+               problem: Problem, comm: str) -> dict[str, Any]:
+    """Single-host where it can (and ``comm`` asks), else by messages.
+
+    ``rows``: X's row futures and holders (None: X is not persisted yet).
+    ``labels``: the class indices (NumPy), or, where ``held`` (their blocks'
+    futures and holders), the dask labels persisted beside the rows.
+    """
+    from distributed import futures_of, wait
+
+    if rows is None:
+        X = client.persist(X)
+        wait(futures_of(X), timeout=timeout)
+        rows = placement.locate(client, X)
+    found: dict[str, Any] = {"comm_note": None, "recoveries": 0}
+    if comm != "actors":
+        outcome = single_host.fit_single_host(X, rows, labels if held is None else held[0],
+                                              client, timeout, problem,
+                                              strict=comm == "single-host")
+        found = {"comm_note": outcome.note, "recoveries": outcome.recoveries}
+        if outcome.result is not None:
+            return {**outcome.result, **found}
+    if held is not None:  # by messages: the classes first, then codes where labels live
+        classes = labels_mod.at_least_two(single_host.held_classes(client, held,
+                                                                   problem.classes))
+        problem = problem._replace(n_classes=len(classes))
+        found["classes"] = classes
+        y = placement.map_blocks(client, labels_mod.codes, labels, classes,
+                                 name=placement.fresh_name("label-codes"), chunks=labels.chunks,
+                                 meta=labels._meta.astype(np.int32))
+    else:  # each label block goes to the worker holding its rows
+        y = shard(labels, client, device=device_of(X), dtype=np.int32, timeout=timeout, like=X)
+    result = by_messages(X, y, client, timeout, problem)
+    return {**result, **found, "recoveries": found["recoveries"] + result.pop("rebuilds")}
+
+
+def by_messages(X: Any, y: Any, client: Any, timeout: float, problem: Problem) -> dict[str, Any]:
+    """L-BFGS on the client, one message round per evaluation (any cluster)."""
+    if problem.optimizer == "device":
+        raise DataError("optimizer='device' needs a single-host fit (comm='auto' or "
+                        "'single-host', every shard on a GPU of one host)")
+    if not all_finite(X):
+        raise DataError(NOT_FINITE)
+    evaluate = (ActorEvaluator(X, y, client, timeout, problem.precision, problem.scale)
+                if client is not None else GraphEvaluator(X, y, problem.precision, problem.scale))
+    try:
+        result = lbfgs_on_host(evaluate, problem)
+        ran = evaluate.products()
+    finally:
+        evaluate.close()
+    return {**result, **ran, "round_trips": evaluate.calls, "optimizer": "host",
+            "comm": "actors" if client is not None else "graph",
+            "rebuilds": getattr(evaluate, "rebuilds", 0)}

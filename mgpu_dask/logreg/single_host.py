@@ -1,0 +1,148 @@
+"""The single-host fit, from the client: one task on the worker with the most rows, which
+maps every shard of its host and runs the whole L-BFGS (:mod:`.leader`).
+
+Also the labels that live beside their rows (``shard(y, client, like=X)``):
+the leader reads them where they are, finds their classes and encodes them on
+the GPUs, so nothing label-sized goes through the client.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, NamedTuple
+
+import dask.array as da
+import numpy as np
+
+from ..exceptions import DataError
+from ..parallel import labels as labels_mod
+from ..parallel import peer_views, placement
+from ..parallel.workers import alive_workers
+from .leader import fit_on_leader
+from .problem import NOT_FINITE, HeldLabels, Problem
+
+Holders = tuple[list[Any], list[str]]
+"""The futures of an array's row blocks and the worker that holds each."""
+
+
+class Outcome(NamedTuple):
+    """What a single-host attempt gave: the fit's result, or None with the reason."""
+
+    result: dict[str, Any] | None
+    note: str | None = None       # why it did not run single-host, or how a loss was handled
+    recoveries: int = 0           # workers lost on the way
+
+
+def label_codes(codes: np.ndarray, n_classes: int) -> np.ndarray:
+    """Class indices in the smallest unsigned type that holds them: what travels with the
+    export tasks (8.1 million MNIST labels: 8 MB as uint8 instead of 32 as int32)."""
+    for dtype in (np.uint8, np.uint16):
+        if n_classes <= np.iinfo(dtype).max + 1:
+            return codes.astype(dtype)
+    return codes.astype(np.int32)
+
+
+def labels_beside(X: Any, y: Any, rows: Holders | None, client: Any) -> Holders | None:
+    """The futures and holders of y's row blocks where y is a persisted dask array of
+    integer labels whose blocks lie beside X's (the same rows per block, on the same
+    workers, ``rows`` being X's): labels the fit reads where they are, so they never
+    travel to the client and back."""
+    if (rows is None or not isinstance(y, da.Array) or y.ndim != 1 or y.dtype.kind not in "iu"
+            or X.numblocks[1] != 1 or y.chunks[0] != X.chunks[0]):
+        return None
+    found = placement.locate(client, y, remembered=True)
+    if found is None or list(found[1]) != list(rows[1]):
+        return None
+    return found
+
+
+def held_classes(client: Any, held: Holders, declared: Any) -> np.ndarray:
+    """The classes of label blocks that live on the workers (one round trip: each holder
+    names the values its block holds)."""
+    parts = client.gather([client.submit(labels_mod.present, f, workers=[w], pure=False)
+                           for f, w in zip(*held)])
+    return labels_mod.classes_from(parts, declared)
+
+
+def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeout: float,
+                    problem: Problem, strict: bool) -> Outcome:
+    """The whole L-BFGS in one worker that maps every shard of its host.
+
+    ``rows`` are X's row futures and holders; ``labels`` the class indices of
+    every row (NumPy, sent with the task) or the futures of label blocks
+    beside the rows (read there).  The leader asks each other holder to
+    export its rows and labels by CUDA IPC / shared memory, exports its own in
+    place, evaluates every shard on its own GPU with no Dask message per step,
+    and has the holders release their exports before it returns: one Dask
+    round trip per fit.  Where that cannot be done here (shards on several
+    hosts, GPUs the leader does not see) or a worker was lost, the outcome
+    has no result and says why, unless ``strict``: then it raises.
+    """
+    token = uuid.uuid4().hex
+    futures, where = rows
+    starts = np.concatenate([[0], np.cumsum(X.chunks[0])])
+    by_worker: dict[str, list[int]] = {}
+    for i, worker in enumerate(where):
+        by_worker.setdefault(worker, []).append(i)
+    sizes = {w: sum(X.chunks[0][i] for i in idx) for w, idx in by_worker.items()}
+    held = isinstance(labels, list)
+    if not held:
+        labels = label_codes(labels, problem.n_classes)
+    leader = max(sizes, key=sizes.get)
+    # The leader's own blocks are the task's inputs (they are there); the others
+    # are named by their keys and exported by their holders when the leader asks:
+    # nothing but the exports' small descriptions travels.
+    shards: list[Any] = []
+    for worker, idx in by_worker.items():
+        if held:
+            codes = ([labels[i] for i in idx] if worker == leader
+                     else HeldLabels([labels[i].key for i in idx]))
+        else:
+            codes = np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx])
+        if worker == leader:
+            shards.append({"own rows": [futures[i] for i in idx], "labels": codes,
+                           "token": token})
+        else:
+            shards.append({"address": worker, "keys": [futures[i].key for i in idx],
+                           "labels": codes, "token": token})
+    fit = client.submit(fit_on_leader, shards, problem, workers=[leader],
+                        allow_other_workers=True, pure=False, key=f"logreg-fit-{token[:12]}")
+    started, submitted = time.perf_counter(), time.time()
+    exporters: set[str] | None = None
+    try:
+        result = fit.result(timeout=timeout)
+        arrived = time.time()
+        exporters = set(result.pop("exporters")) - set(result.pop("released"))
+        if "refused" in result:
+            if result["refused"] == "not finite":
+                raise DataError(NOT_FINITE)
+            if result["refused"] == "labels":
+                raise DataError(result["message"])
+            raise peer_views.PeerUnavailable(result["refused"])
+        profile = result["profile"]
+        result["profile"] = {
+            "export and fit": time.perf_counter() - started,
+            "submission to leader": profile.pop("leader began at") - submitted,
+            "leader to client": arrived - profile.pop("leader ended at"), **profile}
+        return Outcome({**result, "round_trips": 1, "comm": "single-host"})
+    except (DataError, TimeoutError):
+        raise
+    except Exception as exc:
+        alive = set(client.run_on_scheduler(alive_workers))
+        lost = not set(by_worker) <= alive
+        if not lost and (strict or not isinstance(exc, peer_views.PeerUnavailable)):
+            raise
+        # Shards that cannot be mapped from one worker, or a worker lost
+        # on the way: the caller fits by messages (which rebuilds lost shards).
+        note = (f"single-host fit lost a worker ({type(exc).__name__}: {exc}); refitted by "
+                "actors" if lost else f"single-host fit not possible here ({exc}); fitted by "
+                "actors")
+        return Outcome(None, note, int(lost))
+    finally:
+        # The leader had the exporters free their copies; after a failure, every
+        # live worker looks for the token.
+        if exporters is None:
+            exporters = set(client.run_on_scheduler(alive_workers))
+        if exporters:  # none when every shard was the leader's own
+            client.run(peer_views.release, token, workers=sorted(exporters), on_error="ignore")

@@ -1,0 +1,66 @@
+"""The workers of a cluster as our code sees them: who they are, in a stable order, and
+what they have (a GPU, free memory), each asked for when needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import config
+from ..config.environment import has_gpu
+from ..exceptions import ClusterError
+
+
+def scheduler_workers(client: Any) -> dict[str, dict]:
+    """The scheduler's entry for every worker, asked for now (address -> info).
+
+    Not ``client.scheduler_info()["workers"]``: distributed (2025.x and later)
+    caches that answer, and the client's periodic refresh (cluster totals, no
+    workers) can replace the cache between the fetch and the return, so the
+    worker list comes back empty at random (it failed a CI run).
+    """
+    try:
+        info = client.sync(client.scheduler.identity, n_workers=-1)
+    except TypeError:  # distributed before n_workers: every worker, always
+        info = client.sync(client.scheduler.identity)
+    return dict(info["workers"])
+
+
+def worker_addresses(client: Any) -> list[str]:
+    """Worker addresses in a stable order (by worker name, then address).
+
+    A cluster with no worker at this moment (still starting, or between its
+    last worker leaving and a replacement joining) is waited for, up to
+    ``mgpu-dask.cluster.start-timeout``; then ClusterError.
+    """
+    workers = scheduler_workers(client)
+    if not workers:
+        wait_s = config.seconds("cluster.start-timeout")
+        try:
+            client.wait_for_workers(1, timeout=wait_s)
+        except TimeoutError:
+            raise ClusterError(f"the cluster has no workers (waited {wait_s:g} s); start some "
+                               "or check --scheduler-address") from None
+        workers = scheduler_workers(client)
+    return sorted(workers, key=lambda a: (str(workers[a].get("name")), a))
+
+
+def detect_device(client: Any) -> str:
+    """``"gpu"`` when every worker sees a GPU and has CuPy, else ``"cpu"``."""
+    answers = client.run(has_gpu)
+    return "gpu" if answers and all(answers.values()) else "cpu"
+
+
+def _free_gpu_bytes() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.memGetInfo()[0])
+
+
+def free_gpu_memory(client: Any) -> list[int]:
+    """Free bytes on each worker's GPU (one call to every worker)."""
+    return list(client.run(_free_gpu_bytes).values())
+
+
+def alive_workers(dask_scheduler: Any) -> list[str]:
+    """Run on the scheduler: the addresses of the workers it has now."""
+    return list(dask_scheduler.workers)
