@@ -15,6 +15,12 @@
 #            tree's alternating, ROUNDS times (default 2; ORDER "old new")
 #   tables   knn and logreg --backend all --workers 1 at each of FRACTIONS (1 4)
 #   runs     our knn and logreg at FRACTIONS, and on deformed MNIST (COPIES, 155)
+#   first    first contact: in the first call of a lease (a fresh machine), then again
+#            with NUMBA_CACHE_DIR and CUPY_CACHE_DIR new empty folders: the bare
+#            LocalCUDACluster floor three times, knn and logreg --workers 1 twice each;
+#            process walls in $R/first_run.json
+#   workers  knn and logreg with NWORKERS (1 2 4) workers sharing GPU 0
+#            (tests/shared_gpu.py: a LocalCluster, CUDA_VISIBLE_DEVICES=0 per nanny)
 #   none     the stack only (a call that carries one more part)
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
@@ -40,6 +46,19 @@ cli() {  # name, then the CLI's arguments: its JSON as $R/name.json, its output 
   timeout ${LIMIT:-280} python3 -m mgpu_dask.run "$@" --json "$R/$name.json" > "$R/$name.log" 2>&1
   grep -E "^accuracy|^warm|^error|^note|^model" "$R/$name.log" | cut -c1-300 | tee -a "$OUT/summary.log"
 }
+walled() {  # name, then a command: its process wall in $R/walls.txt, its output in name.log
+  local name=$1; shift; local t0=$EPOCHREALTIME
+  "$@" > "$R/$name.log" 2>&1; local rc=$?
+  echo "$name $(awk "BEGIN{print $EPOCHREALTIME - $t0}") $rc" | tee -a "$R/walls.txt" "$OUT/summary.log"
+}
+FLOOR='from dask_cuda import LocalCUDACluster
+from distributed import Client
+def one():
+    import cupy
+    return int(cupy.arange(10).sum())
+if __name__ == "__main__":
+    with LocalCUDACluster(n_workers=1, dashboard_address=None) as c, Client(c) as client:
+        assert client.submit(one).result() == 45'
 nvidia-smi -L | tee -a "$OUT/summary.log"
 for phase in ${PHASE:-none}; do
 case "$phase" in
@@ -69,6 +88,47 @@ runs)
   done
   cli knn_deformed knn --dataset mnist-deformed --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet
   cli logreg_deformed logreg --dataset mnist-deformed --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet
+  ;;
+first)
+  echo "$FLOOR" > /tmp/floor.py
+  for round in fresh empty-caches; do
+    if [ $round = empty-caches ]; then
+      export NUMBA_CACHE_DIR=$(mktemp -d /tmp/numba.XXXX) CUPY_CACHE_DIR=$(mktemp -d /tmp/cupy.XXXX)
+    fi
+    for i in 1 2 3; do walled "first_${round}_floor_$i" python3 /tmp/floor.py; done
+    for task in knn logreg; do for run in first second; do
+      walled "first_${round}_${task}_$run" python3 -m mgpu_dask.run $task --workers 1 \
+        --json "$R/first_${round}_${task}_$run.json"
+    done; done
+  done
+  unset NUMBA_CACHE_DIR CUPY_CACHE_DIR
+  python3 - "$R" <<'PY'
+import json, sys, pathlib
+R = pathlib.Path(sys.argv[1])
+walls = {n: (float(s), int(rc)) for n, s, rc in (l.split() for l in (R / "walls.txt").read_text().splitlines())}
+out = {"command": "PHASE=first bash benchmarks/device.sh (first call of a lease)", "rounds": {}}
+for name, (seconds, rc) in walls.items():
+    if not name.startswith("first_"):
+        continue
+    _, rnd, what = name.split("_", 2)
+    entry = {"wall_seconds": seconds, "exit": rc}
+    run = R / f"{name}.json"
+    if run.exists():
+        got = json.loads(run.read_text())
+        out["machine"] = got.get("machine")
+        entry.update(phases=got.get("cold"), kernels=got.get("kernels"),
+                     kernel_caches=got.get("kernel_caches"), accuracy=got.get("accuracy"))
+    out["rounds"].setdefault(rnd, {})[what] = entry
+(R / "first_run.json").write_text(json.dumps(out, indent=2) + "\n")
+PY
+  ;;
+workers)
+  for n in ${NWORKERS:-1 2 4}; do for task in knn logreg; do
+    log "workers_${task}_n$n: tests/shared_gpu.py $n -- python -m mgpu_dask.run $task --repeats 10"
+    timeout 280 python3 tests/shared_gpu.py $n -- python3 -m mgpu_dask.run $task --repeats 10 \
+      --quiet --json "$R/workers_${task}_n$n.json" > "$R/workers_${task}_n$n.log" 2>&1
+    grep -E "^accuracy|^warm|^error|^note" "$R/workers_${task}_n$n.log" | cut -c1-300 | tee -a "$OUT/summary.log"
+  done; done
   ;;
 none) ;;
 *) log "unknown phase $phase"; exit 2 ;;

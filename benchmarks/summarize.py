@@ -18,7 +18,10 @@ from typing import Any
 
 
 def figures(result: dict[str, Any]) -> dict[str, Any]:
-    """What one CLI result says in a table cell."""
+    """What one CLI result says in a table cell (the first-run file: its walls)."""
+    if "rounds" in result:
+        return {"walls": {r: {what: v["wall_seconds"] for what, v in runs.items()}
+                          for r, runs in result["rounds"].items()}}
     if "backends" in result:  # --backend ...: one row per backend
         return {"task": result["task"], "n_train": result["n_train"], "n_test": result["n_test"],
                 "rows": {r["backend"]: {k: r.get(k) for k in
@@ -65,7 +68,10 @@ def main() -> None:
                "runs": summary, "ab": ab_ratios(summary)}
     (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
     for name, s in summary.items():
-        if "rows" in s:
+        if "walls" in s:
+            for rnd, walls in s["walls"].items():
+                print(f"{name} {rnd}: " + ", ".join(f"{w} {v:.1f} s" for w, v in walls.items()))
+        elif "rows" in s:
             print(f"\n{name}: {s['task']}, train {s['n_train']}\n")
             print("| backend | accuracy | warm fit | warm predict | timed |")
             print("|---|---|---|---|---|")

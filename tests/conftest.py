@@ -17,6 +17,14 @@ from pathlib import Path
 # be decided before numba is first imported, hence here, at the very top.
 if not os.environ.get("MGPU_DASK_TEST_REAL_CUDA") and shutil.which("nvidia-smi") is None:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# One kernel cache for the whole session (the CLI would otherwise point each run's
+# workers at the test's own cache folder, and compile everything again each time); tests
+# of a first run point their own processes at empty folders.
+import tempfile  # noqa: E402
+
+_KERNEL_CACHE = tempfile.mkdtemp(prefix="mgpu-dask-test-kernels-")
+os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(_KERNEL_CACHE, "numba"))
+os.environ.setdefault("CUPY_CACHE_DIR", os.path.join(_KERNEL_CACHE, "cupy"))
 
 import dask
 import numpy as np

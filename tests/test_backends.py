@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 
@@ -79,7 +80,10 @@ def test_unavailable_reasons():
     assert "needs GPU workers" in unavailable("cuda-c", "cpu")
     assert "needs GPU workers" in unavailable("cuvs", "cpu")
     assert set(BACKENDS) == {"numba", "cupy", "cuda-c", "cuml", "cuml-single", "cuvs",
-                             "sklearn", "torch", "torch-script"}
+                             "faiss", "sklearn", "torch", "torch-script"}
+    if importlib.util.find_spec("faiss") is None:
+        assert unavailable("faiss", "gpu") == ("FAISS is not installed "
+                                               "(pip install 'mgpu-dask[faiss-cu13]')")
     if importlib.util.find_spec("cuvs") is None:
         assert unavailable("cuvs", "gpu") == ("cuVS is not installed "
                                               "(pip install 'mgpu-dask[rapids13]')")
@@ -136,7 +140,7 @@ def test_cli_backend_all_table(tmp_path, capsys):
     assert all(0 <= r["differ_from_sklearn"] <= n_test for r in rows if r["status"] == "ok")
     assert next(r for r in rows if r["backend"] == "sklearn")["differ_from_sklearn"] == 0
     assert [r["backend"] for r in rows] == ["numba", "cupy", "cuda-c", "cuml", "cuml-single",
-                                            "cuvs", "sklearn", "torch", "torch-script"]
+                                            "cuvs", "faiss", "sklearn", "torch", "torch-script"]
     assert "cuda-c needs GPU workers" in text
 
 
@@ -252,6 +256,35 @@ def test_cuda_c_backend_agrees_with_ours(task):
     assert abs(theirs["accuracy"] - ours["accuracy"]) <= tolerance
 
 
+@pytest.mark.parametrize("weights", ["distance", "uniform"])
+def test_faiss_backend_finds_our_neighbours(weights):
+    """FAISS's flat index on one worker (its CPU index in CI, its GPU index on the GPU
+    machine with the FAISS parts): the same neighbours and vote as ours, so the same test
+    predictions; placement timed apart; its logistic-regression row says why."""
+    pytest.importorskip("faiss")
+    from mgpu_dask.config.environment import has_gpu
+    from mgpu_dask.jobs import compare_job
+
+    device = {"device": "gpu"} if has_gpu() else {"device": "cpu"}
+    result = compare_job("knn", ["numba", "faiss", "sklearn"], dataset="digits",
+                         options={"k": 5, "weights": weights, "repeats": 2},
+                         cluster_options={"workers": 2, "dashboard_address": ":0", **device})
+    rows = {r["backend"]: r for r in result["backends"]}
+    if rows["faiss"]["status"].startswith("skipped: this FAISS was built without GPU"):
+        pytest.skip(rows["faiss"]["status"])  # faiss-cpu on a GPU machine
+    assert rows["faiss"]["status"] == "ok", rows["faiss"]
+    assert rows["faiss"]["differ_from_sklearn"] == 0 == rows["numba"]["differ_from_sklearn"]
+    assert rows["faiss"]["accuracy"] == rows["numba"]["accuracy"]
+    assert rows["faiss"]["placing"] > 0 and rows["faiss"]["timed"].startswith("inside one worker")
+    where = "one GPU (GpuIndexFlatL2)" if has_gpu() else "FAISS's CPU IndexFlatL2"
+    assert where in rows["faiss"]["note"]
+    row = compare_job("logreg", ["faiss"], dataset="digits",
+                      options={"C": 1.0, "max_iter": 10, "tol": 1e-4, "repeats": 1},
+                      cluster_options={"workers": 1, "dashboard_address": ":0", **device}
+                      )["backends"][0]
+    assert row["status"] == "skipped: FAISS is vector search only (no logistic regression)"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("task", ["knn", "logreg"])
 def test_torch_backend_on_gpu_shards_agrees_with_ours(task):
@@ -346,7 +379,7 @@ def test_cuda_c_block_feeds_the_kernels_our_operands(client, digits, monkeypatch
     give our KNN's labels: exact keys for 8-bit data, the float64 re-rank for other data."""
     from mgpu_dask.compare.cuda_c import backend
     from mgpu_dask.compare.cuda_c import kernels as cuda_c
-    from mgpu_dask.compare.on_shards import place_copies, predict_on_copies
+    from mgpu_dask.compare.on_shards import each_copy, place_copies, predict_on_copies
 
     refined = []
     monkeypatch.setattr(cuda_c, "scan", _reference_scan)
@@ -359,8 +392,11 @@ def test_cuda_c_block_feeds_the_kernels_our_operands(client, digits, monkeypatch
     X = shard(s.X_train * scale, client, device="cpu")
     Q = shard(s.X_test * scale, client, device="cpu")
     names = np.array(list("abcdefghij"))
-    copies = place_copies(client, backend.prepare_rows, s.X_train * scale,
-                          s.y_train.astype(np.int32), 60)
+    rows = place_copies(client, cupy_backend.to_device, s.X_train * scale,
+                        s.y_train.astype(np.int32), timeout=60)
+    exact = data == "8-bit"
+    copies = each_copy(client, rows, functools.partial(backend.prepare_rows, exact=exact,
+                                                        shift=128 if exact else 0), 60)
     for weights in ("distance", "uniform"):
         ours = KNeighborsClassifier(5, weights=weights).fit(X, names[s.y_train])
         want = to_host(ours.predict(Q))

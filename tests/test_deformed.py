@@ -37,19 +37,25 @@ def test_rows_are_a_function_of_seed_image_and_copy():
     assert (deform_rows(src, 0, 20, seed=12)[5:] != whole[5:]).any()
 
 
-@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and
-                    not os.environ.get("MGPU_DASK_TEST_REAL_CUDA"),
-                    reason="runs the CUDA kernel in the simulator (or on a GPU)")
-def test_cuda_kernel_is_bit_identical_to_the_cpu_twin():
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
+                    reason="the CUDA kernel in the simulator (on a GPU: the test below)")
+def test_cuda_kernel_in_the_simulator_is_bit_identical_to_the_cpu_twin():
     src = _images(n=3, side=6, seed=5)
     settings = Deformation(shift=2.5, rotate=20, scale=0.2, shear=0.3, elastic=2.0)
     cpu = deform_rows(src, 2, 7, seed=9, deformation=settings, target="cpu")
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        gpu = deform_rows(src, 2, 7, seed=9, deformation=settings, target="cuda")
-    else:
-        import cupy
+    gpu = deform_rows(src, 2, 7, seed=9, deformation=settings, target="cuda")
+    np.testing.assert_array_equal(gpu, cpu)
 
-        gpu = deform_rows(cupy.asarray(src), 2, 7, seed=9, deformation=settings).get()
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("side, rows", [(6, 7), (28, 4000)])  # MNIST's images, several blocks
+def test_cuda_kernel_on_the_gpu_is_bit_identical_to_the_cpu_twin(side, rows):
+    cupy = pytest.importorskip("cupy")
+    src = _images(n=9, side=side, seed=5)
+    settings = Deformation(shift=2.5, rotate=20, scale=0.2, shear=0.3, elastic=2.0)
+    cpu = deform_rows(src, 2, rows, seed=9, deformation=settings, target="cpu")
+    gpu = deform_rows(cupy.asarray(src), 2, rows, seed=9, deformation=settings).get()
+    assert (cpu != src[0]).any()  # deformed, not copied
     np.testing.assert_array_equal(gpu, cpu)
 
 

@@ -226,14 +226,32 @@ def test_bad_arguments():
 
 
 def test_no_graph_capture_where_ucx_carries_the_messages(monkeypatch):
-    """UCX's threads make CUDA calls that a capture in progress breaks: no capture there."""
+    """UCX's threads make CUDA calls that a capture in progress breaks: no capture where UCX
+    runs; but UCX's packages installed and imported (RAPIDS imports them whatever the
+    protocol) start no UCX, and the graphs stay."""
     import sys
     import types
 
     from mgpu_dask.kernels.launch import capture_allowed
 
-    for name in ("distributed_ucxx", "ucxx", "ucp"):
+    for name in ("distributed_ucxx", "distributed_ucxx.ucxx", "ucxx", "ucxx.core", "ucp",
+                 "ucp.core"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     assert capture_allowed()
-    monkeypatch.setitem(sys.modules, "distributed_ucxx", types.ModuleType("distributed_ucxx"))
+
+    def module(name, **attributes):
+        made = types.ModuleType(name)
+        made.__dict__.update(attributes)
+        monkeypatch.setitem(sys.modules, name, made)
+        return made
+
+    module("distributed_ucxx")
+    comm = module("distributed_ucxx.ucxx", ucxx=None)  # imported, no UCX connection yet
+    core = module("ucxx.core", _ctx=None)
+    module("ucp.core", _ctx=None)
+    assert capture_allowed()
+    comm.ucxx = types.ModuleType("ucxx")  # Dask made its first UCX connection
+    assert not capture_allowed()
+    comm.ucxx = None
+    core._ctx = object()  # a UCX context made directly (cuML's comms)
     assert not capture_allowed()

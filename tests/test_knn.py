@@ -213,9 +213,18 @@ def test_cli_knn_says_repeated_rows_lower_accuracy(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, match", [
     (["--k", "0"], "positive integer"),
-    (["--k", "5000"], "larger than n_samples = 1348"),
+    (["--k", "5000"], "(1 to 64, e.g. 3)"),
 ])
-def test_cli_knn_bad_k(capsys, argv, match):
+def test_cli_knn_bad_k(capsys, argv, match, monkeypatch):
+    """A bad --k is refused before the data loads or a cluster starts."""
+    import mgpu_dask.cluster.starting as starting
+    import mgpu_dask.data.datasets as datasets
+
+    def never(*args, **kwargs):
+        raise AssertionError("started or loaded before the options were checked")
+
+    monkeypatch.setattr(starting.StartingCluster, "__init__", never)
+    monkeypatch.setattr(datasets, "load_dataset", never)
     code = main(["knn", "--dataset", "digits", "--workers", "1", "--device", "cpu", "--quiet",
                  "--dashboard-address", ":0", *argv])
     err = capsys.readouterr().err.strip()

@@ -49,6 +49,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
     print("backends: " + ", ".join(f"{k} {'yes' if ok else 'no'}"
                                    for k, ok in info["backends"].items()))
+    for name, reason in info["unavailable"].items():
+        print(f"  {name}: {reason}")
     c = info["cluster"]
     if "error" in c:
         print(f"cluster: cannot start as asked: {c['error']}")

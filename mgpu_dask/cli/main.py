@@ -82,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     args.command_line = "python -m mgpu_dask.run " + " ".join(
         sys.argv[1:] if argv is None else argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    if args.command in ("knn", "logreg", "bench", "workflow", "cluster"):
+        from ..jobs.warmup import use_kernel_caches
+
+        use_kernel_caches()  # before any worker starts: they inherit the environment
     if _starts_local_cluster(args):  # before the heavy imports, so the two overlap
         from ..cluster.worker_start import start_early
 

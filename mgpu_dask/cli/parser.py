@@ -138,11 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", type=backend_option, default="numba",
                    help="numba: our kernels; cupy, cuda-c (our algorithm as CUDA C kernels), "
                         "cuml (multi-GPU), cuml-single (one GPU), cuvs (cuVS brute force, "
-                        "one GPU), sklearn, torch (PyTorch on "
+                        "one GPU), faiss (FAISS's exact flat index on one worker's GPUs), "
+                        "sklearn, torch (PyTorch on "
                         "every worker's shards), torch-script (the PyTorch script on one "
                         "GPU): the comparison backends; all: every usable backend on the same "
                         "split, one table; several separated by commas (numba,cuda-c): those, "
                         "side by side")
+    p.add_argument("--faiss-shards", action="store_true",
+                   help="--backend faiss on a worker that sees several GPUs: split the "
+                        "training rows over them (default: a replica on each)")
     p.add_argument("--dtype", choices=("uint8", "float32"), default="uint8",
                    help="the pixels on the GPUs: uint8 as loaded (1 byte each), or float32 "
                         "(the study's Float32 axis; same predictions, 4x the bytes); "

@@ -23,8 +23,6 @@ def print_job(result: dict) -> None:
         print(f"model: k={result['n_neighbors']}, weights={result['weights']}, "
               f"plan={result['plan']}, method={result['method']}, "
               f"precision={result['precision']} (neighbours {result['neighbours']})")
-        if result.get("precision_note"):
-            print(f"note: {result['precision_note']}", file=sys.stderr)
     else:
         print(f"model: C={result['C']}, iterations {result['n_iter']} (max {result['max_iter']}), "
               f"{result['evaluations']} evaluations, fit by {result['comm']} "
@@ -37,6 +35,8 @@ def print_job(result: dict) -> None:
                   f"entry {result['gradient_max']:.2e} > tol {result['tol']:g}; increase "
                   f"--max-iter to go further",
                   file=sys.stderr)
+    for note in result.get("notes", ()):  # everything that fell back, once each
+        print(f"note: {note}", file=sys.stderr)
     repeated = (f" (rows repeated {result['fraction']:g}x: each neighbour counts "
                 f"{result['fraction']:g} times, see fraction_note)"
                 if result.get("fraction_note") else "")
@@ -60,20 +60,30 @@ def print_job(result: dict) -> None:
 
 
 def print_comparison(result: dict) -> None:
+    """The side-by-side table: every row's fit and predict on rows resident where they
+    compute, the placement of those rows from the client apart, both totals, and the
+    speed-ups against cuML's multi-GPU row for each total; then what each row times."""
     print(f"{result['task']} on {result['dataset']}: train {result['n_train']}, test "
           f"{result['n_test']}; {result['workers']} {result['device']} workers")
-    head = f"{'backend':<12} {'accuracy':>8} {'cold fit':>9} {'cold pred':>9} " \
-           f"{'warm fit':>9} {'warm pred':>9} {'vs cuML':>8} {'!=sklearn':>9}"
-    print(head)
+    print(f"{'':<12} {'':>8} {'-- rows resident --':^30} {'rows placed':>12} {'vs cuML':^15}")
+    print(f"{'backend':<12} {'accuracy':>8} {'warm fit':>9} {'warm pred':>9} {'total':>9} "
+          f"{'placing':>8} {'total':>8} {'resident':>7} {'placed':>7} {'!=sklearn':>9}")
+    timed: dict[str, list[str]] = {}
     for r in result["backends"]:
         if r["status"] != "ok":
             print(f"{r['backend']:<12} {r['status']}")
             continue
-        vs = f"{r['speedup_vs_cuml']:.2f}x" if "speedup_vs_cuml" in r else "n/a"
+        vs = (f"{r['speedup_vs_cuml']:>6.2f}x {r['speedup_vs_cuml_placed']:>6.2f}x"
+              if "speedup_vs_cuml" in r else f"{'n/a':>7} {'n/a':>7}")
         differ = r.get("differ_from_sklearn", "n/a")
-        print(f"{r['backend']:<12} {r['accuracy']:>8.4f} {r['cold']['fit']:>8.3f}s "
-              f"{r['cold']['predict']:>8.3f}s {r['warm']['fit']:>8.3f}s "
-              f"{r['warm']['predict']:>8.3f}s {vs:>8} {differ:>9}"
+        print(f"{r['backend']:<12} {r['accuracy']:>8.4f} {r['warm']['fit']:>8.3f}s "
+              f"{r['warm']['predict']:>8.3f}s {r['warm_total']:>8.3f}s "
+              f"{r['placing']:>7.3f}s {r['placed_total']:>7.3f}s {vs} {differ:>9}"
               + (f"  ({r['note']})" if r.get("note") else ""))
+        timed.setdefault(r.get("timed") or "(not said)", []).append(r["backend"])
+    for where, names in timed.items():
+        print(f"timed {where}: {', '.join(names)}")
     if any("differ_from_sklearn" in r for r in result["backends"]):
         print("!=sklearn: test predictions that differ from the scikit-learn row's")
+    for note in result.get("notes", ()):
+        print(f"note: {note}", file=sys.stderr)

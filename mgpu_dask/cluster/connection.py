@@ -197,12 +197,12 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
                           f"large?); cancelled job(s) {', '.join(ids) or '(none submitted)'}")
             raise ClusterError(f"only {have} of {wanted} workers arrived within {timeout:.0f} s; "
                                f"{detail}") from None
-        latency.tighten(client)
+        notes = tuple(n for n in (plan.note, latency.tighten(client)) if n)
         link = client.dashboard_link if is_installed("bokeh") else None
         if local is not None and link and fixed_port and urlsplit(link).port != fixed_port:
             raise ClusterError(f"--dashboard-address {asked}: that port is taken; "
                                "choose another, or :0 for any free one")
-        yield RunningCluster(client, plan, time.perf_counter() - started, link)
+        yield RunningCluster(client, plan, time.perf_counter() - started, link, notes)
     finally:
         with contextlib.suppress(Exception):
             if client is not None:

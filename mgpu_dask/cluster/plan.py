@@ -42,10 +42,14 @@ class ClusterPlan(NamedTuple):
 
 
 class RunningCluster(NamedTuple):
+    """A started (or joined) cluster: its client, plan, start time, dashboard and the
+    notes of anything that fell back while it started."""
+
     client: Client
     plan: ClusterPlan
     start_seconds: float
     dashboard_link: str | None
+    notes: tuple[str, ...] = ()
 
 
 def plan_cluster(workers: int | None = None, *, scheduler_address: str | None = None,

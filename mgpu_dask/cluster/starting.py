@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..config.environment import is_installed, optional_import
 from .connection import connect
@@ -26,12 +26,19 @@ class StartingCluster:
 
     Parameters
     ----------
+    on_ready : callable or None, default None
+        Called on the start's thread with the :class:`RunningCluster` as soon as the
+        cluster is up (the jobs start compiling their kernels on the workers there);
+        what it returns is :attr:`after`, what it raises comes out of ``with``.
     **options
         :func:`connect`'s keyword arguments.
     """
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, on_ready: Callable[[RunningCluster], Any] | None = None,
+                 **options: Any) -> None:
         self.asked = (time.perf_counter(), time.time())
+        self._on_ready = on_ready
+        self.after: Any = None
         # What a start here imports (a scheduler with its dashboard, dask-cuda), imported
         # first on this thread: two threads importing the same modules at once is how
         # imports deadlock.  A joined scheduler needs neither.
@@ -54,6 +61,13 @@ class StartingCluster:
             self._started.set_exception(exc)
             return
         self.ready = (time.perf_counter(), time.time())
+        try:
+            if self._on_ready is not None:
+                self.after = self._on_ready(running)
+        except BaseException as exc:  # the cluster is up: shut it down with the error
+            self._context.__exit__(None, None, None)
+            self._started.set_exception(exc)
+            return
         self._started.set_result(running)
 
     @property

@@ -8,10 +8,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..config.environment import is_installed
+from ..config.environment import unusable
 
-BACKENDS = ("numba", "cupy", "cuda-c", "cuml", "cuml-single", "cuvs", "sklearn", "torch",
-            "torch-script")
+BACKENDS = ("numba", "cupy", "cuda-c", "cuml", "cuml-single", "cuvs", "faiss", "sklearn",
+            "torch", "torch-script")
+NEEDS = {"cupy": [("cupy", "cuda13", "CuPy")], "cuda-c": [("cupy", "cuda13", "CuPy")],
+         "cuml": [("cuml", "rapids13", "cuML")], "cuml-single": [("cuml", "rapids13", "cuML")],
+         "cuvs": [("cuvs", "rapids13", "cuVS")], "faiss": [("faiss", "faiss-cu13", "FAISS")],
+         "torch": [("torch", "torch", "PyTorch")],
+         "torch-script": [("torch", "torch", "PyTorch")]}
+"""The packages each backend imports, the extra that installs them, and their names."""
 
 
 class BackendSkipped(Exception):
@@ -34,19 +40,15 @@ def unavailable(name: str, device: str) -> str | None:
         return f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}"
     if name in ("cupy", "cuda-c", "cuml", "cuml-single", "cuvs") and device != "gpu":
         return f"{name} needs GPU workers (this run is on CPU)"
-    if name in ("cupy", "cuda-c") and not is_installed("cupy"):
-        return "CuPy is not installed (pip install 'mgpu-dask[cuda13]')"
-    if name in ("cuml", "cuml-single") and not is_installed("cuml"):
-        return "cuML is not installed (pip install 'mgpu-dask[rapids13]')"
-    if name == "cuvs" and not is_installed("cuvs"):
-        return "cuVS is not installed (pip install 'mgpu-dask[rapids13]')"
-    if name in ("torch", "torch-script") and not is_installed("torch"):
-        return "PyTorch is not installed (pip install 'mgpu-dask[torch]')"
+    for module, extra, title in NEEDS.get(name, ()):
+        why = unusable(module, extra, title)
+        if why is not None:
+            return why
     return None
 
 
 MODULES = {"numba": "ours", "cupy": "cupy", "cuda-c": "cuda_c", "cuml": "cuml",
-           "cuml-single": "cuml_single", "cuvs": "cuvs", "sklearn": "sklearn", "torch": "torch",
+           "cuml-single": "cuml_single", "cuvs": "cuvs", "faiss": "faiss", "sklearn": "sklearn", "torch": "torch",
            "torch-script": "torch_script"}
 """The module of each backend, in this package."""
 
@@ -93,6 +95,29 @@ def converted_note(run: BackendRun, dtype: str = "float32") -> str | None:
 
 def join_notes(*notes: str | None) -> str | None:
     return "; ".join(n for n in notes if n) or None
+
+
+DASK = "from the client, through Dask, rows resident on the workers"
+ONE_WORKER = "inside one worker, rows resident on its device"
+HOST = "on the client's CPU cores, rows in its memory"
+"""What a row times: its fit and predict on rows already where they compute (the rows'
+placement from the client is timed apart, as ``placement``)."""
+
+
+class Placing:
+    """Times the placement of a backend's training and test rows from the client, once:
+    ``with placing: ...`` (any number of blocks, added up in ``seconds``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._began = 0.0
+
+    def __enter__(self) -> "Placing":
+        self._began = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds += time.perf_counter() - self._began
 
 
 def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:

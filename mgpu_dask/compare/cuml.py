@@ -14,26 +14,22 @@ import numpy as np
 from ..data import shard
 from ..data.shard import as_worker_rows
 from ..parallel.inputs import to_host
-from .backend import (
-    BackendRun,
-    converted_note,
-    join_notes,
-    pixel_scale,
-    repeat,
-    train_labels,
-)
+from .backend import (DASK, BackendRun, Placing, converted_note, join_notes, pixel_scale, repeat,
+                      train_labels)
 
 
 def knn(run: BackendRun) -> dict[str, Any]:
     from cuml.dask.neighbors import KNeighborsClassifier
 
     o, p, c = run.options, run.parts, run.client
-    X = as_worker_rows(p.X_train, c, dtype=np.float32, timeout=run.timeout)
-    y = train_labels(run, X, np.int32)
-    Q = shard(p.X_test, c, dtype=np.float32, timeout=run.timeout)
+    with Placing() as placing:
+        X = as_worker_rows(p.X_train, c, dtype=np.float32, timeout=run.timeout)
+        y = train_labels(run, X, np.int32)
+        Q = shard(p.X_test, c, dtype=np.float32, timeout=run.timeout)
     result = repeat(run, lambda: KNeighborsClassifier(n_neighbors=o["k"], client=c).fit(X, y),
                     lambda model: to_host(model.predict(Q), run.timeout))
-    return {**result, "note": join_notes("cuml.dask votes uniformly", converted_note(run))}
+    return {**result, "placing": placing.seconds, "timed": DASK,
+            "note": join_notes("cuml.dask votes uniformly", converted_note(run))}
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:
@@ -41,9 +37,11 @@ def logreg(run: BackendRun) -> dict[str, Any]:
 
     o, p, c = run.options, run.parts, run.client
     scale = pixel_scale(p.X_train)
-    X = as_worker_rows(p.X_train, c, dtype=np.float32, scale=scale, timeout=run.timeout)
-    y = train_labels(run, X, np.float32)
-    Xt = shard(p.X_test, c, dtype=np.float32, scale=scale, timeout=run.timeout)
-    return repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
-                                                  client=c).fit(X, y),
-                  lambda model: to_host(model.predict(Xt), run.timeout).astype(p.y_test.dtype))
+    with Placing() as placing:
+        X = as_worker_rows(p.X_train, c, dtype=np.float32, scale=scale, timeout=run.timeout)
+        y = train_labels(run, X, np.float32)
+        Xt = shard(p.X_test, c, dtype=np.float32, scale=scale, timeout=run.timeout)
+    out = repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
+                                                 client=c).fit(X, y),
+                 lambda model: to_host(model.predict(Xt), run.timeout).astype(p.y_test.dtype))
+    return {**out, "placing": placing.seconds, "timed": DASK}

@@ -18,6 +18,7 @@ Next to ``cuml`` (``cuml.dask``, every GPU of the cluster).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
     """Runs on one worker: CuPy arrays there once, then one cold and ``repeats`` warm ones."""
     import cupy
 
+    uploading = time.perf_counter()
     classes = np.unique(y)
     n_classes = len(classes)
     T = cupy.asarray(X, dtype=np.float32)
@@ -39,6 +41,7 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
     codes = cupy.asarray(np.searchsorted(classes, y).astype(np.int32))
     sync = cupy.cuda.get_current_stream().synchronize
     sync()
+    upload = time.perf_counter() - uploading
     uniform = options.get("weights") == "uniform"
 
     def fit() -> Any:
@@ -63,6 +66,7 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
         return cupy.asnumpy(pred)
 
     out = repeat_here(fit, predict, np.searchsorted(classes, yt), repeats, sync)
+    out["upload"] = upload
     out["where"] = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
     return out
 

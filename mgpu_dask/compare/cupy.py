@@ -21,8 +21,8 @@ from ..kernels.precision import Precision
 from ..logreg.problem import Problem
 from ..parallel import placement
 from ..parallel.inputs import to_host
-from .backend import BackendRun, BackendSkipped, converted_note, pixel_scale, repeat
-from .on_shards import fit_by_tasks, place_copies, predict_on_copies
+from .backend import DASK, BackendRun, BackendSkipped, Placing, converted_note, pixel_scale, repeat
+from .on_shards import each_copy, fit_by_tasks, place_copies, predict_on_copies
 
 
 def knn_block(Q: Any, T: Any, labels: Any, norms: Any, k: int, weights: str,
@@ -76,15 +76,21 @@ def loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray) -> t
     return loss, host(grad_coef).astype(np.float64), host(grad_intercept).astype(np.float64)
 
 
-def prepare_rows(X: np.ndarray, y: np.ndarray) -> tuple[Any, Any, Any]:
-    """A worker's training copy for the array-code KNN: float32 rows on this worker's
-    device (uint8 pixels shifted by 128, which changes no distance and keeps every
-    product exact in float32), their squared norms and the class indices."""
+def to_device(X: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+    """The training rows and their class indices on this worker's device, as they are."""
     xp = device_module()
-    T = xp.asarray(X, dtype=np.float32)
+    return xp.asarray(X), xp.asarray(y, dtype=np.int32)
+
+
+def prepare_rows(copy: tuple[Any, Any]) -> tuple[Any, Any, Any]:
+    """A worker's training copy for the array-code KNN, from its rows on the device:
+    float32 rows (uint8 pixels shifted by 128, which changes no distance and keeps every
+    product exact in float32), their squared norms and the class indices."""
+    X, y = copy
+    T = X.astype(np.float32)
     if X.dtype == np.uint8:
         T -= np.float32(128)
-    return T, (T * T).sum(axis=1), xp.asarray(y, dtype=np.int32)
+    return T, (T * T).sum(axis=1), y
 
 
 def device_module() -> Any:
@@ -114,21 +120,26 @@ def _array_block(Qb: Any, copy: tuple, k: int, weights: str, n_classes: int) -> 
 
 def knn_on_copies(run: BackendRun, prepare: Any, block: Any, framework: str,
                   *block_args: Any) -> dict[str, Any]:
-    """A KNN backend on our replicated placement: ``prepare(X, y)`` once per worker (the
-    timed fit), then ``block(query_rows, copy, k, weights, n_classes, *block_args)`` on
-    every query shard where it lives (the timed predict)."""
+    """A KNN backend on our replicated placement: the training rows copied to every
+    worker's device and the queries sharded (the placement, timed apart), then
+    ``prepare(copy)`` on every worker (the timed fit) and ``block(query_rows, copy, k,
+    weights, n_classes, *block_args)`` on every query shard where it lives (the timed
+    predict)."""
     p, o = run.parts, run.options
     if not isinstance(p.X_train, np.ndarray):
         raise BackendSkipped(f"{framework} copies the training set to every worker; rows "
                              "generated on the workers stay where they are")
     classes = np.unique(p.y_train)
     codes = np.searchsorted(classes, p.y_train).astype(np.int32)
-    queries = (shard(p.X_test, run.client, timeout=run.timeout) if run.client is not None
-               else da.from_array(p.X_test, chunks=(-1, -1)))
+    with Placing() as placing:
+        queries = (shard(p.X_test, run.client, timeout=run.timeout) if run.client is not None
+                   else da.from_array(p.X_test, chunks=(-1, -1)))
+        rows = place_copies(run.client, to_device, p.X_train, codes, timeout=run.timeout)
     args = (o["k"], o["weights"], len(classes), *block_args)
-    return repeat(run, lambda: place_copies(run.client, prepare, p.X_train, codes, run.timeout),
-                  lambda copies: classes[predict_on_copies(run.client, copies, queries, block,
-                                                           *args, timeout=run.timeout)])
+    out = repeat(run, lambda: each_copy(run.client, rows, prepare, run.timeout),
+                 lambda copies: classes[predict_on_copies(run.client, copies, queries, block,
+                                                          *args, timeout=run.timeout)])
+    return {**out, "placing": placing.seconds, "timed": DASK}
 
 
 def fit_logreg(run: BackendRun, loss_grad: Any) -> dict[str, Any]:
@@ -141,11 +152,13 @@ def fit_logreg(run: BackendRun, loss_grad: Any) -> dict[str, Any]:
     if client is None:
         raise BackendSkipped("runs on the cluster's workers; start one")
     scale = pixel_scale(p.X_train)
-    X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale, timeout=run.timeout)
-    Xt = shard(p.X_test, client, dtype=np.float32, scale=scale, timeout=run.timeout)
     classes = np.unique(p.y_train)
-    y = shard(np.searchsorted(classes, p.y_train).astype(np.int32), client, like=X,
-              timeout=run.timeout)
+    with Placing() as placing:
+        X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale,
+                           timeout=run.timeout)
+        Xt = shard(p.X_test, client, dtype=np.float32, scale=scale, timeout=run.timeout)
+        y = shard(np.searchsorted(classes, p.y_train).astype(np.int32), client, like=X,
+                  timeout=run.timeout)
     n, d = int(X.shape[0]), int(X.shape[1])
     problem = Problem(n, d, len(classes), 1.0 / (o["C"] * n), o["max_iter"], o["tol"], "host",
                       Precision.FP32, None)
@@ -160,7 +173,7 @@ def fit_logreg(run: BackendRun, loss_grad: Any) -> dict[str, Any]:
                                     chunks=(Xt.chunks[0],), meta=np.empty(0, classes.dtype))
         return to_host(pred, run.timeout)
 
-    return repeat(run, fit, predict)
+    return {**repeat(run, fit, predict), "placing": placing.seconds, "timed": DASK}
 
 
 def knn(run: BackendRun) -> dict[str, Any]:

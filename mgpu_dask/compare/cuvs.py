@@ -13,6 +13,7 @@ says so.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -28,12 +29,14 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
     import cupy
     from cuvs.neighbors import brute_force
 
+    uploading = time.perf_counter()
     classes = np.unique(y)
     T = cupy.asarray(X, dtype=np.float32)
     Q = cupy.asarray(Xt, dtype=np.float32)
     codes = cupy.asarray(np.searchsorted(classes, y).astype(np.int32))
     sync = cupy.cuda.get_current_stream().synchronize
     sync()
+    upload = time.perf_counter() - uploading
 
     def predict(index: Any) -> np.ndarray:
         squared, nearest = brute_force.search(index, Q, int(options["k"]))
@@ -44,6 +47,7 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
 
     out = repeat_here(lambda: brute_force.build(T, metric="sqeuclidean"), predict,
                       np.searchsorted(classes, yt), repeats, sync)
+    out["upload"] = upload
     out["where"] = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
     return out
 

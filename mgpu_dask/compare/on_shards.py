@@ -26,19 +26,31 @@ Copies = dict
 """Worker address (None without a client) -> that worker's prepared training copy."""
 
 
-def place_copies(client: Any, prepare: Callable[..., Any], X: np.ndarray, y: np.ndarray,
-                 timeout: float) -> Copies:
-    """``prepare(X, y)`` on every worker, once: the rows travel with each task."""
+def place_copies(client: Any, make: Callable[..., Any], *data: Any, timeout: float) -> Copies:
+    """``make(*data)`` on every worker, once: the host ``data`` travel with each task."""
     if client is None:
-        return {None: prepare(X, y)}
+        return {None: make(*data)}
     workers = worker_addresses(client)
-    futures = [client.submit(prepare, X, y, workers=[w], pure=False,
-                             key=placement.fresh_name("copy")) for w in workers]
-    wait(futures, timeout=timeout)
-    for future in futures:
+    return _landed({w: client.submit(make, *data, workers=[w], pure=False,
+                                     key=placement.fresh_name("copy")) for w in workers},
+                   timeout)
+
+
+def each_copy(client: Any, copies: Copies, fn: Callable[..., Any], timeout: float) -> Copies:
+    """``fn(copy)`` on the worker of each copy: new copies, made where the old ones are."""
+    if client is None:
+        return {w: fn(c) for w, c in copies.items()}
+    return _landed({w: client.submit(fn, c, workers=[w], pure=False,
+                                     key=placement.fresh_name("prepared"))
+                    for w, c in copies.items()}, timeout)
+
+
+def _landed(copies: Copies, timeout: float) -> Copies:
+    wait(list(copies.values()), timeout=timeout)
+    for future in copies.values():
         if future.status == "error":
             raise future.exception()
-    return dict(zip(workers, futures))
+    return copies
 
 
 def predict_on_copies(client: Any, copies: Copies, queries: Any, block: Callable[..., Any],

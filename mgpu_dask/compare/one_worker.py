@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..parallel.workers import scheduler_workers
-from .backend import BackendRun, BackendSkipped, pixel_scale
+from .backend import ONE_WORKER, BackendRun, BackendSkipped, pixel_scale
 
 
 def repeat_here(fit: Callable[[], Any], predict: Callable[[Any], np.ndarray],
@@ -50,17 +50,21 @@ def run_on_one_worker(run: BackendRun, on_worker: Callable[..., dict[str, Any]],
         raise BackendSkipped(f"{framework} takes host rows; rows generated on the workers "
                              "stay where they are")
     repeats = max(1, int(run.options.get("repeats", 1)))
+    scattering = time.perf_counter()
     if run.client is None:
         out = on_worker(task, X, p.y_train, Xt, p.y_test, run.options, repeats)
+        scattered = 0.0
     else:
         worker = sorted(scheduler_workers(run.client))[0]
         data = run.client.scatter([X, Xt], workers=[worker])
+        scattered = time.perf_counter() - scattering
         future = run.client.submit(on_worker, task, data[0], p.y_train, data[1], p.y_test,
                                    run.options, repeats, workers=[worker], pure=False)
         out = future.result(timeout=run.timeout)
     if "predictions" in out:
         out["predictions"] = np.unique(p.y_train)[out["predictions"]]
-    return out
+    # The rows' placement: to the worker, then into its device memory (``upload``).
+    return {**out, "placing": scattered + out.pop("upload", 0.0), "timed": ONE_WORKER}
 
 
 def rows_for(task: str, run: BackendRun) -> tuple[Any, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import BackendRun, BackendSkipped, converted_note, pixel_scale
+from .backend import HOST, BackendRun, BackendSkipped, converted_note, pixel_scale
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -40,7 +40,7 @@ def _run(make: Any, run: BackendRun, X_train: np.ndarray, X_test: np.ndarray) ->
         rows.append({"fit": fit_s, "predict": predict_s,
                      "accuracy": float((pred == p.y_test).mean())})
     return {"cold": rows[0], "warm": rows[1:], "predictions": np.asarray(pred),
-            "note": converted_note(run)}
+            "note": converted_note(run), "placing": 0.0, "timed": HOST}
 
 
 def knn(run: BackendRun) -> dict[str, Any]:

@@ -31,7 +31,8 @@ from ..data import shard
 from ..data.shard import as_worker_rows
 from ..parallel import placement
 from ..parallel.inputs import to_host
-from .backend import BackendRun, BackendSkipped, converted_note, pixel_scale, repeat
+from .backend import (DASK, BackendRun, BackendSkipped, Placing, converted_note, pixel_scale,
+                      repeat)
 from .cupy import knn_on_copies, prepare_rows, shifted_queries
 from .torch_ops import knn_predict, lbfgs_fit, predict_block, tensor
 
@@ -126,11 +127,13 @@ def logreg(run: BackendRun) -> dict[str, Any]:
     if client is None:
         raise BackendSkipped("the PyTorch row runs on the cluster's workers; start one")
     scale = pixel_scale(p.X_train)
-    X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale, timeout=run.timeout)
-    Xt = shard(p.X_test, client, dtype=np.float32, scale=scale, timeout=run.timeout)
     classes = np.unique(p.y_train)
-    codes = shard(np.searchsorted(classes, p.y_train), client, dtype=np.int64,
-                  timeout=run.timeout, like=X)
+    with Placing() as placing:
+        X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale,
+                           timeout=run.timeout)
+        Xt = shard(p.X_test, client, dtype=np.float32, scale=scale, timeout=run.timeout)
+        codes = shard(np.searchsorted(classes, p.y_train), client, dtype=np.int64,
+                      timeout=run.timeout, like=X)
     (blocks, where), (labels, _) = (placement.locate(client, a) for a in (X, codes))
     by_worker: dict[str, list[int]] = {}
     for i, worker in enumerate(where):
@@ -167,5 +170,5 @@ def logreg(run: BackendRun) -> dict[str, Any]:
         if world > 1:
             client.gather([client.submit(_leave, token, workers=[w], pure=False)
                            for w in ranks])
-    return {**out, "note": (f"torch.distributed over {world} workers" if world > 1
-                            else "one worker")}
+    return {**out, "placing": placing.seconds, "timed": DASK,
+            "note": f"torch.distributed over {world} workers" if world > 1 else "one worker"}

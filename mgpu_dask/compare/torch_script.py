@@ -18,6 +18,7 @@ come to the host inside the timed predict.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -39,11 +40,13 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 products, as every other row
+    uploading = time.perf_counter()
     classes = np.unique(y)
     T = torch.as_tensor(np.ascontiguousarray(X, dtype=np.float32), device=device)
     Q = torch.as_tensor(np.ascontiguousarray(Xt, dtype=np.float32), device=device)
     codes = torch.as_tensor(np.searchsorted(classes, y), dtype=torch.int64, device=device)
     _sync(torch, device)
+    upload = time.perf_counter() - uploading
 
     def fit() -> tuple:
         if task == "knn":
@@ -61,6 +64,7 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
 
     out = repeat_here(fit, predict, np.searchsorted(classes, yt), repeats,
                       lambda: _sync(torch, device))
+    out["upload"] = upload
     out["where"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     return out
 

@@ -23,12 +23,38 @@ class GPU(NamedTuple):
     memory_bytes: int
 
 
+IMPORT_ERRORS: dict[str, str] = {}
+"""Optional packages that are installed but failed to import here: name -> the error."""
+
+
 def optional_import(name: str) -> ModuleType | None:
-    """Import ``name`` or return ``None`` when it (or what it needs) is missing."""
+    """Import ``name``; ``None`` where it is not installed, or where it is installed but
+    does not import, in which case :func:`import_error` keeps the error's own text."""
+    if not is_installed(name):
+        return None
     try:
         return importlib.import_module(name)
-    except Exception:  # a broken optional stack counts as missing, by design
+    except Exception as exc:  # a broken stack: the caller falls back, and can say why
+        IMPORT_ERRORS[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return None
+
+
+def import_error(name: str) -> str | None:
+    """Why the installed package ``name`` did not import here (None: it did, or was not
+    tried, or is not installed)."""
+    return IMPORT_ERRORS.get(name)
+
+
+def unusable(name: str, extra: str, title: str | None = None) -> str | None:
+    """Why the optional package ``name`` cannot be used here, in one line (it is imported
+    to find out), or None when it can; ``extra`` is the pip extra that installs it,
+    ``title`` how the line names it (default ``name``)."""
+    if optional_import(name) is not None:
+        return None
+    error = import_error(name)
+    if error:
+        return f"{title or name} is installed but does not import ({error})"
+    return f"{title or name} is not installed (pip install 'mgpu-dask[{extra}]')"
 
 
 UNUSED_BY_DASK_ARRAY = ("xarray",)

@@ -150,14 +150,21 @@ def _describe_local(dask_worker: Any, keys: list[str]) -> dict[str, tuple[str, s
             continue
         value = dask_worker.data[key]
         kind = f"{type(value).__module__.split('.')[0]}.{type(value).__name__}"
-        if kind.startswith("cupy"):
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-            physical = visible.split(",")[0] if visible else str(value.device.id)
-            device = f"GPU {physical}"
-        else:
-            device = "host"
-        found[str(key)] = (kind, device, int(value.shape[0]))
+        found[str(key)] = (kind, _where(value), int(value.shape[0]))
     return found
+
+
+def _where(value: Any) -> str:
+    """``"GPU n"`` (n as nvidia-smi counts) for a CuPy array, or a tuple of arrays (a
+    prepared training block) holding one; ``"host"`` otherwise."""
+    parts = value if isinstance(value, tuple) else (value,)
+    on_gpu = next((p for p in parts if type(p).__module__.startswith("cupy")), None)
+    if on_gpu is None:
+        return "host"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    index = on_gpu.device.id
+    return f"GPU {ids[index] if index < len(ids) else index}"
 
 
 def shard_locations(array: da.Array, client: Client) -> list[ShardInfo]:

@@ -21,12 +21,13 @@ from ..data.files import atomic_file, write_json, write_text_atomic
 
 COLUMNS = ("task", "backend", "workers", "fraction", "n_train", "n_test", "status", "accuracy",
            "warm_fit", "warm_predict", "warm_total", "cold_fit", "cold_predict",
-           "speedup_vs_cuml", "differ_from_sklearn", "note")
+           "speedup_vs_cuml", "differ_from_sklearn", "note", "placing", "placed_total",
+           "speedup_vs_cuml_placed", "timed")
 CPU_BACKENDS = ("sklearn",)
 # One colour per backend in every plot (matplotlib's and bokeh's category palette).
 COLORS = {"numba": "#1f77b4", "cupy": "#ff7f0e", "cuml": "#2ca02c", "sklearn": "#d62728",
           "torch": "#9467bd", "cuml-single": "#8c564b", "cuvs": "#17becf", "cuda-c": "#e377c2",
-          "torch-script": "#bcbd22"}
+          "torch-script": "#bcbd22", "faiss": "#7f7f7f"}
 
 
 def flatten(result: dict[str, Any], workers: int) -> list[dict[str, Any]]:
@@ -46,6 +47,8 @@ def flatten(result: dict[str, Any], workers: int) -> list[dict[str, Any]]:
             "cold_predict": r["cold"]["predict"] if ok else None,
             "speedup_vs_cuml": r.get("speedup_vs_cuml"),
             "differ_from_sklearn": r.get("differ_from_sklearn"), "note": r.get("note"),
+            "placing": r.get("placing"), "placed_total": r.get("placed_total"),
+            "speedup_vs_cuml_placed": r.get("speedup_vs_cuml_placed"), "timed": r.get("timed"),
         })
     return rows
 
@@ -53,10 +56,12 @@ def flatten(result: dict[str, Any], workers: int) -> list[dict[str, Any]]:
 def _reuse_cpu_row(row: dict[str, Any], workers: int, reference: dict[str, Any] | None
                    ) -> dict[str, Any]:
     """A CPU backend's row for another worker count; speed-up against this run's cuML."""
-    speedup = (reference["warm_total"] / row["warm_total"]
-               if reference and row["status"] == "ok" else None)
+    ok = reference is not None and row["status"] == "ok"
+    speedup = reference["warm_total"] / row["warm_total"] if ok else None
+    placed = reference["placed_total"] / row["placed_total"] if ok else None
     note = f"CPU run once per size (measured with workers={row['workers']})"
-    return {**row, "workers": workers, "speedup_vs_cuml": speedup, "note": note}
+    return {**row, "workers": workers, "speedup_vs_cuml": speedup,
+            "speedup_vs_cuml_placed": placed, "note": note}
 
 
 def run_sweep(tasks: list[str], workers: list[int], fractions: list[float],

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .phases import Phases
-from .session import Echo, session, summary
+from .session import Echo, notes, session, summary
 
 
 def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
@@ -20,7 +20,14 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
                 classes: list[int] | None = None) -> dict[str, Any]:
     """Every requested backend on the same split and cluster: one row each.
 
-    A backend that cannot run here, or fails, is one row with its reason.
+    Each row times its fit and predict on rows already where they compute (its
+    ``timed`` says where: through Dask from the client, inside one worker, or on
+    the client's CPU), and the placement of those rows from the client apart
+    (``placing``); ``warm_total`` is the first, ``placed_total`` both.  The
+    speed-ups against cuML's multi-GPU row compare like with like:
+    ``speedup_vs_cuml`` the resident totals, ``speedup_vs_cuml_placed`` the
+    placed ones.  A backend that cannot run here, or fails, is one row with its
+    reason.
     """
     from ..compare import BackendRun, BackendSkipped, module, unavailable
 
@@ -49,17 +56,21 @@ def compare_job(task: str, backends: list[str], *, dataset: str | None = None,
                 continue
             warm = {k: statistics.median(r[k] for r in out["warm"]) for k in ("fit", "predict")}
             predictions[name] = out.get("predictions")
+            total = warm["fit"] + warm["predict"]
+            placing = float(out.get("placing", 0.0))
             rows.append({"backend": name, "status": "ok", "note": out.get("note"),
                          "accuracy": out["cold"]["accuracy"], "cold": out["cold"], "warm": warm,
-                         "warm_total": warm["fit"] + warm["predict"]})
+                         "warm_total": total, "placing": placing,
+                         "placed_total": total + placing, "timed": out.get("timed")})
         reference = next((r for r in rows if r["backend"] == "cuml" and r["status"] == "ok"), None)
         exact = predictions.get("sklearn")
         for r in rows:
             if r["status"] == "ok" and reference:
                 r["speedup_vs_cuml"] = reference["warm_total"] / r["warm_total"]
+                r["speedup_vs_cuml_placed"] = reference["placed_total"] / r["placed_total"]
             mine = predictions.get(r["backend"])
             if r["status"] == "ok" and exact is not None and mine is not None:
                 r["differ_from_sklearn"] = int((np.asarray(mine) != exact).sum())
         return {**summary(s, task, fraction, seed), "options": options, "device": device,
-                "classes": classes,
-                "setup": phases.seconds, "backends": rows}
+                "classes": classes, "setup": phases.seconds, "backends": rows,
+                "notes": notes(s)}

@@ -17,7 +17,8 @@ from ..knn import KNeighborsClassifier, plans
 from ..parallel.inputs import accuracy, to_host
 from . import transfers
 from .phases import Phases
-from .session import Echo, placement, session, summary
+from .session import Echo, fingerprint, notes, placement, session, summary
+from .warmup import begin, knn_spec
 
 
 def predict_phases(clf: KNeighborsClassifier, queries: Any, client: Any, timeout: float,
@@ -37,6 +38,15 @@ def predict_phases(clf: KNeighborsClassifier, queries: Any, client: Any, timeout
     return pred
 
 
+def searched(client: Any, s: Any, clf: KNeighborsClassifier) -> dict[str, Any]:
+    """Whether every worker's tile loop ran as one CUDA graph, and the notes of the run."""
+    ran = client.run(plans.what_ran)
+    graphs = [r["graph"] for r in ran.values() if r["graph"] is not None]
+    worker_notes = sorted({n for r in ran.values() for n in r["notes"]})
+    return {"graph": all(graphs) if graphs else None,
+            "notes": notes(s, clf.precision_note_, *worker_notes)}
+
+
 def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
             fraction: float = 1.0, test_size: float = 0.25, seed: int = 0, n_neighbors: int = 3,
             weights: str = "distance", plan: str = "auto", method: str = "gemm",
@@ -44,11 +54,14 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             cluster_options: dict[str, Any] | None = None,
             repeats: int = 5, report: str | None = None, echo: Echo | None = None,
             copies: int | None = None, deformation: str | None = None,
-            dtype: str = "uint8", starting: StartingCluster | None = None) -> dict[str, Any]:
+            dtype: str = "uint8", starting: StartingCluster | None = None,
+            warm_up: bool = True) -> dict[str, Any]:
     """Run KNN end to end and return every number the CLI prints.
 
     ``dtype`` is how the rows live on the workers: ``"uint8"`` as loaded, or ``"float32"``.
-    ``starting``: the cluster, already starting (see :func:`session`).
+    ``starting``: the cluster, already starting (see :func:`session`); ``warm_up``: have
+    the workers compile the search's kernels first (where ``starting`` was not asked
+    to already).
     """
     say = echo or (lambda message: None)
     cold = Phases(say)
@@ -56,7 +69,11 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
     with session("knn", cold, dataset=dataset, data_dir=data_dir, download=download,
                  fraction=fraction, test_size=test_size, seed=seed,
                  cluster_options=cluster_options, report=report, say=say,
-                 copies=copies, deformation=deformation, starting=starting) as s:
+                 copies=copies, deformation=deformation, starting=starting,
+                 warm_up=begin(knn_spec(dtype=dtype, dataset=dataset, precision=precision,
+                                        method=method, k=n_neighbors, weights=weights,
+                                        plan=plan, workers=(cluster_options or {}).get(
+                                            "workers")), say) if warm_up else None) as s:
         client, parts = s.cluster.client, s.data
         say("[3/4] transfer (queries sharded, training set placed by plan)")
         clf = KNeighborsClassifier(n_neighbors, weights=weights, plan=plan, method=method,
@@ -99,7 +116,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             **placement(client, {"query shard": queries,
                                   "train copy" if clf.plan_ == "replicate" else "train shard":
                                   clf.layout_.keep[0]}),
-            "accuracy": accuracy(pred, parts.y_test),
+            "accuracy": accuracy(pred, parts.y_test), "predictions_sha256": fingerprint(pred),
             "cold": {**cold.seconds, "total": cold_total},
             "cold_steps": steps,
             "warm": {name: statistics.median(r[name] for r in warm_runs) for name in warm_runs[0]},
@@ -107,6 +124,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
             "warm_predict_median": statistics.median(fused),
             "bytes_between_workers": transfers.by_phase(client, cold, warm_phases,
                                                         repeats=max(1, repeats)),
+            **searched(client, s, clf),
         }
     result["cold_steps"]["cluster stop"] = cold.seconds.pop("cluster stop")
     return result

@@ -13,7 +13,8 @@ from ..data.shard import cast_to, pixel_rows
 from ..parallel.inputs import accuracy, to_host
 from . import transfers
 from .phases import Phases
-from .session import Echo, placement, session, summary
+from .session import Echo, fingerprint, notes, placement, session, summary
+from .warmup import begin, logreg_spec
 
 
 def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, download: bool = True,
@@ -24,13 +25,15 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
                report: str | None = None, echo: Echo | None = None,
                copies: int | None = None, deformation: str | None = None,
                classes: list[int] | None = None, dtype: str = "uint8",
-               starting: StartingCluster | None = None) -> dict[str, Any]:
+               starting: StartingCluster | None = None, warm_up: bool = True) -> dict[str, Any]:
     """Logistic regression end to end (pixels scaled to [0, 1]); every number the CLI prints.
 
     ``classes`` keeps only the rows of those labels (``[3, 8]``: the binary problem).
     ``dtype``: the rows on the workers, ``"uint8"`` as loaded (the estimator's
     ``input_scale`` puts them in [0, 1]) or ``"float32"`` (scaled copies, 4x the bytes);
-    the same model either way.  ``starting``: the cluster, already starting.
+    the same model either way.  ``starting``: the cluster, already starting; ``warm_up``:
+    have the workers compile the fit's kernels first (where ``starting`` was not asked to
+    already).
     """
     from ..logreg import LogisticRegression
 
@@ -41,7 +44,10 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
                  fraction=fraction, test_size=test_size, seed=seed,
                  cluster_options=cluster_options, report=report, say=say,
                  copies=copies, deformation=deformation, classes=classes,
-                 starting=starting) as s:
+                 starting=starting,
+                 warm_up=begin(logreg_spec(dtype=dtype, dataset=dataset, precision=precision,
+                                           classes=classes, optimizer=optimizer), say)
+                 if warm_up else None) as s:
         client, parts = s.cluster.client, s.data
         scale = 1.0 / max(1.0, float(s.dataset.X.max()))  # pixels to [0, 1]
         say("[3/4] transfer (train and test sharded, one shard per worker)")
@@ -74,12 +80,13 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             "dtype": str(X_train.dtype),
             "device": "gpu" if type(X_train._meta).__module__.startswith("cupy") else "cpu",
             **placement(client, {"train shard": X_train, "test shard": X_test}),
-            "accuracy": accuracy(pred, parts.y_test), "n_iter": clf.n_iter_,
+            "accuracy": accuracy(pred, parts.y_test), "predictions_sha256": fingerprint(pred),
+            "n_iter": clf.n_iter_,
             "round_trips": clf.n_round_trips_, "evaluations": clf.n_evaluations_,
             "comm": clf.comm_, "optimizer": clf.optimizer_, "comm_note": clf.comm_note_,
             "precision": clf.precision_, "precision_requested": precision,
             "precision_note": clf.precision_note_, "evaluation": clf.precision_,
-            "graph": clf.graph_,
+            "graph": clf.graph_, "notes": notes(s, *clf.notes_),
             "recoveries": clf.n_recoveries_,
             "fit_profile": clf.fit_profile_,
             "loss": clf.loss_, "converged": clf.converged_, "stop_reason": clf.stop_reason_,

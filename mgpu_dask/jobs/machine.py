@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import __version__
 from ..cluster.plan import plan_cluster
-from ..config.environment import is_installed, nvlink_topology, visible_gpus
+from ..config.environment import nvlink_topology, unusable, visible_gpus
 from ..exceptions import MgpuDaskError
 
 PACKAGES = ("mgpu-dask", "dask", "distributed", "dask-cuda", "dask-jobqueue", "numpy", "numba",
@@ -28,21 +28,30 @@ def versions() -> dict[str, str]:
     return found
 
 
-def backends() -> dict[str, bool]:
-    """Which compute backends can be used here (found, not imported: no CUDA context): our
-    kernels on CPU and GPU, dask-cuda, and every ``--backend`` comparison backend, by the
-    same rule ``--backend all`` uses (``backends.unavailable``)."""
+def backends() -> dict[str, str | None]:
+    """Which compute backends can be used here, and why not: our kernels on CPU and GPU,
+    dask-cuda, and every ``--backend`` comparison backend by the rule ``--backend all``
+    uses (``compare.unavailable``: the package is imported, so a broken one shows its
+    own error; importing CuPy creates no CUDA context).  None: usable."""
     from ..compare import BACKENDS, unavailable
 
     gpus = bool(visible_gpus())
+    no_gpu = "no GPU visible here"
     found = {
-        "numba-cpu": is_installed("numba"),
-        "numba-cuda": gpus and is_installed("numba") and is_installed("cupy"),
-        "dask-cuda": gpus and is_installed("dask_cuda"),
+        "numba-cpu": unusable("numba", "test"),
+        "numba-cuda": (unusable("cupy", "cuda13") or unusable("numba.cuda", "cuda13")
+                       if gpus else no_gpu),
+        "dask-cuda": unusable("dask_cuda", "cuda13") if gpus else no_gpu,
     }
-    found.update({name: unavailable(name, "gpu" if gpus else "cpu") is None
+    found.update({name: unavailable(name, "gpu" if gpus else "cpu")
                   for name in BACKENDS if name != "numba"})
     return found
+
+
+def _backends() -> dict[str, Any]:
+    why = backends()
+    return {"backends": {name: reason is None for name, reason in why.items()},
+            "unavailable": {name: reason for name, reason in why.items() if reason}}
 
 
 def describe(workers: int | None = None, scheduler_address: str | None = None,
@@ -62,7 +71,7 @@ def describe(workers: int | None = None, scheduler_address: str | None = None,
                  for g in visible_gpus()],
         "topology": nvlink_topology() if visible_gpus() else None,
         "versions": versions(),
-        "backends": backends(),
+        **_backends(),
         "cluster": cluster,
     }
 

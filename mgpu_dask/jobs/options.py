@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+
+from ..exceptions import DataError
+
+MAX_NEIGHBOURS = 64  # kernels.knn.MAX_K (not imported here: it is cheap to check, costly to load)
+COMMS = ("auto", "single-host", "actors")  # LogisticRegression's
 
 
 def cluster_kwargs(args: argparse.Namespace) -> dict:
@@ -24,13 +30,83 @@ def label_list(text: str | None) -> list[int] | None:
     """``"3,8"`` -> ``[3, 8]`` (``--classes``); DataError for anything else."""
     if not text:
         return None
-    from ..exceptions import DataError
-
     try:
         return [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise DataError(f"--classes {text}: give integer labels separated by commas, e.g. 3,8") \
             from None
+
+
+def _number(flag: str, value: float, *, low: float = 0.0, high: float | None = None,
+            closed: bool = False) -> None:
+    ok = math.isfinite(value) and (value >= low if closed else value > low)
+    if ok and high is not None:
+        ok = value < high
+    if not ok:
+        where = f"above {low:g}" if not closed else f"at least {low:g}"
+        if high is not None:
+            where += f" and below {high:g}"
+        raise DataError(f"{flag} {value:g} must be a number {where}")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Every option of a ``knn`` or ``logreg`` run checked before anything loads or
+    starts, each bad value one error naming the flag: the data's, the cluster's (as
+    :func:`~mgpu_dask.cluster.plan_cluster` decides, GPUs counted without CUDA) and the
+    model's."""
+    from ..cluster.plan import plan_cluster
+    from ..data.deformed import deformed_spec
+    from ..data.registry import DATASETS, deformed_base
+
+    if args.dataset is not None and args.dataset not in DATASETS \
+            and deformed_base(args.dataset) is None:
+        raise DataError(f"--dataset {args.dataset!r}: choose from {', '.join(DATASETS)} or "
+                        "NAME-deformed (mnist-deformed, ...)")
+    deformed_spec(args.dataset, args.copies, args.deform, args.seed)
+    _number("--fraction", args.fraction)
+    _number("--test-size", args.test_size, high=1.0)
+    if args.timeout is not None:
+        _number("--timeout", args.timeout)
+    if args.repeats < 1:
+        raise DataError(f"--repeats {args.repeats} must be at least 1")
+    plan_cluster(args.workers, scheduler_address=args.scheduler_address, device=args.device,
+                 cluster=args.cluster, jobs=args.jobs, gpus_per_job=args.gpus_per_job,
+                 scheduler_file=args.scheduler_file)
+    if args.command == "knn":
+        if not 1 <= args.k <= MAX_NEIGHBOURS:
+            raise DataError(f"--k {args.k}: n_neighbors={args.k} must be a positive integer "
+                            f"(1 to {MAX_NEIGHBOURS}, e.g. 3)")
+        if args.memory_budget is not None:
+            from dask.utils import parse_bytes
+
+            try:
+                parse_bytes(args.memory_budget)
+            except (ValueError, TypeError):
+                raise DataError(f"--memory-budget {args.memory_budget!r} is not a size; give "
+                                "bytes or a size such as 20GB") from None
+    elif args.command == "logreg":
+        if not (math.isfinite(args.C) and args.C > 0):  # the estimator's own words
+            raise DataError(f"C={float(args.C)!r} must be a positive number (e.g. 1.0)")
+        _number("--tol", args.tol, closed=True)
+        if args.max_iter < 1:
+            raise DataError(f"--max-iter {args.max_iter} must be at least 1")
+        if args.comm not in COMMS:
+            raise DataError(f"comm={args.comm!r} is not one of {', '.join(COMMS)}")
+        classes = label_list(args.classes)
+        if classes is not None and len(set(classes)) < 2:
+            raise DataError(f"--classes {args.classes}: give at least two labels, e.g. 3,8")
+
+
+def spec(args: argparse.Namespace) -> dict:
+    """What the run's searches or fits are made of, for the workers' warm-up."""
+    from .warmup import knn_spec, logreg_spec
+
+    if args.command == "knn":
+        return knn_spec(dtype=args.dtype, dataset=args.dataset, precision=args.precision,
+                        method=args.method, k=args.k, weights=args.weights, plan=args.plan,
+                        workers=args.workers)
+    return logreg_spec(dtype=args.dtype, dataset=args.dataset, precision=args.precision,
+                       classes=label_list(args.classes), optimizer=args.optimizer)
 
 
 def run_task(args: argparse.Namespace) -> dict:
@@ -41,19 +117,24 @@ def run_task(args: argparse.Namespace) -> dict:
     while its workers come up.
     """
     from ..cluster import StartingCluster
+    from .phases import stderr_echo
+    from .warmup import begin
 
+    check(args)
     classes = label_list(args.classes) if args.command == "logreg" else None
-    with contextlib.closing(StartingCluster(**cluster_kwargs(args))) as starting:
+    echo = None if args.quiet else stderr_echo
+    on_ready = begin(spec(args), echo or (lambda message: None))
+    with contextlib.closing(StartingCluster(on_ready=on_ready, **cluster_kwargs(args))) \
+            as starting:
         from .knn import knn_job
         from .logreg import logreg_job
-        from .phases import stderr_echo
 
         common = dict(dataset=args.dataset, data_dir=args.data_dir,
                       download=not args.no_download, fraction=args.fraction,
                       test_size=args.test_size, seed=args.seed,
                       cluster_options=cluster_kwargs(args), repeats=args.repeats,
-                      report=args.report, echo=None if args.quiet else stderr_echo,
-                      copies=args.copies, deformation=args.deform, starting=starting)
+                      report=args.report, echo=echo, copies=args.copies,
+                      deformation=args.deform, starting=starting)
         if args.command == "knn":
             return knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
                            method=args.method, precision=args.precision,
@@ -69,10 +150,11 @@ def run_comparison(args: argparse.Namespace) -> dict:
     from .compare import compare_job
     from .phases import stderr_echo
 
+    check(args)
     names = list(BACKENDS) if args.backend == "all" else args.backend.split(",")
     if args.command == "knn":
         options = {"k": args.k, "weights": args.weights, "repeats": args.repeats,
-                   "dtype": args.dtype}
+                   "dtype": args.dtype, "faiss_shards": args.faiss_shards}
     else:
         options = {"C": args.C, "max_iter": args.max_iter, "tol": args.tol,
                    "comm": args.comm, "precision": args.precision, "repeats": args.repeats,

@@ -35,6 +35,14 @@ class Phases:
             if self._echo:
                 self._echo(f"  {name}: {self.seconds[name]:.3f} s")
 
+    def record(self, name: str, seconds: float, window: tuple[float, float]) -> None:
+        """A phase timed elsewhere (on another thread, or from before this table): its
+        seconds and wall-clock window, echoed as the phases timed here are."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.windows.setdefault(name, []).append(window)
+        if self._echo:
+            self._echo(f"  {name}: {self.seconds[name]:.3f} s")
+
     def total(self, names: list[str] | None = None) -> float:
         return sum(v for k, v in self.seconds.items() if names is None or k in names)
 

@@ -4,6 +4,7 @@ the summary of where the rows live, and the Dask performance report."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from typing import Any, Callable, Iterator, NamedTuple
@@ -22,9 +23,11 @@ from ..data.deformed import (
 from ..data.files import atomic_file
 from ..data.shard import placement_problems
 from ..data.split import keep_labels
+from ..parallel.recovery import recovery_note
 from ..parallel.workers import scheduler_workers
 from .machine import machine
 from .phases import Phases
+from .warmup import finish
 
 Echo = Callable[[str], None]
 
@@ -46,6 +49,7 @@ class Session(NamedTuple):
     cluster: RunningCluster
     wait_timeout: float
     deformed: DeformedSpec | None = None
+    kernels: dict[str, Any] | None = None  # what the workers' warm-up compiled (warmup.finish)
 
 
 @contextlib.contextmanager
@@ -55,14 +59,19 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
             say: Echo, copies: int | None = None,
             deformation: str | None = None,
             classes: list[int] | None = None,
-            starting: StartingCluster | None = None) -> Iterator[Session]:
-    """Load and split the data, start the cluster (timed), make its client current.
+            starting: StartingCluster | None = None,
+            warm_up: Callable[[RunningCluster], Any] | None = None) -> Iterator[Session]:
+    """Load and split the data, start the cluster (timed), make its client current, and
+    have the workers compile what the job runs.
 
-    A ``NAME-deformed`` data set's training part is then replaced by
-    ``copies`` deformed copies of it, generated on the workers (timed as
-    ``generate``).  ``starting``: a cluster already starting on its own thread
-    (the CLI asks for it before importing this module); its ``cluster start`` is
-    then the whole start, most of it while this process imported and loaded.
+    ``starting``: a cluster already starting on its own thread (the CLI asks for
+    it before importing this module); its ``cluster start`` is then the whole
+    start, most of it while this process imported and loaded, and its
+    ``on_ready`` began the workers' warm-up (:mod:`.warmup`).  Otherwise the
+    cluster starts here and ``warm_up`` (:func:`.warmup.begin`'s) begins it.
+    Either way its phase is ``compile`` or ``warm-up``.  A ``NAME-deformed``
+    data set's training part is then replaced by ``copies`` deformed copies of
+    it, generated on the workers (timed as ``generate``).
     """
     options = dict(cluster_options or {})
     spec = deformed_spec(dataset, copies, deformation, seed)
@@ -84,15 +93,21 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
 
     with contextlib.ExitStack() as stack:  # exits with the error, if any: no report then
         stack.callback(stopped)
-        with phases("cluster start"):
-            rc = stack.enter_context(starting if starting is not None else connect(**options))
-        if starting is not None and starting.ready is not None:  # from the asking on
-            phases.seconds["cluster start"] = starting.seconds
-            phases.windows["cluster start"] = [(starting.asked[1], starting.ready[1])]
+        if starting is not None:  # from the asking on, most of it behind the load
+            rc = stack.enter_context(starting)
+            phases.record("cluster start", starting.seconds, (starting.asked[1],
+                                                              starting.ready[1]))
+            warm = starting.after if starting.after is not None else (
+                warm_up(rc) if warm_up is not None else None)
+        else:
+            with phases("cluster start"):
+                rc = stack.enter_context(connect(**options))
+            warm = warm_up(rc) if warm_up is not None else None
         stack.enter_context(rc.client.as_current())  # estimators use the active client
         stack.enter_context(report_file(report))
         stack.callback(lambda: stopping.setdefault("from", time.perf_counter()))
         say(f"  dashboard: {rc.dashboard_link}")
+        kernels = finish(warm, phases, wait_timeout) if warm is not None else None
         if spec is not None:
             say(f"  generating {spec.copies} copies of {len(parts.X_train)} training images "
                 "on the workers")
@@ -101,7 +116,7 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
                                               timeout=wait_timeout)
             parts = parts._replace(X_train=X_gen, y_train=y_gen,
                                    train_index=deformed_sources(parts.train_index, spec.copies))
-        yield Session(parts, ds, rc, wait_timeout, spec)
+        yield Session(parts, ds, rc, wait_timeout, spec, kernels)
 
 
 def summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any]:
@@ -117,7 +132,25 @@ def summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any]
                               "lower than on the real data" if fraction > 1 and task == "knn" else None),
             "cluster": s.cluster.plan.kind.value, "dashboard": s.cluster.dashboard_link,
             "protocol": str(client.scheduler.address).split("://")[0],
-            "workers": len(scheduler_workers(client))}
+            "workers": len(scheduler_workers(client)), "kernels": s.kernels,
+            "kernel_caches": {v: os.environ.get(v) for v in ("NUMBA_CACHE_DIR", "CUPY_CACHE_DIR")}}
+
+
+def fingerprint(predictions: Any) -> str:
+    """SHA-256 of the test predictions (their dtype and bytes): runs compare by it."""
+    import hashlib
+
+    import numpy as np
+
+    values = np.ascontiguousarray(predictions)
+    return hashlib.sha256(values.dtype.str.encode() + values.tobytes()).hexdigest()
+
+
+def notes(s: Session, *more: str | None) -> list[str]:
+    """One line for each thing of this job that fell back from what was asked or expected:
+    the cluster's start, our recovery plugin, then ``more`` (the estimator's)."""
+    found = [*s.cluster.notes, recovery_note(s.cluster.client), *more]
+    return list(dict.fromkeys(n for n in found if n))
 
 
 def placement(client: Any, arrays: dict[str, Any]) -> dict[str, Any]:

@@ -2,14 +2,16 @@
 
 CuPy's own cuBLAS wrappers refuse to run while a stream is being captured
 into a CUDA graph and do not reach ``cublasGemmEx``'s int8 and bf16
-products; these calls go to the library CuPy loaded, on the handle CuPy
-made, with host-side scalars.  Each ``bound_*`` function returns a
+products; these calls go to the library CuPy loaded, on handles of its own,
+with host-side scalars.  Each ``bound_*`` function returns a
 no-argument callable that repeats one product on the same buffers.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import threading
 
 import numpy as np
 
@@ -19,8 +21,12 @@ CUBLAS_COMPUTE = {"int8": 72, "bf16": 68, "tf32": 77, "fp32": 69}
 
 
 def cublas_library() -> Any:
-    """cuBLAS as loaded by CuPy, through ctypes (its calls can be captured in a CUDA graph,
-    which CuPy's own wrappers refuse, and it reaches ``cublasGemmEx``'s bf16 products)."""
+    """cuBLAS through ctypes (its calls can be captured in a CUDA graph, which CuPy's own
+    wrappers refuse, and it reaches ``cublasGemmEx``'s int8 and bf16 products).
+
+    The copy CuPy loaded; where the process holds two (RAPIDS brings its own), the
+    first by path.  Its calls take handles made by that same copy (:func:`handle`),
+    never CuPy's: a handle of one copy passed to the other crashes the process."""
     global _CUBLAS
     if _CUBLAS is None:
         import ctypes
@@ -47,11 +53,34 @@ def cublas_library() -> Any:
         for name in ("cublasSetStream_v2", "cublasSetPointerMode_v2"):
             getattr(lib, name).restype = ctypes.c_int
             getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.cublasCreate_v2.restype = ctypes.c_int
+        lib.cublasCreate_v2.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         _CUBLAS = lib
     return _CUBLAS
 
 
 _CUBLAS: Any = None
+_HANDLES = threading.local()
+
+
+def handle() -> int:
+    """A cuBLAS handle of :func:`cublas_library`'s copy for the current device and thread
+    (made once; a handle serves one thread at a time, as CuPy's do)."""
+    import ctypes
+
+    import cupy
+
+    made = getattr(_HANDLES, "by_device", None)
+    if made is None:
+        made = _HANDLES.by_device = {}
+    device = cupy.cuda.runtime.getDevice()
+    if device not in made:
+        value = ctypes.c_void_p()
+        status = cublas_library().cublasCreate_v2(ctypes.byref(value))
+        if status:
+            raise RuntimeError(f"cublasCreate returned status {status} on GPU {device}")
+        made[device] = value.value
+    return made[device]
 
 
 def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False,
@@ -83,13 +112,13 @@ def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False,
     # the same buffers, cuBLAS m=N, n=M, k=K.
     if operands == "bf16":
         lib = cublas_library()
-        handle = cupy.cuda.device.get_cublas_handle()
+        ours = handle()
 
         def gemm_ex() -> None:
-            status = (lib.cublasSetStream_v2(handle, stream.ptr)
-                      or lib.cublasSetPointerMode_v2(handle, 0)
+            status = (lib.cublasSetStream_v2(ours, stream.ptr)
+                      or lib.cublasSetPointerMode_v2(ours, 0)
                       or lib.cublasGemmStridedBatchedEx(
-                          handle, 0, op_a, N, M, K, one, b_ptr, CUDA_R_16BF, N, K * N,
+                          ours, 0, op_a, N, M, K, one, b_ptr, CUDA_R_16BF, N, K * N,
                           a_ptr, CUDA_R_16BF, lda, K * M, zero, out_ptr, CUDA_R_32F, N, M * N,
                           batches, CUBLAS_COMPUTE["bf16"], -1))
             if status:
@@ -123,14 +152,13 @@ def bound_int8_gemm(out: Any, A: Any, B: Any, K: int, stream: Any, *, batches: i
     multiples of 16.  One ``cublasGemmStridedBatchedEx`` through ctypes on
     ``stream``.  Call it with the arrays' device current.
     """
-    import cupy
 
     m, n, ld = int(A.shape[0]), int(B.shape[0]), int(A.shape[1])
     if B.shape[1] != ld or batches * K > ld or out.size < batches * n * m:
         raise ValueError(f"int8 product shapes do not fit: A {A.shape}, B {B.shape}, "
                          f"{batches} blocks of {K}, out {out.shape}")
     lib = cublas_library()
-    handle = cupy.cuda.device.get_cublas_handle()
+    ours = handle()
     scalars = np.array([1, 0], dtype=np.int32)
     one, zero = scalars.ctypes.data, scalars.ctypes.data + 4
     a_ptr, b_ptr, out_ptr = A.data.ptr, B.data.ptr, out.data.ptr
@@ -138,10 +166,10 @@ def bound_int8_gemm(out: Any, A: Any, B: Any, K: int, stream: Any, *, batches: i
     def gemm_ex() -> None:
         # Row-major out (n x m) is column-major m x n: op(A) = A^T (A column-major L x m),
         # B column-major L x n; block b starts b K values along L.
-        status = (lib.cublasSetStream_v2(handle, stream.ptr)
-                  or lib.cublasSetPointerMode_v2(handle, 0)
+        status = (lib.cublasSetStream_v2(ours, stream.ptr)
+                  or lib.cublasSetPointerMode_v2(ours, 0)
                   or lib.cublasGemmStridedBatchedEx(
-                      handle, 1, 0, m, n, K, one, a_ptr, CUDA_R_8I, ld, K, b_ptr, CUDA_R_8I,
+                      ours, 1, 0, m, n, K, one, a_ptr, CUDA_R_8I, ld, K, b_ptr, CUDA_R_8I,
                       ld, K, zero, out_ptr, CUDA_R_32I, m, n * m, batches,
                       CUBLAS_COMPUTE["int8"], -1))
         if status:

@@ -37,16 +37,31 @@ def all_entries_finite(a: Any) -> bool:
     return bool(xp.isfinite(a.min())) and bool(xp.isfinite(a.max()))
 
 
+def ucx_active() -> bool:
+    """Whether UCX runs in this process: a UCX context made by Dask's UCX comms
+    (``distributed-ucxx`` after its first connection) or by ``ucxx`` / ``ucx-py``
+    directly.  Installed or imported is not enough: RAPIDS imports ``ucxx`` and
+    ``distributed-ucxx`` registers itself whatever the protocol, and neither starts
+    UCX until a UCX connection is made."""
+    for module in ("ucxx.core", "ucp.core"):
+        core = sys.modules.get(module)
+        if core is not None and getattr(core, "_ctx", None) is not None:
+            return True
+    comm = sys.modules.get("distributed_ucxx.ucxx")
+    return comm is not None and getattr(comm, "ucxx", None) is not None
+
+
 def capture_allowed() -> bool:
     """Whether work may be captured as a CUDA graph in this process (KNN's tile loop,
     the device L-BFGS's iteration).
 
-    Not where UCX carries Dask's messages (``distributed-ucxx`` loaded, a
-    ``--protocol ucx`` worker): its communication threads make CUDA calls of
-    their own, and those fail while a stream of the process is capturing
-    (``cudaErrorStreamCaptureUnsupported``), which breaks the transfer.  The work is then launched op by op.
+    Not while UCX runs in the process (:func:`ucx_active`, a ``--protocol ucx``
+    worker): its communication threads make CUDA calls of their own, and those
+    fail while a stream of the process is capturing
+    (``cudaErrorStreamCaptureUnsupported``), which breaks the transfer.  The work
+    is then launched op by op, and the caller says so.
     """
-    return not any(name in sys.modules for name in ("distributed_ucxx", "ucxx", "ucp"))
+    return not ucx_active()
 
 
 def finished(out: Any) -> Any:

@@ -61,13 +61,40 @@ def _guarded(fn: Any, Qb: Any, train: Any, *args: Any, **kwargs: Any) -> Any:
         raise
 
 
-def _replicated_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: int | None,
-                      vote: tuple | None = None) -> Any:
+RAN: dict[str, Any] = {}
+"""What the searches in this process ran, for :func:`what_ran`: whether the tile loop was
+one CUDA graph, and why not; whether the kernels had their fast launch."""
+
+
+def _searched(stats: dict[str, Any]) -> None:
+    RAN["graph"] = RAN.get("graph", True) and bool(stats.get("graph"))
+    for key in ("graph_note", "launch_note"):
+        if stats.get(key):
+            RAN.setdefault("notes", set()).add(stats[key])
+
+
+def what_ran() -> dict[str, Any]:
+    """Run on a worker: whether its searches' tile loops ran as CUDA graphs, and the notes
+    of what fell back (the graph, the kernels' fast launch)."""
+    return {"graph": RAN.get("graph"), "notes": sorted(RAN.get("notes", ()))}
+
+
+def _search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int,
+            tile_bytes: int | None) -> Any:
     xp = array_module(train.norms)
     Qb = _check_queries(Qb, xp)
-    index = xp.arange(train.n, dtype=np.int64)
+    index = xp.arange(train.n, dtype=np.int64) + offset
+    stats: dict[str, Any] = {}
     cand = _guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
-                    tile_bytes=tile_bytes)
+                    tile_bytes=tile_bytes, stats=stats)
+    if xp is not np:
+        _searched(stats)
+    return cand
+
+
+def _replicated_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: int | None,
+                      vote: tuple | None = None) -> Any:
+    cand = _search(Qb, train, yb, 0, k, margin, tile_bytes)
     if vote is not None:  # predict in the same task: one task per query block
         return _vote_pred(cand, *vote)
     return finished(cand)
@@ -75,11 +102,7 @@ def _replicated_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_by
 
 def _sharded_block(train: Any, yb: Any, Qb: Any, offset: int, k: int, margin: int,
                    tile_bytes: int | None) -> Any:
-    xp = array_module(train.norms)
-    Qb = _check_queries(Qb, xp)
-    index = xp.arange(train.n, dtype=np.int64) + offset
-    return finished(_guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
-                              tile_bytes=tile_bytes))
+    return finished(_search(Qb, train, yb, offset, k, margin, tile_bytes))
 
 
 def _merge_blocks(a: Any, b: Any, vote: tuple | None = None) -> Any:

@@ -42,11 +42,13 @@ class ShardLossGrad:
                                              self._scale)
         return self._objective(coef, intercept)
 
-    def products(self) -> tuple[str, str | None]:
-        """What this actor's evaluations run in, and why not the precision asked for."""
+    def products(self) -> tuple[str, str | None, str | None]:
+        """What this actor's evaluations run in, why not the precision asked for, and why
+        its kernels go through Numba's own launch (None: they do not)."""
         if self._objective is None:
-            return str(self._precision), None
-        return str(self._objective.precision), self._objective.fallback
+            return str(self._precision), None, None
+        return (str(self._objective.precision), self._objective.fallback,
+                self._objective.launch_note)
 
 
 def rows_by_worker(X: Any, y: Any, client: Any) -> tuple[list, list, dict]:
@@ -150,9 +152,11 @@ class ActorEvaluator:
     def products(self) -> dict[str, Any]:
         """What the actors' evaluations ran: ``{"precision": ..., "precision_note": ...}``."""
         answers = [a.products().result(timeout=self.timeout) for a in self.actors]
-        ran = sorted({p for p, _ in answers})
-        notes = sorted({n for _, n in answers if n})
-        return {"precision": ",".join(ran), "precision_note": "; ".join(notes) or None}
+        ran = sorted({p for p, _, _ in answers})
+        notes = sorted({n for _, n, _ in answers if n})
+        launch = next((n for _, _, n in answers if n), None)
+        return {"precision": ",".join(ran), "precision_note": "; ".join(notes) or None,
+                "launch_note": launch}
 
     def close(self) -> None:
         self.actors = []

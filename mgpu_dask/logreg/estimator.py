@@ -135,6 +135,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     graph_ : bool or None
         Whether each iteration of the device L-BFGS ran as one CUDA graph (None:
         the loop ran on the host); ``fit_profile_["graph note"]`` says why not.
+    notes_ : list of str
+        One line for everything in this fit that fell back from what was asked
+        or expected: the precision, the single-host route, the CUDA graph, the
+        kernels' fast launch.
     fit_profile_ : dict
         Seconds per step of a single-host fit (export, mapping, L-BFGS, ...);
         on the device also iterations, evaluations, line searches, host
@@ -281,6 +285,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.precision_ = result.get("precision", "")
         self.precision_note_ = result.get("precision_note")
         self.graph_ = result.get("graph")
+        graph_note = result.get("graph_note") if self.optimizer_ == "device" else None
+        self.notes_ = [n for n in (self.precision_note_, self.comm_note_,
+                                   graph_note and f"each L-BFGS iteration ran op by op, not as "
+                                                  f"one CUDA graph: {graph_note}",
+                                   result.get("launch_note")) if n]
         self.loss_ = float(result["fun"])
         self.converged_ = bool(result["success"])
         self.stop_reason_ = str(result.get("message", ""))

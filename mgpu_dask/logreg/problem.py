@@ -55,7 +55,9 @@ def products(objectives: list[ShardObjective]) -> dict[str, Any]:
     (several precisions joined by commas, where shards differ)."""
     ran = sorted({str(o.precision) for o in objectives})
     notes = sorted({o.fallback for o in objectives if o.fallback})
-    return {"precision": ",".join(ran), "precision_note": "; ".join(notes) or None}
+    launch = next((o.launch_note for o in objectives if o.launch_note), None)
+    return {"precision": ",".join(ran), "precision_note": "; ".join(notes) or None,
+            "launch_note": launch}
 
 
 def lbfgs_on_host(evaluate: Any, problem: Problem) -> dict[str, Any]:
@@ -97,7 +99,7 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> dict[str, 
     finally:
         backend.close()
     return {**result, **ran, "optimizer": "device", "graph": details["graph"],
-            "graph_note": details["graph note"],
+            "graph_note": details["graph note"], "launch_note": details["launch note"],
             "profile": {"buffers": ready - started, "L-BFGS": solved - ready, **details}}
 
 
@@ -112,5 +114,6 @@ def device_profile(backend: device_lbfgs.DeviceBackend, result: dict[str, Any],
             "host seconds per iteration": seconds / max(1, result["nit"]),
             "shards": len(backend.objectives),
             "graph": backend.graphed, "graph note": backend.graph_note,
+            "launch note": backend.launch_note,
             "graph capture seconds": backend.graph_seconds,
             "evaluation": ",".join(sorted({str(o.precision) for o in backend.objectives}))}

@@ -77,16 +77,21 @@ class WorkerInterval(WorkerPlugin):
         worker.batched_stream.interval = self.seconds
 
 
-def tighten(client: Any, seconds: float | None = None) -> bool:
-    """Set every batched-send interval of ``client``'s cluster; False where the
-    scheduler could not load the plugin (mgpu_dask missing there): the client's
-    own connection is still set.
+def tighten(client: Any, seconds: float | None = None) -> str | None:
+    """Set every batched-send interval of ``client``'s cluster.
 
     Parameters
     ----------
     client : distributed.Client
     seconds : float or None
         The interval; ``mgpu-dask.cluster.batched-send-interval`` when None.
+
+    Returns
+    -------
+    str or None
+        None when every interval is set; else why the scheduler's and workers'
+        were not (they could not load the plugin: mgpu_dask missing there, say),
+        in one line.  The client's own connection is set either way.
     """
     seconds = interval() if seconds is None else float(seconds)
     comm = getattr(client, "scheduler_comm", None)
@@ -95,6 +100,7 @@ def tighten(client: Any, seconds: float | None = None) -> bool:
     try:
         client.register_plugin(SchedulerIntervals(seconds))
         client.register_plugin(WorkerInterval(seconds))
-    except Exception:  # the scheduler or a worker could not unpickle the plugin
-        return False
-    return True
+    except Exception as exc:  # the scheduler or a worker could not unpickle the plugin
+        return (f"Dask's message batching stays at its defaults on this cluster (our plugin "
+                f"did not load there: {type(exc).__name__}: {exc}); round trips are slower")
+    return None

@@ -58,26 +58,39 @@ class PinRecovery(SchedulerPlugin):
                                        stimulus_id=f"mgpu-dask-unpin-{time.time()}")
 
 
-_RECOVERY: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+_RECOVERY: "weakref.WeakKeyDictionary[Any, str | None]" = weakref.WeakKeyDictionary()
+"""Per client: None where :class:`PinRecovery` is installed, else why it is not."""
 
 
 def ensure_recovery(client: Any) -> bool:
-    """Install :class:`PinRecovery` on the client's scheduler once; False where it cannot be.
+    """Install :class:`PinRecovery` on the client's scheduler once; False where it cannot be
+    (:func:`recovery_note` then says why).
 
     It cannot be where the scheduler's Python lacks mgpu_dask; pinned graphs
     are then submitted with loose restrictions (still never root-ish).
     """
     try:
-        return _RECOVERY[client]
+        return _RECOVERY[client] is None
     except (KeyError, TypeError):
         pass
+    why = None
     try:
         client.register_plugin(PinRecovery())
-        ok = True
-    except Exception:  # the scheduler could not unpickle the plugin
-        ok = False
+    except Exception as exc:  # the scheduler could not unpickle the plugin
+        why = (f"our recovery plugin did not load on the scheduler ({type(exc).__name__}: "
+               f"{exc}): block tasks run with loose placement, so a shard can be copied to "
+               "another worker")
     try:
-        _RECOVERY[client] = ok
+        _RECOVERY[client] = why
     except TypeError:  # pragma: no cover - a client that cannot be weakly referenced
         pass
-    return ok
+    return why is None
+
+
+def recovery_note(client: Any) -> str | None:
+    """Why pinned tasks run with loose placement on ``client``'s cluster (None: they do
+    not, or nothing was pinned yet)."""
+    try:
+        return _RECOVERY.get(client)
+    except TypeError:  # pragma: no cover
+        return None

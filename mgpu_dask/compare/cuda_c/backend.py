@@ -11,6 +11,7 @@ cuBLAS products, driven by our host L-BFGS like the CuPy row.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -18,24 +19,24 @@ import numpy as np
 from ...kernels.knn import prepare_queries, prepare_train
 from ...kernels.knn.precision import choose, eight_bit_of, eight_bit_stats
 from ...kernels.knn.product import TileProduct
-from ...kernels.launch import array_module, as_numpy
+from ...kernels.launch import array_module, as_numpy, on_gpu
 from ...kernels.precision import Precision
 from ...knn.layout import gpu_capability
 from ..backend import BackendRun, BackendSkipped, converted_note
-from ..cupy import device_module, fit_logreg, knn_on_copies
+from ..cupy import fit_logreg, knn_on_copies
 from . import kernels as cuda_c
 
 
-def prepare_rows(X: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
-    """A worker's training copy: our prepared block (:func:`kernels.knn.prepare_train`) and
-    the class indices, on this worker's GPU.  8-bit data: the precision ours would
-    choose on this GPU (exact keys on tensor cores); other data: fp32 products."""
-    xp = device_module()  # NumPy on a CPU worker: our operands emulated, for tests
-    eight = eight_bit_of(X.dtype, *eight_bit_stats(X))
-    asked = Precision.AUTO if eight.exact else Precision.FP32
-    precision, _ = choose(asked, eight.exact, gpu_capability() if xp is not np else None)
-    train = prepare_train(xp.asarray(X), precision, eight.exact, eight.shift)
-    return train, xp.asarray(y, dtype=np.int32)
+def prepare_rows(copy: tuple[Any, Any], exact: bool, shift: int) -> tuple[Any, Any]:
+    """A worker's training copy from its rows on the device: our prepared block
+    (:func:`kernels.knn.prepare_train`) and the class indices.  8-bit data (``exact``,
+    integers ``shift`` away from int8): the precision ours would choose on this GPU (exact
+    keys on tensor cores); other data: fp32 products (NumPy rows on a CPU worker: our
+    operands emulated, for tests)."""
+    X, y = copy
+    asked = Precision.AUTO if exact else Precision.FP32
+    precision, _ = choose(asked, exact, gpu_capability() if on_gpu(X) else None)
+    return prepare_train(X, precision, exact, shift), y
 
 
 def _cuda_c_block(Qb: Any, copy: tuple, k: int, weights: str, n_classes: int) -> np.ndarray:
@@ -67,9 +68,10 @@ def knn(run: BackendRun) -> dict[str, Any]:
     host = isinstance(X, np.ndarray)  # rows generated on the workers: knn_on_copies declines
     if host and run.options["k"] > cuda_c.MAX_K:
         raise BackendSkipped(f"the CUDA C kernels keep at most {cuda_c.MAX_K} neighbours per row")
-    eight_bit = host and eight_bit_of(X.dtype, *eight_bit_stats(X)).exact
-    out = knn_on_copies(run, prepare_rows, _cuda_c_block, "the CUDA C KNN")
-    return {**out, "note": None if eight_bit else converted_note(run)}
+    eight = eight_bit_of(X.dtype, *eight_bit_stats(X)) if host else eight_bit_of(np.float32)
+    prepare = functools.partial(prepare_rows, exact=eight.exact, shift=eight.shift)
+    out = knn_on_copies(run, prepare, _cuda_c_block, "the CUDA C KNN")
+    return {**out, "note": None if eight.exact else converted_note(run)}
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:

@@ -13,14 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..cublas import (
-    CUBLAS_COMPUTE,
-    CUDA_R_8I,
-    CUDA_R_16BF,
-    CUDA_R_32F,
-    CUDA_R_32I,
-    cublas_library,
-)
+from ..cublas import (CUBLAS_COMPUTE, CUDA_R_8I, CUDA_R_16BF, CUDA_R_32F, CUDA_R_32I,
+                      cublas_library, handle)
 from ..launch import array_module, on_gpu
 from ..precision import Precision
 from .distances import sqdist
@@ -48,10 +42,9 @@ class TileProduct:
             self._bind_cublas(train.precision)
 
     def _bind_cublas(self, precision: Precision) -> None:
-        import cupy
 
         self._lib = cublas_library()
-        self._handle = cupy.cuda.device.get_cublas_handle()
+        self._handle = handle()
         integer = precision is Precision.INT8
         in_type = {Precision.INT8: CUDA_R_8I, Precision.BF16: CUDA_R_16BF}.get(precision,
                                                                                CUDA_R_32F)

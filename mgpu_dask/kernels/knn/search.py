@@ -133,7 +133,8 @@ class TileLoop:
             if capture_allowed():
                 self._capture()
             else:
-                self.graph_note = "not captured: UCX's threads make CUDA calls in this process"
+                self.graph_note = ("not captured: UCX runs in this process (--protocol ucx), "
+                                   "and its threads make CUDA calls of their own")
 
     def follow(self) -> None:
         """Make the loop's stream wait for the work already queued on the caller's stream."""
@@ -305,6 +306,10 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
     if stats is not None:
         stats["graph"] = loop.graph is not None
         stats["graph_note"] = loop.graph_note
+        scan = getattr(loop.scan, "_launch", None)
+        stats["launch_note"] = (None if scan is None or scan.fast or not loop.gpu
+                                else f"the scan kernel is launched through Numba's own "
+                                     f"launch, slower ({scan.why})")
     return out
 
 

@@ -67,6 +67,8 @@ class ShardObjective:
     fallback : str or None
         Why ``precision`` is not the one asked for (None where ``AUTO`` was asked:
         it is then the best that applies).
+    launch_note : str or None
+        Why our kernels go through Numba's own launch, not the bound one (GPU only).
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int,
@@ -77,6 +79,7 @@ class ShardObjective:
         self.precision = self.asked
         self.strict = strict
         self.fallback: str | None = None
+        self.launch_note: str | None = None
         self.X, self.labels, self.k = X, labels, int(n_classes)
         self.scale = None if scale is None else float(scale)
         n, d = X.shape
@@ -110,6 +113,9 @@ class ShardObjective:
             self.stream.wait_event(cupy.cuda.get_current_stream().record())
             with self.stream:
                 self._init_buffers(n, d, k)
+        slow = [op.why for op in self._ops if getattr(op, "bound", True) is False]
+        if slow:
+            self.launch_note = f"kernels launched through Numba's own launch, slower ({slow[0]})"
 
     def _init_buffers(self, n: int, d: int, k: int) -> None:
         import cupy

@@ -23,24 +23,19 @@ same arguments), so they are captured once per fit as one CUDA graph that
 spans every GPU of the fit (stream capture follows the events from the
 leader's stream to the shards' and back); each iteration is then one graph
 launch instead of some twenty Python-issued launches per shard, which
-would cost more host time than an MNIST evaluation takes on the GPU.  Where capture is not possible (UCX's threads in the process,
-a driver that refuses), the iteration is launched op by op and
-``graph_note`` says why.
+would cost more host time than an MNIST evaluation takes on the GPU.  Where
+capture is not possible (UCX running in the process, a driver that
+refuses), the iteration is launched op by op and ``graph_note`` says why.
 
-Most first steps are kept, so the host queues ``run_ahead`` such iterations
-before it reads the scalars (``advance``): while the GPUs work through them
-the host is already queueing the next, and the GPU never idles for a round
-trip to the host.  An iteration whose step is not kept stops the ones
-queued behind it on the device (:mod:`mgpu_dask.kernels.lbfgs.cuda`, "Running ahead");
-their evaluations are wasted, so ``run_ahead`` is chosen from the device time
-of one evaluation: many when evaluations are short (the wait would cost as
-much as the work), one when they are long.
+Most first steps are kept, so the host queues ``run_ahead`` iterations
+before it reads the scalars (``advance``); a step not kept stops the ones
+queued behind it on the device (:mod:`mgpu_dask.kernels.lbfgs.cuda`), so
+``run_ahead`` is chosen from the device time of one evaluation.
 
 When the first step is not kept the host's scalar line search
 (:mod:`.line_search`) asks for more trial steps, two scalars back per trial.
-Under Numba's CUDA simulator (NumPy shards) the same kernels run on the
-host and the shards are evaluated by the CPU path, which is how CI tests
-the kernels and the loop together.
+Under Numba's CUDA simulator (NumPy shards) the kernels run on the host and
+the shards are evaluated by the CPU path: how CI tests the loop.
 """
 
 from __future__ import annotations
@@ -76,9 +71,8 @@ class DeviceBackend:
         Row blocks (float32 or uint8, n_i x d, or ``kernels.logreg.Levels``) and their
         class indices (int32), CuPy arrays on any GPUs this process sees -- or
         NumPy arrays under the CUDA simulator.
-    n_classes : int
-    n_rows : int
-        Rows over all shards (the objective is the mean cross-entropy).
+    n_classes, n_rows : int
+        Classes; rows over all shards (the objective is the mean cross-entropy).
     penalty : float
         ``1 / (C n)``: the L2 weight on the coefficients.
     memory : int
@@ -114,7 +108,8 @@ class DeviceBackend:
         self.graph_launches = 0
         self.graph_note: str | None = None if graph else "not asked for"
         if self.gpu and graph and not capture_allowed():
-            self.graph_note = "not captured: UCX's threads make CUDA calls in this process"
+            self.graph_note = ("not captured: UCX runs in this process (--protocol ucx), "
+                               "and its threads make CUDA calls of their own")
         if not self.gpu:
             self.graph_note = "the simulator launches op by op"
             from numba import config
@@ -327,6 +322,18 @@ class DeviceBackend:
         self._finish(K.INIT)
         return self._step()
 
+    @property
+    def launch_note(self) -> str | None:
+        """Why the loop's kernels (or a shard's) go through Numba's own launch (GPU only)."""
+        if not self.gpu:
+            return None
+        launchers = [launcher for launcher, _ in self._propose_launches + self._gram_launches]
+        launchers += [self._k_finish, self._k_trial, self._k_forget, self._k_arm]
+        slow = [launcher.why for launcher in launchers if not launcher.fast]
+        if slow:
+            return f"the L-BFGS kernels are launched through Numba's own launch, slower ({slow[0]})"
+        return next((o.launch_note for o in self.objectives if o.launch_note), None)
+
     def first_evaluation_seconds(self) -> float:
         """Device time of the fit's first evaluation over every shard (CUDA events)."""
         if not self.gpu or not hasattr(self, "_timed"):
@@ -385,8 +392,7 @@ class DeviceBackend:
         return self.x.copy()
 
     def close(self) -> None:
-        """Let go of the shards (mapped views must have no users when they close) and of
-        the captured graph."""
+        """Let go of the shards (mapped views must have no users) and of the graph."""
         if self.gpu:
             with self.device:
                 self.stream.synchronize()

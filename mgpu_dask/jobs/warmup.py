@@ -1,0 +1,115 @@
+"""Compiling what a job will run, on the workers, as soon as they are up.
+
+The first run on a machine compiles our Numba kernels (seconds each, on the
+GPU path) and CuPy's; later runs load them from the caches
+(``NUMBA_CACHE_DIR``, ``CUPY_CACHE_DIR``: under the user's cache folder unless
+set, see :func:`use_kernel_caches`).  A job describes its searches or fits
+(:func:`knn_spec`, :func:`logreg_spec`); :func:`begin` is handed to the
+starting cluster, which calls it as soon as the workers are up: it says in
+one line when a compile is coming, then has every worker run a small search
+or fit of the same kinds as the job's while the client loads its data.
+:func:`finish` waits for them and records the phase: ``compile`` where
+anything was compiled, ``warm-up`` (loading cached kernels, the first CUDA
+call) otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from typing import Any, Callable, NamedTuple
+
+from .. import config
+from .phases import Phases
+
+WORKER_MODULES = {"knn": "mgpu_dask.knn.warmup", "logreg": "mgpu_dask.logreg.warmup"}
+
+
+def use_kernel_caches() -> dict[str, str]:
+    """Point Numba's and CuPy's kernel caches under the user's cache folder
+    (``mgpu-dask`` data cache dir, ``kernels/numba`` and ``kernels/cupy``), unless the
+    environment names them already; returns the two folders.  Called before any worker
+    starts (they inherit the environment), so a ``pip install`` into a read-only
+    site-packages caches its kernels all the same."""
+    base = config.cache_dir() / "kernels"
+    folders = {}
+    for variable, sub in (("NUMBA_CACHE_DIR", "numba"), ("CUPY_CACHE_DIR", "cupy")):
+        if not os.environ.get(variable):
+            os.environ[variable] = str(base / sub)
+        folders[variable] = os.environ[variable]
+    return folders
+
+
+def knn_spec(*, dtype: str, dataset: str | None, precision: str, method: str, k: int,
+             weights: str, plan: str, workers: int | None) -> dict[str, Any]:
+    """What a ``knn`` job's searches are made of (``knn.warmup.Search`` but the device)."""
+    deformed = bool(dataset and dataset.endswith("-deformed"))
+    return {"task": "knn", "dtype": "float32" if dtype == "float32" else "uint8",
+            "n_features": 64 if dataset == "digits" else 784, "precision": precision,
+            "method": method, "k": k, "margin": 8, "weights": weights,
+            "merge": plan == "shard" or (deformed and workers != 1)}
+
+
+def logreg_spec(*, dtype: str, dataset: str | None, precision: str, classes: list | None,
+                optimizer: str) -> dict[str, Any]:
+    """What a ``logreg`` job's fits are made of (``logreg.warmup.Fit`` but the device)."""
+    eight = dtype != "float32"
+    return {"task": "logreg", "dtype": "uint8" if eight else "float32",
+            "n_features": 64 if dataset == "digits" else 784, "precision": precision,
+            "n_classes": len(classes) if classes else 10, "optimizer": optimizer,
+            "scale": 1 / 255 if eight else None}
+
+
+def _call(module: str, name: str, fields: dict[str, Any]) -> Any:
+    """On a worker: ``module.name(**fields)`` (the client need not import the module)."""
+    return getattr(importlib.import_module(module), name)(**fields)
+
+
+class WarmUp(NamedTuple):
+    futures: list[Any]
+    began: tuple[float, float]     # perf_counter and wall clock when the workers were asked
+    cached: bool                   # every kernel the job runs was in the caches
+
+
+def begin(spec: dict[str, Any], say: Callable[[str], None]) -> Callable[[Any], WarmUp]:
+    """The starting cluster's ``on_ready``: one line if a compile is coming, then a small
+    run of ``spec``'s kind on every worker, under way when this returns."""
+
+    def on_ready(running: Any) -> WarmUp:
+        from ..parallel.placement import fresh_name
+        from ..parallel.workers import detect_device, worker_addresses
+
+        client, plan = running.client, running.plan
+        fields = {k: v for k, v in spec.items() if k != "task"}
+        fields["gpu"] = (plan.device if plan.device in ("gpu", "cpu")
+                         else detect_device(client)) == "gpu"
+        module = WORKER_MODULES[spec["task"]]
+        workers = worker_addresses(client)
+        cached = all(client.run(_call, module, "cached", fields, workers=workers).values())
+        if not cached:
+            where = os.environ.get("NUMBA_CACHE_DIR") or "Numba's cache"
+            say(f"compiling our {'CUDA ' if fields['gpu'] else ''}kernels, first run on this "
+                f"machine: cached in {where} for next time")
+        began = (time.perf_counter(), time.time())
+        futures = [client.submit(_call, module, "warm_up", fields, workers=[w], pure=False,
+                                 key=fresh_name("compile" if not cached else "warm-up"))
+                   for w in workers]
+        return WarmUp(futures, began, cached)
+
+    return on_ready
+
+
+def finish(warm: WarmUp, phases: Phases, timeout: float) -> dict[str, Any]:
+    """Wait for every worker's warm-up and record it as the ``compile`` phase (anything
+    compiled) or ``warm-up``; returns what the workers said."""
+    from distributed import wait
+
+    wait(warm.futures, timeout=timeout)
+    done = [f.result() for f in warm.futures]
+    compiled = sum(d["compiled"] for d in done)
+    ended = time.perf_counter()
+    phases.record("compile" if compiled else "warm-up", ended - warm.began[0],
+                  (warm.began[1], time.time()))
+    return {"compiled": compiled, "cached": warm.cached,
+            "seconds per worker": [d["seconds"] for d in done]}

@@ -1,0 +1,39 @@
+"""How many of our Numba kernels this process compiled, rather than loaded from the cache.
+
+Every kernel of ours is ``cache=True``: the first process to use it on a
+machine compiles it (seconds for a CUDA kernel) and writes it to Numba's
+cache; later processes load it.  Numba counts both per dispatcher;
+:func:`compilations` adds up the compiles over our kernel modules, so a job
+can tell whether its warm-up compiled anything.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _dispatchers() -> list:
+    found = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(__package__ + "."):
+            continue
+        found += [obj for obj in vars(module).values() if hasattr(obj, "_cache_misses")]
+    return found
+
+
+def compilations() -> int:
+    """Kernels (one per signature) compiled in this process so far, over our modules."""
+    return sum(sum(d._cache_misses.values()) for d in _dispatchers())
+
+
+def cache_dir() -> str | None:
+    """Where Numba keeps compiled kernels for this process (``NUMBA_CACHE_DIR``; None: beside
+    the sources, or in its user-wide folder where those are read-only)."""
+    return os.environ.get("NUMBA_CACHE_DIR") or None
+
+
+def index_path(cache: object) -> str:
+    """The index file of a dispatcher's on-disk cache (``""`` where it has none)."""
+    file = getattr(cache, "_cache_file", None)
+    return str(getattr(file, "_index_path", "") or getattr(cache, "_index_path", "") or "")

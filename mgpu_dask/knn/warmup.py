@@ -1,0 +1,101 @@
+"""The KNN kernels a search will use, compiled (or loaded from Numba's cache) on a worker
+before the data arrives: a search of a few rows of the same kinds (dtype, precision,
+method, k, vote) as the run's.  Runs on the workers; imports no scikit-learn."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..kernels import knn as kernels
+from ..kernels.compiled import compilations, index_path
+from ..kernels.knn import precision as precisions
+from ..kernels.launch import finished
+from ..kernels.precision import Precision
+from .layout import gpu_capability
+
+ROWS = 64  # training rows of the warm-up search (queries: a quarter of them)
+
+
+class Search(NamedTuple):
+    """What a run's searches are made of, as far as the kernels care."""
+
+    gpu: bool
+    dtype: str
+    n_features: int
+    precision: str
+    method: str
+    k: int
+    margin: int
+    weights: str
+    merge: bool   # candidates of several training shards are merged (the shard plan)
+
+
+def _rows(search: Search) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    if np.dtype(search.dtype) == np.uint8:
+        return rng.integers(0, 256, (ROWS, search.n_features)).astype(np.uint8)
+    return rng.standard_normal((ROWS, search.n_features)).astype(search.dtype)
+
+
+def _kernels(search: Search) -> list[Any]:
+    """The Numba kernels such a search runs."""
+    if search.gpu:
+        from ..kernels.knn import cuda as module
+    else:
+        from ..kernels.knn import cpu as module
+    exact = precisions.eight_bit_of(np.dtype(search.dtype)).exact and search.method == "gemm"
+    K = min(kernels.MAX_K, search.k if exact else search.k + search.margin, ROWS)
+    names = ["vote_rows"]
+    if search.gpu:
+        names.append("scan_tile" if K <= module.SCAN_K else "scan_tile_long")
+    else:
+        names.append("scan_tile")
+    if not exact:
+        names.append("refine_rows")
+    if search.merge:
+        names.append("merge_pairs")
+    if search.method == "direct":
+        names.append("sqdist_tiled" if search.gpu else "sqdist_direct")
+    return [getattr(module, name) for name in names]
+
+
+def cached(**search: Any) -> bool:
+    """Whether Numba's cache on this worker holds every kernel the search runs (the
+    fields of :class:`Search` as keywords)."""
+    caches = [getattr(kernel, "_cache", None) for kernel in _kernels(Search(**search))]
+    return all(os.path.exists(index_path(c)) for c in caches)
+
+
+def warm_up(**fields: Any) -> dict[str, Any]:
+    """Search ``ROWS`` rows as the run will (the fields of :class:`Search` as keywords);
+    returns how many kernels were compiled (not loaded from the cache) and the seconds it
+    took, the first CUDA call included."""
+    started, before = time.perf_counter(), compilations()
+    search = Search(**fields)
+    if search.gpu:
+        import cupy as xp
+    else:
+        xp = np
+    rows = _rows(search)
+    eight = precisions.eight_bit_of(rows.dtype)
+    asked = Precision.parse(search.precision)
+    if asked is Precision.INT8 and not eight.exact:
+        asked = Precision.AUTO
+    chosen, _ = precisions.choose(asked, eight.exact, gpu_capability() if search.gpu else None)
+    if search.method == "direct":
+        chosen = Precision.FP32
+    train = kernels.prepare_train(xp.asarray(rows), chosen, eight.exact, eight.shift,
+                                  search.method)
+    labels = xp.asarray(np.arange(ROWS, dtype=np.int32) % 3)
+    index = xp.arange(ROWS, dtype=np.int64)
+    cand = kernels.local_candidates(xp.asarray(rows[: ROWS // 4]), train, labels, index,
+                                    min(search.k, ROWS), margin=search.margin)
+    kernels.vote(cand, 3, search.weights)
+    if search.merge:
+        kernels.merge(cand, cand)
+    finished(cand)
+    return {"compiled": compilations() - before, "seconds": time.perf_counter() - started}

@@ -1,0 +1,110 @@
+"""The logistic-regression kernels a fit will use, compiled (or loaded from Numba's cache)
+on a worker before the data arrives: a two-iteration fit of a few rows of the same kinds
+(dtype, precision, classes, optimiser) as the run's.  Runs on the workers; imports no
+scikit-learn."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..kernels.compiled import compilations, index_path
+from ..kernels.logreg import ShardObjective
+from ..kernels.precision import Precision
+from ..parallel import labels as labels_mod
+from .blocks import predict_block
+from .problem import Problem, fit_on_device
+
+ROWS = 64
+
+
+class Fit(NamedTuple):
+    """What a run's fits are made of, as far as the kernels care."""
+
+    gpu: bool
+    dtype: str
+    n_features: int
+    precision: str
+    n_classes: int
+    optimizer: str
+    scale: float | None
+
+
+def _products(fit: Fit) -> Precision:
+    """The products the fit's evaluations will run in (what ShardObjective decides)."""
+    asked = Precision.parse(fit.precision)
+    if not fit.gpu:
+        return Precision.FP32
+    if asked is Precision.AUTO:
+        asked = Precision.INT8
+    import cupy
+
+    cc = int(cupy.cuda.Device().compute_capability)
+    return asked if cc >= 10 * asked.needs[0] + asked.needs[1] else Precision.FP32
+
+
+def _kernels(fit: Fit) -> list[Any]:
+    """The Numba kernels such a fit runs."""
+    if not fit.gpu:
+        from ..kernels.logreg import cpu
+
+        return [cpu.softmax_xent_rows]
+    from ..kernels.logreg import cuda, cuda_bf16, cuda_int8
+
+    products = _products(fit)
+    if products is Precision.INT8:
+        used = [cuda_int8.transpose_bytes, cuda_int8.split_coef_i8,
+                cuda_int8.softmax_xent_i8_for(fit.n_classes), cuda_int8.sum_block_parts,
+                cuda_int8.combine_i8]
+        if np.dtype(fit.dtype) != np.uint8 or fit.n_features % 4:
+            used.append(cuda_int8.to_int8_levels)
+    elif products is Precision.BF16:
+        used = [cuda_bf16.to_levels, cuda_bf16.split_coef, cuda_bf16.softmax_xent_split,
+                cuda_bf16.combine_split]
+    else:
+        used = [cuda.softmax_xent_rows]
+    if fit.optimizer != "host":
+        from ..kernels.lbfgs import cuda as lbfgs
+
+        used += [lbfgs.dots, lbfgs.direction, lbfgs.trial, lbfgs.gram_parts, lbfgs.gram_sum,
+                 lbfgs.set_trial, lbfgs.forget, lbfgs.arm, lbfgs.finish]
+    return used
+
+
+def cached(**fit: Any) -> bool:
+    """Whether Numba's cache on this worker holds every kernel the fit runs (the fields of
+    :class:`Fit` as keywords)."""
+    caches = [getattr(kernel, "_cache", None) for kernel in _kernels(Fit(**fit))]
+    return all(os.path.exists(index_path(c)) for c in caches)
+
+
+def warm_up(**fields: Any) -> dict[str, Any]:
+    """Fit ``ROWS`` rows as the run will (the fields of :class:`Fit` as keywords), two
+    iterations, and predict them; returns how many kernels were compiled (not loaded from
+    the cache) and the seconds it took, the first CUDA call included."""
+    started, before = time.perf_counter(), compilations()
+    fit = Fit(**fields)
+    rng = np.random.default_rng(0)
+    if np.dtype(fit.dtype) == np.uint8:
+        X = rng.integers(0, 256, (ROWS, fit.n_features)).astype(np.uint8)
+    else:
+        X = (rng.integers(0, 256, (ROWS, fit.n_features)) / 255.0).astype(fit.dtype)
+    y = (np.arange(ROWS) % fit.n_classes).astype(np.int32)
+    k, d = fit.n_classes, fit.n_features
+    coef, intercept = np.zeros((d, k)), np.zeros(k)
+    if fit.gpu:
+        import cupy
+
+        X, y = cupy.asarray(X), cupy.asarray(y)
+        labels_mod.codes(y, labels_mod.present(y))
+        if fit.optimizer != "host":
+            problem = Problem(ROWS, d, k, 1.0 / ROWS, 2, 1e-12, "device",
+                              Precision.parse(fit.precision), fit.scale)
+            fit_on_device([(X, y)], problem)
+    if not fit.gpu or fit.optimizer == "host":
+        ShardObjective(X, y, k, fit.precision, fit.scale)(coef, intercept)
+    predict_block(X, coef, intercept, np.arange(k), host=True)
+    return {"compiled": compilations() - before, "seconds": time.perf_counter() - started}

@@ -1,0 +1,90 @@
+"""Every multi-worker path with 2 and 4 Dask workers sharing one GPU (``shared_gpu``):
+KNN's replicate and shard plans predict what one worker predicts, and every
+logistic-regression fit route reaches one worker's objective."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shared_gpu import main, shared_gpu_cluster
+
+ROUTES = [("single-host", "device", "fp32"), ("single-host", "device", "int8"),
+          ("single-host", "host", "fp32"), ("actors", "host", "fp32")]
+
+
+def _run(n_workers: int, split) -> dict:
+    """KNN predictions of both plans and the objective of every fit route, on
+    ``n_workers`` workers of GPU 0, with the shards on every worker."""
+    from distributed import Client
+
+    from mgpu_dask.data import shard, shard_locations
+    from mgpu_dask.knn import KNeighborsClassifier
+    from mgpu_dask.logreg import LogisticRegression
+    from mgpu_dask.parallel.inputs import to_host
+
+    s, out = split, {}
+    with shared_gpu_cluster(n_workers) as address, Client(address) as client, \
+            client.as_current():
+        Q = shard(s.X_test, client)
+        where = shard_locations(Q, client)
+        assert len({w.worker for w in where}) == n_workers
+        assert {w.array_type for w in where} == {"cupy.ndarray"}
+        for plan in ("replicate", "shard"):
+            clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
+            assert clf.plan_ == plan
+            out[plan] = to_host(clf.predict(Q))
+        X = shard(s.X_train, client)                      # uint8 pixels, scaled as read
+        y = shard(s.y_train, client, like=X)              # labels beside their rows
+        for comm, optimizer, precision in ROUTES:
+            lr = LogisticRegression(max_iter=200, tol=1e-6, comm=comm, optimizer=optimizer,
+                                    precision=precision).fit(X, y)
+            assert lr.comm_ == comm and lr.optimizer_ == optimizer, (lr.comm_, lr.notes_)
+            assert lr.precision_ == precision, lr.notes_
+            out[comm, optimizer, precision] = lr.loss_
+    return out
+
+
+@pytest.fixture(scope="module")
+def split():
+    from mgpu_dask.data import load_dataset
+    from mgpu_dask.data import split as split_rows
+
+    ds = load_dataset("digits")
+    X = (ds.X.astype(np.float32) * (255 / 16)).round().astype(np.uint8)  # 8-bit pixels
+    return split_rows(X, ds.y, seed=2)
+
+
+@pytest.fixture(scope="module")
+def one_worker(split):
+    return _run(1, split)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("n_workers", [2, 4])
+def test_workers_sharing_one_gpu_match_one_worker(n_workers, split, one_worker):
+    got = _run(n_workers, split)
+    for plan in ("replicate", "shard"):
+        np.testing.assert_array_equal(got[plan], one_worker[plan])
+    for route in ROUTES:
+        assert abs(got[route] - one_worker[route]) <= 1e-4 * one_worker[route], route
+
+
+def test_script_gives_the_command_the_clusters_address(tmp_path):
+    """``python tests/shared_gpu.py N -- COMMAND``: the command joins that cluster (here on
+    CPU: the workers see no GPU either way)."""
+    script = tmp_path / "workers.py"
+    script.write_text("import sys\nfrom distributed import Client\n"
+                      "with Client(sys.argv[-1]) as c:\n"
+                      "    print(sys.argv[-2], len(c.scheduler_info()['workers']))\n")
+    here = Path(__file__).parent / "shared_gpu.py"
+    proc = subprocess.run([sys.executable, str(here), "3", "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["--scheduler-address", "3"]
+    assert main(["two", "--", "true"]) == 2
