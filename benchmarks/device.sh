@@ -10,10 +10,10 @@
 #   .ab     for PHASE=ab: an older commit's package, `git archive REF mgpu_dask | tar -x -C .ab`
 #
 # PHASEs:
-#   tests    every GPU test: pytest -m gpu tests/  (TAG names the log)
+#   tests    every GPU test: pytest -m gpu ${TESTS:-tests/}  (TAG names the log)
 #   ab       knn and logreg --workers 1 --repeats 10, the .ab code and the working
 #            tree's alternating, ROUNDS times (default 2; ORDER "old new")
-#   tables   knn and logreg --backend all --workers 1 at each of FRACTIONS (1 4)
+#   tables   TASKS (knn logreg) --backend all --workers 1 at each of FRACTIONS (1 4)
 #   runs     our knn and logreg at FRACTIONS, and on deformed MNIST (COPIES, 155)
 #   first    first contact: in the first call of a lease (a fresh machine), then again
 #            with NUMBA_CACHE_DIR and CUPY_CACHE_DIR new empty folders: the bare
@@ -64,7 +64,7 @@ for phase in ${PHASE:-none}; do
 case "$phase" in
 tests)
   log "pytest -m gpu tests/ (${TAG:-base})"
-  timeout ${LIMIT:-560} python3 -m pytest -q -rfEs -m gpu tests/ > "$R/gpu-tests${TAG:-}.log" 2>&1
+  timeout ${LIMIT:-560} python3 -m pytest -q -rfEs -m gpu ${TESTS:-tests/} > "$R/gpu-tests${TAG:-}.log" 2>&1
   grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
   ;;
 ab)
@@ -76,7 +76,7 @@ ab)
   done; done
   ;;
 tables)
-  for f in ${FRACTIONS:-1 4}; do for task in knn logreg; do
+  for f in ${FRACTIONS:-1 4}; do for task in ${TASKS:-knn logreg}; do
     LIMIT=400 cli "table_${task}_f$f" $task --backend all --workers 1 --fraction $f \
       --repeats ${REPEATS:-3} --quiet
   done; done

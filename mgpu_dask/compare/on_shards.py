@@ -27,11 +27,13 @@ Copies = dict
 
 
 def place_copies(client: Any, make: Callable[..., Any], *data: Any, timeout: float) -> Copies:
-    """``make(*data)`` on every worker, once: the host ``data`` travel with each task."""
+    """``make(*data)`` on every worker, once: the host ``data`` scattered to every worker
+    first (straight to them, not inside a task graph through the scheduler)."""
     if client is None:
         return {None: make(*data)}
     workers = worker_addresses(client)
-    return _landed({w: client.submit(make, *data, workers=[w], pure=False,
+    sent = client.scatter(list(data), workers=workers, broadcast=True, hash=False)
+    return _landed({w: client.submit(make, *sent, workers=[w], pure=False,
                                      key=placement.fresh_name("copy")) for w in workers},
                    timeout)
 

@@ -51,14 +51,20 @@ def knn_spec(*, dtype: str, dataset: str | None, precision: str, method: str, k:
             "merge": plan == "shard" or (deformed and workers != 1)}
 
 
+IDX_SETS = ("mnist", "fashion-mnist", "idx")  # their labels are IDX bytes: uint8
+
+
 def logreg_spec(*, dtype: str, dataset: str | None, precision: str, classes: list | None,
                 optimizer: str) -> dict[str, Any]:
-    """What a ``logreg`` job's fits are made of (``logreg.warmup.Fit`` but the device)."""
+    """What a ``logreg`` job's fits are made of (``logreg.warmup.Fit`` but the device).
+    The labels' dtype matters too: CuPy compiles the label encoding per dtype."""
     eight = dtype != "float32"
+    base = (dataset or "mnist").removesuffix("-deformed")
     return {"task": "logreg", "dtype": "uint8" if eight else "float32",
             "n_features": 64 if dataset == "digits" else 784, "precision": precision,
             "n_classes": len(classes) if classes else 10, "optimizer": optimizer,
-            "scale": 1 / 255 if eight else None}
+            "scale": 1 / 255 if eight else None,
+            "label_dtype": "uint8" if base in IDX_SETS else "int64"}
 
 
 def _call(module: str, name: str, fields: dict[str, Any]) -> Any:
@@ -112,4 +118,5 @@ def finish(warm: WarmUp, phases: Phases, timeout: float) -> dict[str, Any]:
     phases.record("compile" if compiled else "warm-up", ended - warm.began[0],
                   (warm.began[1], time.time()))
     return {"compiled": compiled, "cached": warm.cached,
-            "seconds per worker": [d["seconds"] for d in done]}
+            "seconds per worker": [d["seconds"] for d in done],
+            "steps": done[0].get("steps") if done else None}

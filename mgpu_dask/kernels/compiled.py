@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 
 def _dispatchers() -> list:
@@ -37,3 +38,18 @@ def index_path(cache: object) -> str:
     """The index file of a dispatcher's on-disk cache (``""`` where it has none)."""
     file = getattr(cache, "_cache_file", None)
     return str(getattr(file, "_index_path", "") or getattr(cache, "_index_path", "") or "")
+
+
+class Steps:
+    """Seconds per step of a warm-up, each named when it is done (``done(name)``), and
+    how many of our kernels it compiled (``seconds`` maps a name to both)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self._compiled = compilations()
+        self.seconds: dict[str, dict[str, float]] = {}
+
+    def done(self, name: str) -> None:
+        now, compiled = time.perf_counter(), compilations()
+        self.seconds[name] = {"seconds": now - self._last, "compiled": compiled - self._compiled}
+        self._last, self._compiled = now, compiled

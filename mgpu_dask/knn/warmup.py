@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..kernels import knn as kernels
-from ..kernels.compiled import compilations, index_path
+from ..kernels.compiled import Steps, compilations, index_path
 from ..kernels.knn import precision as precisions
 from ..kernels.launch import finished
 from ..kernels.precision import Precision
@@ -73,11 +73,15 @@ def cached(**search: Any) -> bool:
 def warm_up(**fields: Any) -> dict[str, Any]:
     """Search ``ROWS`` rows as the run will (the fields of :class:`Search` as keywords);
     returns how many kernels were compiled (not loaded from the cache) and the seconds it
-    took, the first CUDA call included."""
+    took, the first CUDA call included, and each step's."""
     started, before = time.perf_counter(), compilations()
+    steps = Steps()
     search = Search(**fields)
     if search.gpu:
         import cupy as xp
+
+        xp.zeros(1)
+        steps.done("CuPy, the first CUDA call")
     else:
         xp = np
     rows = _rows(search)
@@ -90,12 +94,17 @@ def warm_up(**fields: Any) -> dict[str, Any]:
         chosen = Precision.FP32
     train = kernels.prepare_train(xp.asarray(rows), chosen, eight.exact, eight.shift,
                                   search.method)
+    steps.done("training rows")
     labels = xp.asarray(np.arange(ROWS, dtype=np.int32) % 3)
     index = xp.arange(ROWS, dtype=np.int64)
     cand = kernels.local_candidates(xp.asarray(rows[: ROWS // 4]), train, labels, index,
                                     min(search.k, ROWS), margin=search.margin)
+    finished(cand)
+    steps.done("distances and top-k")
     kernels.vote(cand, 3, search.weights)
     if search.merge:
         kernels.merge(cand, cand)
     finished(cand)
-    return {"compiled": compilations() - before, "seconds": time.perf_counter() - started}
+    steps.done("vote and merge")
+    return {"compiled": compilations() - before, "seconds": time.perf_counter() - started,
+            "steps": steps.seconds}

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..kernels.compiled import compilations, index_path
+from ..kernels.compiled import Steps, compilations, index_path
 from ..kernels.logreg import ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import labels as labels_mod
@@ -31,6 +31,7 @@ class Fit(NamedTuple):
     n_classes: int
     optimizer: str
     scale: float | None
+    label_dtype: str = "int64"
 
 
 def _products(fit: Fit) -> Precision:
@@ -84,27 +85,35 @@ def cached(**fit: Any) -> bool:
 def warm_up(**fields: Any) -> dict[str, Any]:
     """Fit ``ROWS`` rows as the run will (the fields of :class:`Fit` as keywords), two
     iterations, and predict them; returns how many kernels were compiled (not loaded from
-    the cache) and the seconds it took, the first CUDA call included."""
+    the cache), the seconds it took, the first CUDA call included, and each step's."""
     started, before = time.perf_counter(), compilations()
+    steps = Steps()
     fit = Fit(**fields)
     rng = np.random.default_rng(0)
     if np.dtype(fit.dtype) == np.uint8:
         X = rng.integers(0, 256, (ROWS, fit.n_features)).astype(np.uint8)
     else:
         X = (rng.integers(0, 256, (ROWS, fit.n_features)) / 255.0).astype(fit.dtype)
-    y = (np.arange(ROWS) % fit.n_classes).astype(np.int32)
+    labels = (np.arange(ROWS) % fit.n_classes).astype(fit.label_dtype)
     k, d = fit.n_classes, fit.n_features
     coef, intercept = np.zeros((d, k)), np.zeros(k)
+    y = labels.astype(np.int32)
     if fit.gpu:
         import cupy
 
-        X, y = cupy.asarray(X), cupy.asarray(y)
-        labels_mod.codes(y, labels_mod.present(y))
+        X = cupy.asarray(X)
+        steps.done("CuPy, the first CUDA call")
+        y = labels_mod.codes(cupy.asarray(labels), labels_mod.present(cupy.asarray(labels)))
+        steps.done("labels")
         if fit.optimizer != "host":
             problem = Problem(ROWS, d, k, 1.0 / ROWS, 2, 1e-12, "device",
                               Precision.parse(fit.precision), fit.scale)
             fit_on_device([(X, y)], problem)
+            steps.done("fit on the device")
     if not fit.gpu or fit.optimizer == "host":
         ShardObjective(X, y, k, fit.precision, fit.scale)(coef, intercept)
-    predict_block(X, coef, intercept, np.arange(k), host=True)
-    return {"compiled": compilations() - before, "seconds": time.perf_counter() - started}
+        steps.done("evaluation")
+    predict_block(X, coef, intercept, np.unique(labels), host=True)
+    steps.done("predict")
+    return {"compiled": compilations() - before, "seconds": time.perf_counter() - started,
+            "steps": steps.seconds}
