@@ -265,10 +265,11 @@ def test_faiss_backend_finds_our_neighbours(weights):
     from mgpu_dask.config.environment import has_gpu
     from mgpu_dask.jobs import compare_job
 
-    device = {"device": "gpu"} if has_gpu() else {"device": "cpu"}
+    # one GPU worker (a LocalCUDACluster has one per GPU), or two CPU workers
+    device = {"device": "gpu", "workers": 1} if has_gpu() else {"device": "cpu", "workers": 2}
     result = compare_job("knn", ["numba", "faiss", "sklearn"], dataset="digits",
                          options={"k": 5, "weights": weights, "repeats": 2},
-                         cluster_options={"workers": 2, "dashboard_address": ":0", **device})
+                         cluster_options={"dashboard_address": ":0", **device})
     rows = {r["backend"]: r for r in result["backends"]}
     if rows["faiss"]["status"].startswith("skipped: this FAISS was built without GPU"):
         pytest.skip(rows["faiss"]["status"])  # faiss-cpu on a GPU machine
@@ -280,8 +281,7 @@ def test_faiss_backend_finds_our_neighbours(weights):
     assert where in rows["faiss"]["note"]
     row = compare_job("logreg", ["faiss"], dataset="digits",
                       options={"C": 1.0, "max_iter": 10, "tol": 1e-4, "repeats": 1},
-                      cluster_options={"workers": 1, "dashboard_address": ":0", **device}
-                      )["backends"][0]
+                      cluster_options={"dashboard_address": ":0", **device})["backends"][0]
     assert row["status"] == "skipped: FAISS is vector search only (no logistic regression)"
 
 
