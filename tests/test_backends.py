@@ -111,6 +111,7 @@ def test_compare_job_rows(digits, monkeypatch):
     assert rows["numba"]["accuracy"] == pytest.approx(rows["sklearn"]["accuracy"], abs=0.005)
     assert "needs GPU" in rows["cupy"]["status"] and "needs GPU" in rows["cuml"]["status"]
     assert "speedup_vs_cuml" not in rows["numba"]
+    assert rows["numba"]["note"] == "plan replicate, int8 products"  # what ran (8-bit pixels)
     assert rows["numba"]["warm"]["predict"] > 0
     # exact KNN: our predictions are scikit-learn's brute force, test row for test row
     assert rows["numba"]["differ_from_sklearn"] == 0 == rows["sklearn"]["differ_from_sklearn"]
@@ -139,6 +140,7 @@ def test_cli_backend_all_table(tmp_path, capsys):
     n_test = json.loads(out.read_text())["n_test"]
     assert all(0 <= r["differ_from_sklearn"] <= n_test for r in rows if r["status"] == "ok")
     assert next(r for r in rows if r["backend"] == "sklearn")["differ_from_sklearn"] == 0
+    assert rows[0]["note"].startswith("fp32 products, single-host fit, L-BFGS on the host")
     assert [r["backend"] for r in rows] == ["numba", "cupy", "cuda-c", "cuml", "cuml-single",
                                             "cuvs", "faiss", "sklearn", "torch", "torch-script"]
     assert "cuda-c needs GPU workers" in text

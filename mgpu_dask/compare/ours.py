@@ -10,7 +10,13 @@ from ..data import shard
 from ..data.shard import cast_to, pixel_rows, rows_as_dtype
 from ..knn import KNeighborsClassifier
 from ..parallel.inputs import to_host
-from .backend import DASK, BackendRun, Placing, pixel_scale, repeat
+from .backend import DASK, BackendRun, Placing, join_notes, pixel_scale, repeat
+
+
+def _fitted(make: Any, kept: list) -> Any:
+    """``make()``, the model also kept (the last one says what ran)."""
+    kept[:] = [make()]
+    return kept[0]
 
 
 def knn(run: BackendRun) -> dict[str, Any]:
@@ -24,10 +30,13 @@ def knn(run: BackendRun) -> dict[str, Any]:
         train = rows_as_dtype(p.X_train, run.client, dtype, run.timeout)
         if isinstance(train, np.ndarray) and run.client is not None:
             train = shard(train, run.client, timeout=run.timeout)
-    out = repeat(run, lambda: KNeighborsClassifier(o["k"], weights=o["weights"]).fit(
-                     train, p.y_train),
+    kept: list = []
+    out = repeat(run, lambda: _fitted(lambda: KNeighborsClassifier(
+                     o["k"], weights=o["weights"]).fit(train, p.y_train), kept),
                  lambda model: to_host(model.predict(queries, on_host=True), run.timeout))
-    return {**out, "placing": placing.seconds, "timed": DASK}
+    clf = kept[0]
+    note = join_notes(f"plan {clf.plan_}, {clf.precision_} products", clf.precision_note_)
+    return {**out, "placing": placing.seconds, "timed": DASK, "note": note}
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:
@@ -42,9 +51,13 @@ def logreg(run: BackendRun) -> dict[str, Any]:
             p.X_train, p.X_test, run.client, pixel_scale(p.X_train),
             keep_bytes=cast_to(o.get("dtype")) is None, timeout=run.timeout)
         y = shard(p.y_train, run.client, like=X, timeout=run.timeout)  # beside their rows
-    out = repeat(run, lambda: LogisticRegression(C=o["C"], max_iter=o["max_iter"], tol=o["tol"],
-                                                  comm=o.get("comm", "auto"),
-                                                  precision=o.get("precision", "auto"),
-                                                  input_scale=input_scale).fit(X, y),
+    kept: list = []
+    out = repeat(run, lambda: _fitted(lambda: LogisticRegression(
+                     C=o["C"], max_iter=o["max_iter"], tol=o["tol"], comm=o.get("comm", "auto"),
+                     precision=o.get("precision", "auto"), input_scale=input_scale).fit(X, y),
+                     kept),
                  lambda model: to_host(model.predict(Xt, on_host=True), run.timeout))
-    return {**out, "placing": placing.seconds, "timed": DASK}
+    lr = kept[0]
+    note = join_notes(f"{lr.precision_} products, {lr.comm_} fit, L-BFGS on the "
+                      f"{lr.optimizer_}", *lr.notes_)
+    return {**out, "placing": placing.seconds, "timed": DASK, "note": note}
