@@ -38,6 +38,10 @@ def test_a_first_run_compiles_in_a_phase_of_its_own_and_a_second_run_does_not(ta
         runs.append((json.loads(out.read_text()), proc.stderr))
     (first, first_err), (second, second_err) = runs
     assert "compile" in first["cold"] and first["kernels"]["compiled"] > 0
+    # the warm-up compiled every kernel the run used: none after it, in either run
+    assert first["kernels"]["compiled after the warm-up"] == {}
+    assert second["kernels"]["compiled after the warm-up"] == {}
+    assert all(sigs for sigs in first["kernels"]["by the warm-up"].values())
     said = [line for line in first_err.splitlines() if "first run on this machine" in line]
     assert len(said) == 1 and str(tmp_path / "numba") in said[0]
     # the line comes before the compile's own progress line

@@ -27,7 +27,7 @@ from ..parallel.recovery import recovery_note
 from ..parallel.workers import scheduler_workers
 from .machine import machine
 from .phases import Phases
-from .warmup import finish
+from .warmup import compiled_later, finish
 
 Echo = Callable[[str], None]
 
@@ -132,7 +132,9 @@ def summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any]
                               "lower than on the real data" if fraction > 1 and task == "knn" else None),
             "cluster": s.cluster.plan.kind.value, "dashboard": s.cluster.dashboard_link,
             "protocol": str(client.scheduler.address).split("://")[0],
-            "workers": len(scheduler_workers(client)), "kernels": s.kernels,
+            "workers": len(scheduler_workers(client)),
+            "kernels": s.kernels and {**s.kernels, "compiled after the warm-up":
+                                      compiled_later(client, s.kernels)},
             "kernel_caches": {v: os.environ.get(v) for v in ("NUMBA_CACHE_DIR", "CUPY_CACHE_DIR")}}
 
 

@@ -113,10 +113,28 @@ def finish(warm: WarmUp, phases: Phases, timeout: float) -> dict[str, Any]:
 
     wait(warm.futures, timeout=timeout)
     done = [f.result() for f in warm.futures]
+    client = warm.futures[0].client if warm.futures else None
     compiled = sum(d["compiled"] for d in done)
     ended = time.perf_counter()
     phases.record("compile" if compiled else "warm-up", ended - warm.began[0],
                   (warm.began[1], time.time()))
     return {"compiled": compiled, "cached": warm.cached,
             "seconds per worker": [d["seconds"] for d in done],
-            "steps": done[0].get("steps") if done else None}
+            "steps": done[0].get("steps") if done else None,
+            "by the warm-up": client.run(_compiled) if client is not None else {}}
+
+
+def _compiled() -> list[str]:
+    from ..kernels.compiled import compiled
+
+    return compiled()
+
+
+def compiled_later(client: Any, kernels: dict[str, Any] | None) -> dict[str, list[str]]:
+    """Per worker, the kernels compiled after the warm-up (what it did not cover)."""
+    if not kernels or "by the warm-up" not in kernels:
+        return {}
+    before = kernels["by the warm-up"]
+    now = client.run(_compiled)
+    later = {w: sorted(set(sigs) - set(before.get(w, ()))) for w, sigs in now.items()}
+    return {w: sigs for w, sigs in later.items() if sigs}

@@ -15,17 +15,31 @@ import time
 
 
 def _dispatchers() -> list:
-    found = []
+    """Our modules' dispatchers, each once (a kernel imported elsewhere is the same one)."""
+    found = {}
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(__package__ + "."):
             continue
-        found += [obj for obj in vars(module).values() if hasattr(obj, "_cache_misses")]
-    return found
+        found.update({id(obj): obj for obj in vars(module).values()
+                      if hasattr(obj, "_cache_misses")})
+    return list(found.values())
 
 
 def compilations() -> int:
     """Kernels (one per signature) compiled in this process so far, over our modules."""
     return sum(sum(d._cache_misses.values()) for d in _dispatchers())
+
+
+def compiled() -> list[str]:
+    """Each kernel and signature this process compiled rather than loaded from the cache,
+    as ``module.kernel(types)``, sorted."""
+    out = []
+    for d in _dispatchers():
+        func = getattr(d, "py_func", None)
+        name = f"{getattr(func, '__module__', '?').rsplit('.', 1)[-1]}." \
+               f"{getattr(func, '__qualname__', '?')}"
+        out += [f"{name}{tuple(str(t) for t in sig)}" for sig, n in d._cache_misses.items() if n]
+    return sorted(out)
 
 
 def cache_dir() -> str | None:
