@@ -27,7 +27,7 @@ from ..parallel.recovery import recovery_note
 from ..parallel.workers import scheduler_workers
 from .machine import machine
 from .phases import Phases
-from .warmup import compiled_later, finish
+from .warmup import compiled_later, cupy_kernels_by_now, finish
 
 Echo = Callable[[str], None]
 
@@ -134,7 +134,8 @@ def summary(s: Session, task: str, fraction: float, seed: int) -> dict[str, Any]
             "protocol": str(client.scheduler.address).split("://")[0],
             "workers": len(scheduler_workers(client)),
             "kernels": s.kernels and {**s.kernels, "compiled after the warm-up":
-                                      compiled_later(client, s.kernels)},
+                                      compiled_later(client, s.kernels),
+                                      **cupy_kernels_by_now(client, s.kernels)},
             "kernel_caches": {v: os.environ.get(v) for v in ("NUMBA_CACHE_DIR", "CUPY_CACHE_DIR")}}
 
 

@@ -121,13 +121,31 @@ def finish(warm: WarmUp, phases: Phases, timeout: float) -> dict[str, Any]:
     return {"compiled": compiled, "cached": warm.cached,
             "seconds per worker": [d["seconds"] for d in done],
             "steps": done[0].get("steps") if done else None,
-            "by the warm-up": client.run(_compiled) if client is not None else {}}
+            "by the warm-up": client.run(_compiled) if client is not None else {},
+            **({"cupy kernels by the warm-up": [d.get("cupy kernels") for d in done]}
+               if any(d.get("cupy kernels", {}).get("tracked") for d in done) else {})}
 
 
 def _compiled() -> list[str]:
     from ..kernels.compiled import compiled
 
     return compiled()
+
+
+def _cupy_kernels() -> dict[str, Any]:
+    from ..kernels.compiled import cupy_kernels
+
+    return cupy_kernels()
+
+
+def cupy_kernels_by_now(client: Any, kernels: dict[str, Any] | None) -> dict[str, Any]:
+    """``{"cupy kernels by the end": {worker: ...}}``: CuPy's kernel requests on each
+    worker since its warm-up began, what getting CuPy's kernels (loaded or compiled)
+    cost the whole job; ``{}`` where the warm-up tracked no CuPy (CPU workers)."""
+    if not kernels or "cupy kernels by the warm-up" not in kernels:
+        return {}
+    return {"cupy kernels by the end": {w: got for w, got in client.run(_cupy_kernels).items()
+                                        if got["tracked"]}}
 
 
 def compiled_later(client: Any, kernels: dict[str, Any] | None) -> dict[str, list[str]]:

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..kernels import knn as kernels
-from ..kernels.compiled import Steps, compilations, index_path
+from ..kernels.compiled import Steps, compilations, cupy_kernels, index_path, track_cupy
 from ..kernels.knn import precision as precisions
 from ..kernels.launch import finished
 from ..kernels.precision import Precision
@@ -80,6 +80,7 @@ def warm_up(**fields: Any) -> dict[str, Any]:
     if search.gpu:
         import cupy as xp
 
+        track_cupy()  # CuPy's compiles count too (kernels.compiled)
         xp.zeros(1)
         steps.done("CuPy, the first CUDA call")
     else:
@@ -107,4 +108,4 @@ def warm_up(**fields: Any) -> dict[str, Any]:
     finished(cand)
     steps.done("vote and merge")
     return {"compiled": compilations() - before, "seconds": time.perf_counter() - started,
-            "steps": steps.seconds}
+            "steps": steps.seconds, **({"cupy kernels": cupy_kernels()} if search.gpu else {})}
