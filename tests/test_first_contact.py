@@ -52,6 +52,27 @@ def test_a_first_run_compiles_in_a_phase_of_its_own_and_a_second_run_does_not(ta
     assert any((tmp_path / "numba").rglob("*.nbi"))  # the cache is where we said
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", ["knn", "logreg"])
+def test_on_a_gpu_the_warm_up_compiles_all_that_the_run_compiles(task, tmp_path):
+    """Empty caches, GPU workers: our Numba kernels and CuPy's are all compiled by the
+    warm-up, none after it (CuPy's counted through kernels.compiled.track_cupy)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update({"NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+                "CUPY_CACHE_DIR": str(tmp_path / "cupy"), "MGPU_DASK_CACHE_DIR": str(tmp_path)})
+    out = tmp_path / "run.json"
+    proc = _cli(task, "--dataset", "digits", "--workers", "1", "--device", "gpu",
+                "--repeats", "1", "--dashboard-address", ":0", "--json", str(out), env=env,
+                timeout=480)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kernels = json.loads(out.read_text())["kernels"]
+    assert kernels["compiled after the warm-up"] == {}
+    by_cupy = kernels.get("cupy kernels by the warm-up")
+    assert by_cupy and all(k["tracked"] and k["compiled"] > 0 for k in by_cupy), kernels
+    assert any(sig.startswith("cupy:") for sigs in kernels["by the warm-up"].values()
+               for sig in sigs)
+
+
 def test_progress_lines_and_the_summary_agree_on_every_phase(capsys, tmp_path):
     out = tmp_path / "r.json"
     assert main(["knn", "--dataset", "digits", "--workers", "1", "--device", "cpu",
