@@ -19,12 +19,6 @@ from .blocks import predict_block
 from .problem import Problem, fit_on_device
 
 ROWS = 64
-LABELS = 4096
-"""Labels the warm-up encodes, more than the rows it fits: CuPy reduces arrays of 128
-elements or more (a shard's ``labels.max()``) with CUB kernels whose block size, a
-compile-time constant, grows with the length up to 512 threads from 1,025 elements on.
-Labels this long compile the kernels a real shard's labels use; 64 would compile
-CuPy's plain reduction instead and leave the CUB ones to the first fit."""
 
 
 class Fit(NamedTuple):
@@ -110,10 +104,7 @@ def warm_up(**fields: Any) -> dict[str, Any]:
         track_cupy()  # CuPy's compiles count too (kernels.compiled)
         X = cupy.asarray(X)
         steps.done("CuPy, the first CUDA call")
-        many = cupy.asarray((np.arange(LABELS) % fit.n_classes).astype(fit.label_dtype))
-        classes = labels_mod.present(many)  # as a shard's labels are found and encoded
-        labels_mod.codes(many, classes)
-        y = labels_mod.codes(cupy.asarray(labels), classes)
+        y = labels_mod.codes(cupy.asarray(labels), labels_mod.present(cupy.asarray(labels)))
         steps.done("labels")
         if fit.optimizer != "host":
             problem = Problem(ROWS, d, k, 1.0 / ROWS, 2, 1e-12, "device",
