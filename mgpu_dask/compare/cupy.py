@@ -15,14 +15,13 @@ import dask.array as da
 import numpy as np
 
 from ..data import shard
-from ..data.shard import as_worker_rows
 from ..kernels.launch import array_module, as_numpy
 from ..kernels.precision import Precision
 from ..logreg.problem import Problem
 from ..parallel import placement
 from ..parallel.inputs import to_host
-from .backend import DASK, BackendRun, BackendSkipped, Placing, converted_note, pixel_scale, repeat
-from .on_shards import each_copy, fit_by_tasks, place_copies, predict_on_copies
+from .backend import DASK, BackendRun, BackendSkipped, Placing, converted_note, repeat
+from .on_shards import each_copy, fit_by_tasks, place_copies, predict_on_copies, scaled_rows
 
 
 def knn_block(Q: Any, T: Any, labels: Any, norms: Any, k: int, weights: str,
@@ -148,17 +147,10 @@ def fit_logreg(run: BackendRun, loss_grad: Any) -> dict[str, Any]:
     is the backend-independent ``argmax`` on the test shards."""
     from ..logreg.blocks import predict_block
 
-    o, p, client = run.options, run.parts, run.client
+    o, client = run.options, run.client
     if client is None:
         raise BackendSkipped("runs on the cluster's workers; start one")
-    scale = pixel_scale(p.X_train)
-    classes = np.unique(p.y_train)
-    with Placing() as placing:
-        X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale,
-                           timeout=run.timeout)
-        Xt = shard(p.X_test, client, dtype=np.float32, scale=scale, timeout=run.timeout)
-        y = shard(np.searchsorted(classes, p.y_train).astype(np.int32), client, like=X,
-                  timeout=run.timeout)
+    X, Xt, y, classes, placing = scaled_rows(run, np.int32)
     n, d = int(X.shape[0]), int(X.shape[1])
     problem = Problem(n, d, len(classes), 1.0 / (o["C"] * n), o["max_iter"], o["tol"], "host",
                       Precision.FP32, None)
@@ -173,7 +165,7 @@ def fit_logreg(run: BackendRun, loss_grad: Any) -> dict[str, Any]:
                                     chunks=(Xt.chunks[0],), meta=np.empty(0, classes.dtype))
         return to_host(pred, run.timeout)
 
-    return {**repeat(run, fit, predict), "placing": placing.seconds, "timed": DASK}
+    return {**repeat(run, fit, predict), "placing": placing, "timed": DASK}
 
 
 def knn(run: BackendRun) -> dict[str, Any]:

@@ -13,17 +13,43 @@ Without a distributed client everything runs in this process.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from distributed import wait
 
+from ..data import shard
+from ..data.shard import as_worker_rows
 from ..logreg.problem import Problem, lbfgs_on_host, sum_parts
 from ..parallel import placement
 from ..parallel.workers import worker_addresses
+from .backend import BackendRun, Placing, pixel_scale
 
 Copies = dict
 """Worker address (None without a client) -> that worker's prepared training copy."""
+
+
+class ScaledRows(NamedTuple):
+    X: Any               # training rows, float32 scaled to [0, 1], on the workers
+    Xt: Any              # test shards, likewise
+    y: Any               # each training row's class index, beside its row
+    classes: np.ndarray  # the sorted classes the indices point into
+    placing: float       # seconds spent placing all three
+
+
+def scaled_rows(run: BackendRun, label_dtype: Any) -> ScaledRows:
+    """The logistic-regression input of the array-code backends, placed from the client
+    (timed): float32 rows scaled to [0, 1] and class indices of ``label_dtype``."""
+    p, client = run.parts, run.client
+    scale = pixel_scale(p.X_train)
+    classes = np.unique(p.y_train)
+    with Placing() as placing:
+        X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale,
+                           timeout=run.timeout)
+        Xt = shard(p.X_test, client, dtype=np.float32, scale=scale, timeout=run.timeout)
+        y = shard(np.searchsorted(classes, p.y_train).astype(label_dtype), client, like=X,
+                  timeout=run.timeout)
+    return ScaledRows(X, Xt, y, classes, placing.seconds)
 
 
 def place_copies(client: Any, make: Callable[..., Any], *data: Any, timeout: float) -> Copies:

@@ -27,13 +27,11 @@ from typing import Any
 import numpy as np
 from distributed.comm import get_address_host
 
-from ..data import shard
-from ..data.shard import as_worker_rows
 from ..parallel import placement
 from ..parallel.inputs import to_host
-from .backend import (DASK, BackendRun, BackendSkipped, Placing, converted_note, pixel_scale,
-                      repeat)
+from .backend import DASK, BackendRun, BackendSkipped, converted_note, repeat
 from .cupy import knn_on_copies, prepare_rows, shifted_queries
+from .on_shards import scaled_rows
 from .torch_ops import knn_predict, lbfgs_fit, predict_block, tensor
 
 _GROUP: dict[str, Any] = {"token": None}  # this worker process's torch.distributed group
@@ -123,17 +121,10 @@ def _predict_here(X: Any, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray
 
 
 def logreg(run: BackendRun) -> dict[str, Any]:
-    client, o, p = run.client, run.options, run.parts
+    client, o = run.client, run.options
     if client is None:
         raise BackendSkipped("the PyTorch row runs on the cluster's workers; start one")
-    scale = pixel_scale(p.X_train)
-    classes = np.unique(p.y_train)
-    with Placing() as placing:
-        X = as_worker_rows(p.X_train, client, dtype=np.float32, scale=scale,
-                           timeout=run.timeout)
-        Xt = shard(p.X_test, client, dtype=np.float32, scale=scale, timeout=run.timeout)
-        codes = shard(np.searchsorted(classes, p.y_train), client, dtype=np.int64,
-                      timeout=run.timeout, like=X)
+    X, Xt, codes, classes, placing = scaled_rows(run, np.int64)
     (blocks, where), (labels, _) = (placement.locate(client, a) for a in (X, codes))
     by_worker: dict[str, list[int]] = {}
     for i, worker in enumerate(where):
@@ -170,5 +161,5 @@ def logreg(run: BackendRun) -> dict[str, Any]:
         if world > 1:
             client.gather([client.submit(_leave, token, workers=[w], pure=False)
                            for w in ranks])
-    return {**out, "placing": placing.seconds, "timed": DASK,
+    return {**out, "placing": placing, "timed": DASK,
             "note": f"torch.distributed over {world} workers" if world > 1 else "one worker"}
