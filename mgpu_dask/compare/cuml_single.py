@@ -18,14 +18,13 @@ Next to ``cuml`` (``cuml.dask``, every GPU of the cluster).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
 from .backend import BackendRun, converted_note, join_notes
 from .cupy import vote
-from .one_worker import repeat_here, rows_for, run_on_one_worker
+from .one_worker import cupy_rows_here, repeat_here, rows_for, run_on_one_worker
 
 
 def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.ndarray,
@@ -33,15 +32,9 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
     """Runs on one worker: CuPy arrays there once, then one cold and ``repeats`` warm ones."""
     import cupy
 
-    uploading = time.perf_counter()
-    classes = np.unique(y)
+    T, Q, codes, classes, upload = cupy_rows_here(X, y, Xt)
     n_classes = len(classes)
-    T = cupy.asarray(X, dtype=np.float32)
-    Q = cupy.asarray(Xt, dtype=np.float32)
-    codes = cupy.asarray(np.searchsorted(classes, y).astype(np.int32))
     sync = cupy.cuda.get_current_stream().synchronize
-    sync()
-    upload = time.perf_counter() - uploading
     uniform = options.get("weights") == "uniform"
 
     def fit() -> Any:

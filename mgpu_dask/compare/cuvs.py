@@ -13,14 +13,13 @@ says so.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
 from .backend import BackendRun, BackendSkipped, converted_note, join_notes
 from .cupy import vote
-from .one_worker import repeat_here, rows_for, run_on_one_worker
+from .one_worker import cupy_rows_here, repeat_here, rows_for, run_on_one_worker
 
 
 def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.ndarray,
@@ -29,14 +28,8 @@ def _on_worker(task: str, X: np.ndarray, y: np.ndarray, Xt: np.ndarray, yt: np.n
     import cupy
     from cuvs.neighbors import brute_force
 
-    uploading = time.perf_counter()
-    classes = np.unique(y)
-    T = cupy.asarray(X, dtype=np.float32)
-    Q = cupy.asarray(Xt, dtype=np.float32)
-    codes = cupy.asarray(np.searchsorted(classes, y).astype(np.int32))
+    T, Q, codes, classes, upload = cupy_rows_here(X, y, Xt)
     sync = cupy.cuda.get_current_stream().synchronize
-    sync()
-    upload = time.perf_counter() - uploading
 
     def predict(index: Any) -> np.ndarray:
         squared, nearest = brute_force.search(index, Q, int(options["k"]))

@@ -18,6 +18,21 @@ from ..parallel.workers import scheduler_workers
 from .backend import ONE_WORKER, BackendRun, BackendSkipped, pixel_scale
 
 
+def cupy_rows_here(X: np.ndarray, y: np.ndarray, Xt: np.ndarray) -> tuple:
+    """On the worker: ``(T, Q, codes, classes, seconds)``, the training and test rows as
+    float32 CuPy arrays, the training labels' class indices (int32, on the GPU) among the
+    sorted ``classes``, and the seconds the upload took (device synchronised)."""
+    import cupy
+
+    uploading = time.perf_counter()
+    classes = np.unique(y)
+    T = cupy.asarray(X, dtype=np.float32)
+    Q = cupy.asarray(Xt, dtype=np.float32)
+    codes = cupy.asarray(np.searchsorted(classes, y).astype(np.int32))
+    cupy.cuda.get_current_stream().synchronize()
+    return T, Q, codes, classes, time.perf_counter() - uploading
+
+
 def repeat_here(fit: Callable[[], Any], predict: Callable[[Any], np.ndarray],
                 truth: np.ndarray, repeats: int,
                 sync: Callable[[], None] = lambda: None) -> dict[str, Any]:
