@@ -51,20 +51,17 @@ def knn_spec(*, dtype: str, dataset: str | None, precision: str, method: str, k:
             "merge": plan == "shard" or (deformed and workers != 1)}
 
 
-IDX_SETS = ("mnist", "fashion-mnist", "idx")  # their labels are IDX bytes: uint8
-
-
 def logreg_spec(*, dtype: str, dataset: str | None, precision: str, classes: list | None,
                 optimizer: str) -> dict[str, Any]:
     """What a ``logreg`` job's fits are made of (``logreg.warmup.Fit`` but the device).
-    The labels' dtype matters too: CuPy compiles the label encoding per dtype."""
+    The labels' dtype matters too: CuPy compiles the label encoding per dtype, and every
+    data set of ours loads its labels as int32."""
     eight = dtype != "float32"
-    base = (dataset or "mnist").removesuffix("-deformed")
     return {"task": "logreg", "dtype": "uint8" if eight else "float32",
             "n_features": 64 if dataset == "digits" else 784, "precision": precision,
             "n_classes": len(classes) if classes else 10, "optimizer": optimizer,
             "scale": 1 / 255 if eight else None,
-            "label_dtype": "uint8" if base in IDX_SETS else "int64"}
+            "label_dtype": "int32"}
 
 
 def _call(module: str, name: str, fields: dict[str, Any]) -> Any:
@@ -72,20 +69,29 @@ def _call(module: str, name: str, fields: dict[str, Any]) -> Any:
     return getattr(importlib.import_module(module), name)(**fields)
 
 
+AHEAD_TIMEOUT = 600.0
+"""Seconds the warm-up waits for the compiling processes of :mod:`.ahead` at most."""
+
+
 class WarmUp(NamedTuple):
     futures: list[Any]
     began: tuple[float, float]     # perf_counter and wall clock when the workers were asked
     cached: bool                   # every kernel the job runs was in the caches
+    compiling: Any = None          # ahead.start's processes, waited for
+    ahead: dict[str, Any] | None = None  # what they did
 
 
-def begin(spec: dict[str, Any], say: Callable[[str], None]) -> Callable[[Any], WarmUp]:
-    """The starting cluster's ``on_ready``: one line if a compile is coming, then a small
-    run of ``spec``'s kind on every worker, under way when this returns."""
+def begin(spec: dict[str, Any], say: Callable[[str], None],
+          compiling: Any = None) -> Callable[[Any], WarmUp]:
+    """The starting cluster's ``on_ready``: waits for ``compiling`` (:func:`.ahead.start`'s
+    processes, if any), says in one line if a compile is coming, then starts a small run of
+    ``spec``'s kind on every worker, under way when this returns."""
 
     def on_ready(running: Any) -> WarmUp:
         from ..parallel.placement import fresh_name
         from ..parallel.workers import detect_device, worker_addresses
 
+        ahead = compiling.wait(AHEAD_TIMEOUT) if compiling is not None else None
         client, plan = running.client, running.plan
         fields = {k: v for k, v in spec.items() if k != "task"}
         fields["gpu"] = (plan.device if plan.device in ("gpu", "cpu")
@@ -101,16 +107,20 @@ def begin(spec: dict[str, Any], say: Callable[[str], None]) -> Callable[[Any], W
         futures = [client.submit(_call, module, "warm_up", fields, workers=[w], pure=False,
                                  key=fresh_name("compile" if not cached else "warm-up"))
                    for w in workers]
-        return WarmUp(futures, began, cached)
+        return WarmUp(futures, began, cached, compiling, ahead)
 
     return on_ready
 
 
 def finish(warm: WarmUp, phases: Phases, timeout: float) -> dict[str, Any]:
     """Wait for every worker's warm-up and record it as the ``compile`` phase (anything
-    compiled) or ``warm-up``; returns what the workers said."""
+    compiled) or ``warm-up``, after the ``compile`` phase of the compiling processes
+    (:mod:`.ahead`) where they compiled anything; returns what the workers said."""
     from distributed import wait
 
+    if warm.ahead and warm.ahead["compiled"]:
+        began, ended = warm.compiling.began, warm.compiling.ended
+        phases.record("compile", ended[0] - began[0], (began[1], ended[1]))
     wait(warm.futures, timeout=timeout)
     done = [f.result() for f in warm.futures]
     client = warm.futures[0].client if warm.futures else None
@@ -119,6 +129,7 @@ def finish(warm: WarmUp, phases: Phases, timeout: float) -> dict[str, Any]:
     phases.record("compile" if compiled else "warm-up", ended - warm.began[0],
                   (warm.began[1], time.time()))
     return {"compiled": compiled, "cached": warm.cached,
+            **({"compiled ahead": warm.ahead} if warm.ahead else {}),
             "seconds per worker": [d["seconds"] for d in done],
             "steps": done[0].get("steps") if done else None,
             "by the warm-up": client.run(_compiled) if client is not None else {},

@@ -79,11 +79,16 @@ def what_ran() -> dict[str, Any]:
     return {"graph": RAN.get("graph"), "notes": sorted(RAN.get("notes", ()))}
 
 
+def row_index(xp: Any, n: int, offset: int) -> Any:
+    """The global indices of a block's ``n`` training rows that start at ``offset``."""
+    return xp.arange(n, dtype=np.int64) + offset
+
+
 def _search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int,
             tile_bytes: int | None) -> Any:
     xp = array_module(train.norms)
     Qb = _check_queries(Qb, xp)
-    index = xp.arange(train.n, dtype=np.int64) + offset
+    index = row_index(xp, train.n, offset)
     stats: dict[str, Any] = {}
     cand = _guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
                     tile_bytes=tile_bytes, stats=stats)

@@ -16,6 +16,7 @@ from ..kernels.knn import precision as precisions
 from ..kernels.launch import finished
 from ..kernels.precision import Precision
 from .layout import gpu_capability
+from .plans import row_index
 
 ROWS = 64  # training rows of the warm-up search (queries: a quarter of them)
 
@@ -97,7 +98,7 @@ def warm_up(**fields: Any) -> dict[str, Any]:
                                   search.method)
     steps.done("training rows")
     labels = xp.asarray(np.arange(ROWS, dtype=np.int32) % 3)
-    index = xp.arange(ROWS, dtype=np.int64)
+    index = row_index(xp, ROWS, 0)
     cand = kernels.local_candidates(xp.asarray(rows[: ROWS // 4]), train, labels, index,
                                     min(search.k, ROWS), margin=search.margin)
     finished(cand)

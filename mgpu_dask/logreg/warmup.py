@@ -18,7 +18,10 @@ from ..parallel import labels as labels_mod
 from .blocks import predict_block
 from .problem import Problem, fit_on_device
 
-ROWS = 64
+ROWS = 256
+"""Rows of the warm-up fit: at least CuPy's threshold (128) for reducing with CUB's block
+reduction, which it compiles apart from the small-array kernel, so the fit's reductions
+over rows are the kinds the warm-up compiled."""
 
 
 class Fit(NamedTuple):
@@ -31,7 +34,7 @@ class Fit(NamedTuple):
     n_classes: int
     optimizer: str
     scale: float | None
-    label_dtype: str = "int64"
+    label_dtype: str = "int32"
 
 
 def _products(fit: Fit) -> Precision:

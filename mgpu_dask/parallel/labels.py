@@ -41,10 +41,15 @@ def present(labels: Any) -> np.ndarray:
     top = _small_range(labels)
     if top is None:
         return as_numpy(xp.unique(labels))
-    if xp is np and top < _FEW:
+    if xp is not np:  # one scatter of flags: no bincount, whose check for negative
+        # labels is an ``any`` that CuPy builds from CUB's headers (seconds on a first run)
+        seen = xp.zeros(top + 1, dtype=np.bool_)
+        seen[labels] = True
+        found = np.flatnonzero(as_numpy(seen))
+    elif top < _FEW:
         found = [v for v in range(top + 1) if np.count_nonzero(labels == v)]
     else:
-        found = np.flatnonzero(as_numpy(xp.bincount(labels, minlength=top + 1)))
+        found = np.flatnonzero(np.bincount(labels, minlength=top + 1))
     return np.asarray(found, dtype=labels.dtype)
 
 

@@ -1,0 +1,142 @@
+"""Compiling a first run's kernels ahead, side by side (mgpu_dask.kernels.ahead, jobs.ahead)."""
+
+import importlib
+import json
+import os
+
+import pytest
+
+from mgpu_dask.jobs import ahead
+from mgpu_dask.kernels import ahead as kernels_ahead
+
+
+def test_signatures_round_trip_through_text():
+    from numba.core import types
+
+    sig = (types.Array(types.float32, 2, "C"), types.Array(types.int8, 1, "A"), types.int64,
+           types.float64, types.boolean, types.Array(types.uint32, 3, "F"))
+    text = kernels_ahead.encode(sig)
+    assert text[0] == "array(float32, 2d, C)" and text[4] == "bool"
+    assert kernels_ahead.decode(text) == sig
+
+
+def test_a_type_that_is_not_numbas_is_refused():
+    with pytest.raises(ValueError, match="not a Numba scalar type"):
+        kernels_ahead.decode(["array(float32, 2d, C)", "Dispatcher"])
+
+
+def test_balance_spreads_by_seconds_and_keeps_a_kernels_signatures_together():
+    items = [{"numba": "m:a", "signature": ["int64"], "seconds": 2.0},
+             {"numba": "m:a", "signature": ["float64"], "seconds": 0.5},
+             {"numba": "m:b", "signature": ["int64"], "seconds": 2.0},
+             {"cupy": {"source": "x"}, "seconds": 1.0},
+             {"cupy": {"source": "y"}, "seconds": 1.0},
+             {"numba": "m:c", "signature": ["int64"], "seconds": 0.2}]
+    groups = kernels_ahead.balance(items, 3)
+    assert sorted(i for g in groups for i in g) == list(range(len(items)))
+    assert len(groups) == 3
+    assert any({0, 1} <= set(g) for g in groups)          # m:a's two signatures: one group
+    loads = [sum(items[i]["seconds"] for i in g) for g in groups]
+    assert max(loads) <= 2.7                               # 6.7 s over three: none alone
+    assert [sorted(g) for g in kernels_ahead.balance(items, 1)] == [list(range(len(items)))]
+
+
+def test_a_runs_kind_ignores_field_order_and_the_device():
+    one = {"task": "knn", "k": 3, "dtype": "uint8"}
+    assert ahead.key(one) == ahead.key({"dtype": "uint8", "gpu": True, "k": 3, "task": "knn"})
+    assert ahead.key(one) != ahead.key({**one, "k": 4})
+
+
+def test_cupy_kernels_are_compiled_ahead_only_for_the_cupy_that_recorded_them(tmp_path,
+                                                                              monkeypatch):
+    spec = {"task": "knn", "k": 3}
+    listed = {"cupy": "14.2.0", "runs": {ahead.key(spec): [
+        {"numba": "m:a", "signature": ["int64"]}, {"cupy": {"source": "s"}}]}}
+    path = tmp_path / "ahead.json"
+    path.write_text(json.dumps(listed))
+    monkeypatch.setattr(ahead, "LIST", path)
+    assert len(ahead.items_for(spec, "14.2.0")) == 2
+    assert [i.get("numba") for i in ahead.items_for(spec, "13.6.0")] == ["m:a"]
+    assert ahead.items_for({**spec, "k": 5}, "14.2.0") == []
+
+
+def test_a_run_whose_caches_hold_its_kernels_starts_no_compiling(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "cupy"))
+    spec = {"task": "logreg", "n_classes": 10}
+    monkeypatch.setattr(ahead, "items_for", lambda spec, version: [{"numba": "m:a"}])
+    started = []
+    monkeypatch.setattr(kernels_ahead, "Compiling",
+                        lambda items, processes, on_first_compile: started.append(items) or "c")
+    assert ahead.start(spec, print) == "c" and started == [[{"numba": "m:a"}]]
+    ahead.mark_ready(spec)
+    assert ahead.start(spec, print) is None and len(started) == 1
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "other"))  # other caches: not known
+    assert ahead.start(spec, print) == "c"
+
+
+def test_compiling_processes_that_cannot_start_their_work_end_and_say_so():
+    """Where the children cannot compile (here: a module that does not exist), ``wait``
+    returns with every item failed or not reached, and no line says a compile began."""
+    said = []
+    items = [{"numba": "mgpu_dask.no_such_module:kernel", "signature": ["int64"]}]
+    done = kernels_ahead.Compiling(items, 2, on_first_compile=lambda: said.append(1)).wait(60)
+    assert done["compiled"] == 0 and done["processes"] == 1
+    assert len(done["failed"]) + done["not reached"] == 1
+    assert said == []
+
+
+def test_the_listed_kernels_exist_and_their_signatures_read_back():
+    """ahead.json names kernels of ours that exist, by signatures Numba reads back, for the
+    kinds of run the command line makes by default."""
+    listed = json.loads(ahead.LIST.read_text())
+    assert set(listed["runs"]) == {ahead.key(s) for s in ahead.usual_specs()}
+    for items in listed["runs"].values():
+        assert any("numba" in i for i in items) and any("cupy" in i for i in items)
+        for item in items:
+            if "numba" in item:
+                module, name = item["numba"].split(":")
+                assert module.startswith("mgpu_dask.kernels.")
+                assert hasattr(importlib.import_module(module), name), item["numba"]
+                kernels_ahead.decode(item["signature"])
+            else:
+                assert item["cupy"]["source"] and isinstance(item["cupy"]["options"], list)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_compiling_ahead_leaves_nothing_for_the_warm_up(tmp_path):
+    """With empty caches, the listed kernels compiled ahead (in child processes) leave the
+    default knn and logreg warm-ups nothing to compile, Numba's or CuPy's."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("cupy")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               CUPY_CACHE_DIR=str(tmp_path / "cupy"))
+    script = """
+import json, os, sys
+from mgpu_dask.jobs import ahead
+from mgpu_dask.jobs.warmup import WORKER_MODULES
+import importlib
+out = {}
+for spec in ahead.usual_specs():
+    done = None
+    items = ahead.items_for(spec, ahead._cupy_version())
+    if items:
+        from mgpu_dask.kernels.ahead import Compiling
+        done = Compiling(items, 4).wait(600)
+    out[ahead.key(spec)] = done
+for spec in ahead.usual_specs():
+    module = importlib.import_module(WORKER_MODULES[spec["task"]])
+    got = module.warm_up(gpu=True, **{k: v for k, v in spec.items() if k != "task"})
+    out[ahead.key(spec) + " warm-up"] = got["compiled"]
+print(json.dumps(out))
+"""
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    for spec in ahead.usual_specs():
+        done = out[ahead.key(spec)]
+        assert done is not None and not done["failed"] and not done["not reached"], done
+        assert out[ahead.key(spec) + " warm-up"] == 0, (spec, out)
