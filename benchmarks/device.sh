@@ -19,6 +19,8 @@
 #            with NUMBA_CACHE_DIR and CUPY_CACHE_DIR new empty folders: the bare
 #            LocalCUDACluster floor three times, knn and logreg --workers 1 twice each;
 #            process walls in $R/first_run.json
+#   first-ab first contact before and after: the working tree on the fresh machine, then
+#            .ab's package and the working tree alternating, every cache empty each time
 #   workers  knn and logreg with NWORKERS (1 2 4) workers sharing GPU 0
 #            (tests/shared_gpu.py: a LocalCluster, CUDA_VISIBLE_DEVICES=0 per nanny)
 #   none     the stack only (a call that carries one more part)
@@ -75,10 +77,15 @@ tests)
   grep -E "passed|failed|^FAILED|^ERROR" "$R/gpu-tests${TAG:-}.log" | tail -20 | tee -a "$OUT/summary.log"
   ;;
 ab)
+  # The old code runs from inside .ab: `python -m` puts the working directory first on
+  # sys.path, ahead of PYTHONPATH, so from here it would import the working tree's package.
   for i in $(seq ${ROUNDS:-2}); do for code in ${ORDER:-old new}; do
-    path=$PYTHONPATH; [ "$code" = old ] && path=$PWD/.ab:$PYTHONPATH
+    where=$PWD; [ "$code" = old ] && where=$PWD/.ab
     for task in knn logreg; do
-      PYTHONPATH=$path cli "ab_${task}_${code}_$i" $task --workers 1 --repeats 10 --quiet
+      (cd "$where" && PYTHONPATH=$where:$PYTHONPATH cli "ab_${task}_${code}_$i" $task \
+        --workers 1 --repeats 10 --quiet)
+      grep -q "\"command\": \"$where/mgpu_dask/run.py" "$R/ab_${task}_${code}_$i.json" ||
+        log "ab_${task}_${code}_$i: did not run the package in $where"
     done
   done; done
   ;;
@@ -99,8 +106,9 @@ runs)
 first)
   echo "$FLOOR" > /tmp/floor.py
   for round in fresh empty-caches; do
-    if [ $round = empty-caches ]; then
+    if [ $round = empty-caches ]; then  # the driver's PTX cache too, as on a fresh machine
       export NUMBA_CACHE_DIR=$(mktemp -d /tmp/numba.XXXX) CUPY_CACHE_DIR=$(mktemp -d /tmp/cupy.XXXX)
+      export CUDA_CACHE_PATH=$(mktemp -d /tmp/nvcache.XXXX)
     fi
     for i in 1 2 3; do walled "first_${round}_floor_$i" python3 /tmp/floor.py; done
     for task in knn logreg; do for run in first second; do
@@ -108,7 +116,7 @@ first)
         --json "$R/first_${round}_${task}_$run.json"
     done; done
   done
-  unset NUMBA_CACHE_DIR CUPY_CACHE_DIR
+  unset NUMBA_CACHE_DIR CUPY_CACHE_DIR CUDA_CACHE_PATH
   python3 - "$R" <<'PY'
 import json, sys, pathlib
 R = pathlib.Path(sys.argv[1])
@@ -128,6 +136,31 @@ for name, (seconds, rc) in walls.items():
     out["rounds"].setdefault(rnd, {})[what] = entry
 (R / "first_run.json").write_text(json.dumps(out, indent=2) + "\n")
 PY
+  ;;
+first-ab)
+  # First contact, before and after: the working tree in the first call of a lease (the
+  # user's caches, a fresh machine), then .ab's package and the working tree alternating
+  # (ROUNDS, default 2), each with empty Numba, CuPy and driver (CUDA_CACHE_PATH) caches:
+  # the floor, knn and logreg --workers 1 twice each.  Walls in $R/walls.txt.
+  echo "$FLOOR" > /tmp/floor.py
+  top=$PWD; base=$PYTHONPATH
+  contact() {  # code round
+    local where=$top; [ "$1" = old ] && where=$top/.ab
+    (cd "$where" && export PYTHONPATH=$where:$base
+     walled "floor_$1_$2" python3 /tmp/floor.py
+     for task in knn logreg; do for run in first second; do
+       walled "${task}_$1_${run}_$2" python3 -m mgpu_dask.run $task --workers 1 \
+         --json "$R/${task}_$1_${run}_$2.json"
+     done; done)
+  }
+  contact new fresh
+  for round in $(seq ${ROUNDS:-2}); do
+    order="old new"; [ $((round % 2)) = 0 ] && order="new old"
+    for code in $order; do
+      (export NUMBA_CACHE_DIR=$(mktemp -d /tmp/numba.XXXX) CUPY_CACHE_DIR=$(mktemp -d \
+        /tmp/cupy.XXXX) CUDA_CACHE_PATH=$(mktemp -d /tmp/nv.XXXX); contact $code $round)
+    done
+  done
   ;;
 workers)
   for n in ${NWORKERS:-1 2 4}; do for task in knn logreg; do
