@@ -140,3 +140,32 @@ print(json.dumps(out))
         done = out[ahead.key(spec)]
         assert done is not None and not done["failed"] and not done["not reached"], done
         assert out[ahead.key(spec) + " warm-up"] == 0, (spec, out)
+
+
+def _args(*argv):
+    from mgpu_dask.cli.parser import build_parser
+
+    return build_parser().parse_args(list(argv))
+
+
+def test_the_cli_starts_compiling_only_for_a_local_gpu_run_of_a_listed_kind(monkeypatch):
+    from mgpu_dask.jobs import options
+
+    started = []
+    monkeypatch.setattr(ahead, "start", lambda spec, say: started.append(spec) or "compiling")
+    assert options.compile_ahead(_args("knn", "--device", "cpu")) is None
+    assert options.compile_ahead(_args("knn", "--scheduler-address", "tcp://h:8786")) is None
+    monkeypatch.setattr(options, "_local_gpu", lambda args: True)
+    assert options.compile_ahead(_args("logreg", "--classes", "3,x")) is None  # run_task says
+    assert started == []
+    assert options.compile_ahead(_args("knn", "--k", "5")) == "compiling"
+    assert started[0]["task"] == "knn" and started[0]["k"] == 5
+
+
+def test_compiling_processes_stop_when_the_run_ends_without_waiting():
+    """A run refused after its compiling began (a bad option) leaves no process behind."""
+    items = [{"numba": "mgpu_dask.no_such_module:kernel", "signature": ["int64"]}]
+    compiling = kernels_ahead.Compiling(items, 1)
+    child = compiling._children[0]
+    compiling._stop()
+    assert child.wait(30) is not None

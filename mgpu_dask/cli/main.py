@@ -90,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         from ..cluster.worker_start import start_early
 
         start_early(args.device)
+        if args.command in ("knn", "logreg") and getattr(args, "backend", "numba") == "numba":
+            from ..jobs.options import compile_ahead  # the first run's compiles, side by side
+
+            args.compiling = compile_ahead(args)
     if args.command != "info":  # every other command reads data sets into dask arrays
         from ..config.environment import import_dask_array
 

@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import math
 
-from ..exceptions import DataError
+from ..exceptions import DataError, MgpuDaskError
 
 MAX_NEIGHBOURS = 64  # kernels.knn.MAX_K (not imported here: it is cheap to check, costly to load)
 COMMS = ("auto", "single-host", "actors")  # LogisticRegression's
@@ -119,6 +119,24 @@ def _local_gpu(args: argparse.Namespace) -> bool:
             and is_installed("cupy") and is_installed("numba"))
 
 
+def compile_ahead(args: argparse.Namespace) -> object | None:
+    """For a ``knn`` or ``logreg`` run that will start a local GPU cluster: start compiling
+    its kernels now (:func:`.ahead.start`), so the CLI can do it before its own imports;
+    None where nothing starts.  Cheap: no option is checked here (:func:`run_task` does,
+    and a run it refuses stops the compiling processes as it exits).  :func:`run_task`
+    uses ``args.compiling``."""
+    from . import ahead
+    from .phases import stderr_echo
+
+    if not _local_gpu(args):
+        return None
+    try:
+        kind = spec(args)
+    except MgpuDaskError:
+        return None
+    return ahead.start(kind, (lambda message: None) if args.quiet else stderr_echo)
+
+
 def run_task(args: argparse.Namespace) -> dict:
     """Run the ``knn`` or ``logreg`` job the parsed options describe; return its results.
 
@@ -136,7 +154,10 @@ def run_task(args: argparse.Namespace) -> dict:
     echo = None if args.quiet else stderr_echo
     say = echo or (lambda message: None)
     kind, local = spec(args), _local_gpu(args)
-    compiling = ahead.start(kind, say) if local else None
+    if hasattr(args, "compiling"):  # started by the CLI (compile_ahead)
+        compiling = args.compiling
+    else:
+        compiling = ahead.start(kind, say) if local else None
     on_ready = begin(kind, say, compiling)
     with contextlib.closing(StartingCluster(on_ready=on_ready, **cluster_kwargs(args))) \
             as starting:

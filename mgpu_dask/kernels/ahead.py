@@ -17,6 +17,7 @@ This module knows nothing of jobs or Dask; it runs on a machine with a GPU.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import json
@@ -254,8 +255,9 @@ class Compiling:
         self.done: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._first = on_first_compile
-        self._children = []
-        self._readers = []
+        self._children: list[subprocess.Popen] = []
+        self._readers: list[threading.Thread] = []
+        atexit.register(self._stop)  # a run that ends first (refused) leaves none behind
         for group in balance(items, processes):
             child = subprocess.Popen(
                 [sys.executable, "-m", __name__], stdin=subprocess.PIPE,
@@ -282,6 +284,11 @@ class Compiling:
                     got["item"] = group[got["item"]]
                     with self._lock:
                         self.done.append(got)
+
+    def _stop(self) -> None:
+        for child in self._children:
+            if child.poll() is None:
+                child.kill()
 
     def wait(self, timeout: float) -> dict[str, Any]:
         """Wait for every child (killing any still at work after ``timeout`` seconds);
