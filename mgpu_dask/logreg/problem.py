@@ -17,6 +17,7 @@ import numpy as np
 from ..exceptions import DataError
 from ..kernels.logreg import ShardObjective
 from ..kernels.precision import Precision
+from .lbfgs import device as device_lbfgs
 from .lbfgs import loop
 
 NOT_FINITE = "Input X contains NaN or infinity; clean or impute it first"
@@ -77,8 +78,6 @@ def lbfgs_on_host(evaluate: Any, problem: Problem) -> dict[str, Any]:
 
 def on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> bool:
     """Whether the L-BFGS runs on the GPU: every shard on a GPU, and not refused."""
-    from .lbfgs import device as device_lbfgs  # CUDA kernels: loaded where a fit runs
-
     possible = device_lbfgs.usable(arrays)
     if problem.optimizer == "device" and not possible:
         raise DataError("optimizer='device' needs every shard on a GPU; use optimizer='auto' "
@@ -88,8 +87,6 @@ def on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> bool:
 
 def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> dict[str, Any]:
     """The whole L-BFGS on this process's GPU over shards on any GPUs it sees."""
-    from .lbfgs import device as device_lbfgs
-
     started = time.perf_counter()
     backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n, problem.penalty,
                                          precision=problem.precision, scale=problem.scale)
@@ -106,7 +103,7 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> dict[str, 
             "profile": {"buffers": ready - started, "L-BFGS": solved - ready, **details}}
 
 
-def device_profile(backend: Any, result: dict[str, Any],
+def device_profile(backend: device_lbfgs.DeviceBackend, result: dict[str, Any],
                    seconds: float) -> dict[str, Any]:
     """What a device fit reports in ``fit_profile_``: iterations, evaluations, host syncs,
     device time, whether each iteration ran as one CUDA graph (and why not)."""
