@@ -161,21 +161,20 @@ def run_task(args: argparse.Namespace) -> dict:
     on_ready = begin(kind, say, compiling)
     with contextlib.closing(StartingCluster(on_ready=on_ready, **cluster_kwargs(args))) \
             as starting:
+        from .knn import knn_job
+        from .logreg import logreg_job
+
         common = dict(dataset=args.dataset, data_dir=args.data_dir,
                       download=not args.no_download, fraction=args.fraction,
                       test_size=args.test_size, seed=args.seed,
                       cluster_options=cluster_kwargs(args), repeats=args.repeats,
                       report=args.report, echo=echo, copies=args.copies,
                       deformation=args.deform, starting=starting)
-        if args.command == "knn":  # only this job's modules (scikit-learn's, ours)
-            from .knn import knn_job
-
+        if args.command == "knn":
             result = knn_job(n_neighbors=args.k, weights=args.weights, plan=args.plan,
                              method=args.method, precision=args.precision,
                              memory_budget=args.memory_budget, dtype=args.dtype, **common)
         else:
-            from .logreg import logreg_job
-
             result = logreg_job(C=args.C, max_iter=args.max_iter, tol=args.tol,
                                 comm=args.comm, optimizer=args.optimizer,
                                 precision=args.precision, classes=classes, dtype=args.dtype,
