@@ -25,6 +25,8 @@ def _timing_wrappers(log: list[dict]) -> None:
     from cupy.cuda import compiler
     from numba.cuda import dispatcher
 
+    from mgpu_dask.kernels.compiled import _kernel_names
+
     compile_kernel = dispatcher.CUDADispatcher.compile
 
     def timed_compile(self, sig):
@@ -46,10 +48,7 @@ def _timing_wrappers(log: list[dict]) -> None:
         try:
             return nvrtc(source, *args, **kwargs)
         finally:
-            import re
-            names = re.findall(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)",
-                               source if isinstance(source, str) else "")
-            log.append({"cupy": "+".join(names) or "(unnamed)",
+            log.append({"cupy": _kernel_names(source),
                         "seconds": round(time.perf_counter() - started, 3)})
 
     compiler._compile_using_nvrtc_no_warning = timed_nvrtc

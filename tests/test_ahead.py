@@ -169,3 +169,26 @@ def test_compiling_processes_stop_when_the_run_ends_without_waiting():
     child = compiling._children[0]
     compiling._stop()
     assert child.wait(30) is not None
+
+
+def test_each_item_is_reported_compiled_or_loaded(monkeypatch):
+    """``compile_items`` says of each kernel whether it compiled (a cache miss) or loaded."""
+    import sys
+    import types as pytypes
+
+    class Dispatcher:  # as Numba's: a compile that misses the cache counts in _cache_misses
+        def __init__(self, cached):
+            self.cached, self._cache_misses = cached, {}
+
+        def compile(self, sig):
+            if not self.cached:
+                self._cache_misses[sig] = 1
+
+    module = pytypes.ModuleType("mgpu_dask.kernels.fake_for_test")
+    module.new, module.old = Dispatcher(False), Dispatcher(True)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    got = []
+    kernels_ahead.compile_items(
+        [{"numba": f"{module.__name__}:{name}", "signature": ["int64"]} for name in ("new", "old")],
+        got.append)
+    assert [(g["item"], g["compiled"]) for g in got] == [(0, True), (1, False)]

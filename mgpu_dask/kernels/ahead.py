@@ -1,8 +1,7 @@
 """Compiling kernels in several processes at once, ahead of the process that runs them.
 
-A first run on a machine compiles every Numba kernel it uses (a tenth of a
-second to a few seconds each) and every CuPy kernel (NVRTC), one after another
-on the worker that needs them.  Each is independent of the others, and
+A first run on a machine compiles every Numba kernel it uses and every CuPy
+kernel (NVRTC), one after another on the worker that needs them.  Each is independent of the others, and
 both libraries keep what they compiled in a cache on disk (``NUMBA_CACHE_DIR``,
 ``CUPY_CACHE_DIR``).  :class:`Compiling` hands a list of them to a few short-lived
 processes that compile them side by side into those caches, so that the process
@@ -28,6 +27,8 @@ import sys
 import threading
 import time
 from typing import Any, Callable
+
+from .compiled import compilations, index_path, track_cupy
 
 _ARRAY = re.compile(r"array\((\w+), (\d)d, ([CFA])\)")
 
@@ -160,52 +161,46 @@ def _local(options: list[str]) -> tuple:
     return tuple(out)
 
 
-def _compile_one(item: dict[str, Any]) -> bool:
-    """Compile (or load from the cache) one item; True where it was compiled."""
+def _kernel(item: dict[str, Any]) -> Any:
+    """The Numba dispatcher a ``numba`` item names (``module:name``)."""
+    module, name = item["numba"].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _compile_one(item: dict[str, Any]) -> None:
+    """Compile one item, or load it from the cache."""
     if "numba" in item:
-        module, name = item["numba"].split(":")
-        kernel = getattr(importlib.import_module(module), name)
-        before = sum(kernel._cache_misses.values())
-        kernel.compile(decode(item["signature"]))
-        return sum(kernel._cache_misses.values()) > before
+        _kernel(item).compile(decode(item["signature"]))
+        return
     from cupy.cuda import compiler
 
     c = item["cupy"]
-    calls = []
-    nvrtc = compiler._compile_using_nvrtc_no_warning
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return nvrtc(*args, **kwargs)
-
-    compiler._compile_using_nvrtc_no_warning = counted
-    try:
-        compiler._compile_with_cache_cuda(
-            c["source"], _local(c["options"]), None,
-            _headers() if c["extra_source"] == HEADERS else c["extra_source"], c["backend"],
-            c["cooperative"], tuple(c["name_expressions"]) if c["name_expressions"] else None,
-            None, False, c["jitify"], c["to_ltoir"])
-    finally:
-        compiler._compile_using_nvrtc_no_warning = nvrtc
-    return bool(calls)
+    compiler._compile_with_cache_cuda(
+        c["source"], _local(c["options"]), None,
+        _headers() if c["extra_source"] == HEADERS else c["extra_source"], c["backend"],
+        c["cooperative"], tuple(c["name_expressions"]) if c["name_expressions"] else None,
+        None, False, c["jitify"], c["to_ltoir"])
 
 
 def compile_items(items: list[dict[str, Any]], report: Callable[[dict], None]) -> None:
     """Compile each item (or load it from the caches) in this process, calling ``report``
-    with ``{"item": i, "compiled": bool, "seconds": s}`` (or ``"error"``) after each."""
+    with ``{"item": i, "compiled": bool, "seconds": s}`` (or ``"error"``) after each
+    (compiled or loaded as :mod:`.compiled` counts them)."""
+    track_cupy()
     for i, item in enumerate(items):
-        started = time.perf_counter()
+        started, before = time.perf_counter(), compilations()
         try:
-            compiled = _compile_one(item)
+            _compile_one(item)
         except Exception as exc:  # one kernel that will not build leaves the rest
             report({"item": i, "error": f"{type(exc).__name__}: {exc}"[:300]})
             continue
-        report({"item": i, "compiled": compiled, "seconds": time.perf_counter() - started})
+        report({"item": i, "compiled": compilations() > before,
+                "seconds": time.perf_counter() - started})
 
 
 CUPY_PROCESSES = 2
-"""Processes that compile CuPy's kernels at most: a process's first NVRTC compile costs
-seconds more than the next ones, so CuPy's short kernels go to a few processes."""
+"""Processes that compile CuPy's kernels at most: they are many and mostly short, and the
+other processes are left to the long Numba kernels."""
 
 
 def balance(items: list[dict[str, Any]], processes: int) -> list[list[int]]:
@@ -323,13 +318,9 @@ def _child() -> int:
     import cupy
 
     cupy.cuda.Device().use()  # the context the kernels are built for (Numba's too)
-    from .compiled import index_path
-
     for item in items:  # a Numba kernel not in the cache: said before it compiles
         if "numba" in item:
-            module, name = item["numba"].split(":")
-            kernel = getattr(importlib.import_module(module), name)
-            if not os.path.exists(index_path(getattr(kernel, "_cache", None))):
+            if not os.path.exists(index_path(getattr(_kernel(item), "_cache", None))):
                 say({"compiling": True})
                 break
     compile_items(items, say)

@@ -42,7 +42,7 @@ def present(labels: Any) -> np.ndarray:
     if top is None:
         return as_numpy(xp.unique(labels))
     if xp is not np:  # one scatter of flags: no bincount, whose check for negative
-        # labels is an ``any`` that CuPy builds from CUB's headers (seconds on a first run)
+        # labels is an ``any`` that CuPy builds from CUB's headers (slow to compile)
         seen = xp.zeros(top + 1, dtype=np.bool_)
         seen[labels] = True
         found = np.flatnonzero(as_numpy(seen))
