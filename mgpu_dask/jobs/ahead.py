@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-from .phases import Phases
 
 LIST = Path(__file__).with_name("ahead.json")
 PROCESSES = 6
@@ -102,16 +101,6 @@ def start(spec: dict[str, Any], say: Callable[[str], None]) -> Any:
                      on_first_compile=lambda: say(
                          "compiling our CUDA kernels, first run on this machine: cached in "
                          f"{where} for next time"))
-
-
-def finish(compiling: Any, phases: Phases, timeout: float) -> dict[str, Any]:
-    """Wait for the compiling processes; a ``compile`` phase where they compiled anything
-    (its window from the command's start: it overlaps the cluster's); returns what
-    they did."""
-    done = compiling.wait(timeout)
-    if done["compiled"]:
-        phases.record("compile", done["seconds"], (compiling.began[1], compiling.ended[1]))
-    return done
 
 
 def _record_one(spec: dict[str, Any]) -> list[dict[str, Any]]:
