@@ -123,3 +123,57 @@ def test_synthetic_is_seeded_and_learnable():
     means = np.stack([a.X[a.y == k][:200].mean(0) for k in range(10)])
     nearest = np.argmin(((a.X[:500, None, :] - means[None]) ** 2).sum(-1), axis=1)
     assert (nearest == a.y[:500]).mean() > 0.9
+
+
+def test_files_read_ahead_load_the_same_data_once(tmp_path):
+    """read_dataset_ahead starts reading the four files load_dataset will read; the load
+    takes each one from there, once, and equals a load without it."""
+    from mgpu_dask.data import idx
+    from mgpu_dask.data.datasets import read_dataset_ahead
+
+    folder = make_idx_dir(tmp_path / "idx")
+    alone = load_dataset("idx", data_dir=folder)
+    read_dataset_ahead("idx-deformed", data_dir=folder)  # a deformed set reads its base
+    assert len(idx._AHEAD) == 4
+    ahead = load_dataset("idx", data_dir=folder)
+    assert not idx._AHEAD
+    np.testing.assert_array_equal(ahead.X, alone.X)
+    np.testing.assert_array_equal(ahead.y, alone.y)
+
+
+def test_a_file_changed_after_the_read_ahead_is_read_again(tmp_path):
+    from mgpu_dask.data import idx
+
+    folder = make_idx_dir(tmp_path / "idx")
+    path = folder / "t10k-labels-idx1-ubyte.gz"
+    idx.read_ahead([path])
+    before = idx.read_idx(path)  # consumed: the next read is direct
+    idx.read_ahead([path])
+    idx._AHEAD[str(path.resolve())][1].result()  # the thread has read the old content
+    idx.write_idx(path, (before[::-1] + 1) % 10)
+    assert len(idx.read_idx(path)) == len(before)
+    np.testing.assert_array_equal(idx.read_idx(path), (before[::-1] + 1) % 10)
+    idx._AHEAD.clear()
+
+
+def test_a_bad_file_read_ahead_fails_at_the_load_with_its_error(tmp_path):
+    from mgpu_dask.data.datasets import read_dataset_ahead
+
+    folder = make_idx_dir(tmp_path / "idx")
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b not gzip")
+    read_dataset_ahead("idx", data_dir=folder)
+    with pytest.raises(DataError, match="not a valid gzip file"):
+        load_dataset("idx", data_dir=folder)
+    from mgpu_dask.data import idx
+
+    idx._AHEAD.clear()  # the three files after the bad one were never asked for
+
+
+def test_read_ahead_of_files_that_are_not_there_does_nothing(tmp_path):
+    from mgpu_dask.data import idx
+    from mgpu_dask.data.datasets import read_dataset_ahead
+
+    read_dataset_ahead("mnist", data_dir=tmp_path)  # nothing there, nothing downloaded
+    read_dataset_ahead("idx")  # no folder named
+    read_dataset_ahead("nonsense", data_dir=tmp_path)
+    assert not idx._AHEAD and not list(tmp_path.iterdir())

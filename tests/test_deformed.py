@@ -143,7 +143,7 @@ def test_logistic_regression_objective_on_generated_rows(process_client):
     scikit-learn's (float64) on those rows brought home."""
     from sklearn.linear_model import LogisticRegression as SkLR
 
-    from mgpu_dask.data.shard import as_worker_rows
+    from mgpu_dask.data.sharding import as_worker_rows
     from mgpu_dask.parallel.inputs import to_host
     from mgpu_dask.logreg import LogisticRegression
 

@@ -111,6 +111,35 @@ def test_a_bad_value_is_refused_before_anything_loads_or_starts(capsys, monkeypa
         assert time.perf_counter() - started < 1.0
 
 
+def test_the_cluster_is_asked_for_before_the_jobs_heavy_imports(tmp_path):
+    """A run asks for its cluster once its options are checked, before it imports Dask's
+    arrays, distributed's client side of sharding, scikit-learn or its job's modules:
+    they load while the workers start."""
+    heavy = ("dask.array", "mgpu_dask.data.sharding", "sklearn", "mgpu_dask.jobs.knn",
+             "mgpu_dask.jobs.logreg")
+    code = (
+        "import json, sys\n"
+        "from mgpu_dask.cli import main\n"
+        "from mgpu_dask.cluster.starting import StartingCluster\n"
+        "from mgpu_dask.exceptions import ClusterError\n"
+        "seen = {}\n"
+        "def asked(self, *args, **kwargs):\n"
+        f"    seen.update({{m: m in sys.modules for m in {heavy!r}}})\n"
+        "    raise ClusterError('stopped here by the test')\n"
+        "StartingCluster.__init__ = asked\n"
+        "for task in ('knn', 'logreg'):\n"
+        "    seen.clear()\n"
+        "    assert main([task, '--device', 'cpu', '--workers', '1', '--dataset', 'synthetic',\n"
+        "                 '--quiet']) == 2\n"
+        "    print(json.dumps(seen))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.strip().splitlines()
+    assert len(out) == 2
+    for line in out:
+        imported = json.loads(line)
+        assert set(imported) == set(heavy) and not any(imported.values()), imported
+
+
 def _worker_pids(command: RunningCommand) -> list[int]:
     """The worker processes of a running CPU ``cluster`` command (spawned by its nannies)."""
     procs = psutil.Process(command.proc.pid).children(recursive=True)

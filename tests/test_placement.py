@@ -167,7 +167,7 @@ def test_task_pinned_to_a_lost_worker_runs_elsewhere(process_client, parts):
 
 def test_placement_problems_name_every_extra_holder():
     from mgpu_dask.data import ShardInfo
-    from mgpu_dask.data.shard import placement_problems
+    from mgpu_dask.data.sharding import placement_problems
 
     good = [ShardInfo(i, 10, f"w{i}", "numpy.ndarray", "host") for i in range(3)]
     assert placement_problems(good, 3) == []

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mgpu_dask.data import shard, shard_locations, worker_addresses
-from mgpu_dask.data.shard import row_bounds
+from mgpu_dask.data.sharding import row_bounds
 
 
 def test_one_shard_per_worker(client):

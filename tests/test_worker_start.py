@@ -97,3 +97,55 @@ def test_lean_dask_array_import_leaves_xarray_importable(tmp_path):
             [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
             text=True, env=env).stdout)
         assert during is expected and where.startswith(str(fake))
+
+
+def test_dask_keeps_the_server_preload_and_imports_nothing_for_it(tmp_path):
+    """A nanny asking for a ``forkserver`` context makes Dask import pandas (and the rest
+    of its optional packages) in the client to preload a server; ours is already running
+    with its own preload, so that import would only delay the first worker, and would
+    replace our preload if the server were ever restarted."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "start.py"
+    script.write_text(
+        "import json, sys\n"
+        "import dask\n"
+        "from multiprocessing import forkserver\n"
+        "from mgpu_dask.cluster import connect\n"
+        "if __name__ == '__main__':\n"
+        "    with dask.config.set({'mgpu-dask.cluster.worker-start': 'forkserver'}):\n"
+        "        with connect(1, device='cpu', dashboard_address=':0', timeout=60) as rc:\n"
+        "            assert rc.client.submit(sum, [1, 2]).result() == 3\n"
+        "    print(json.dumps(['pandas' in sys.modules,\n"
+        "                      forkserver._forkserver._preload_modules]))\n")
+    out = subprocess.run([sys.executable, str(script)], check=True, capture_output=True,
+                         text=True, timeout=120).stdout
+    pandas_imported, preload = json.loads(out.strip().splitlines()[-1])
+    assert preload == [worker_start.SERVER_MODULE]
+    assert not pandas_imported
+
+
+def test_lean_dask_array_import_leaves_cupy_sparse_out(tmp_path):
+    """dask.array registers CuPy's sparse matrices as chunks when cupyx is importable;
+    the lean import leaves them (and SciPy's sparse package) unimported, and a later
+    ``import cupyx.scipy.sparse`` still works."""
+    import json
+    import subprocess
+    import sys
+
+    sparse = tmp_path / "cupyx" / "scipy" / "sparse"
+    sparse.mkdir(parents=True)
+    for folder in (tmp_path / "cupyx", tmp_path / "cupyx" / "scipy"):
+        (folder / "__init__.py").write_text("")
+    (sparse / "__init__.py").write_text("spmatrix = type('spmatrix', (), {})\n")
+    code = ("import json, sys; from mgpu_dask.config.environment import import_dask_array; "
+            "{lean}import dask.array; during = 'cupyx.scipy.sparse' in sys.modules; "
+            "import cupyx.scipy.sparse as s; print(json.dumps([during, s.__file__]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    for lean, expected in (("import_dask_array(); ", False), ("", True)):
+        during, where = json.loads(subprocess.run(
+            [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
+            text=True, env=env).stdout)
+        assert during is expected and where.startswith(str(tmp_path))

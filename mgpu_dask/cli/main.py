@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from typing import Callable, Iterator
 
 from ..exceptions import MgpuDaskError
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.cluster_argv = extra
     args.startup_seconds = startup
+    args.process_started = None if startup is None else time.time() - startup
     args.command_line = "python -m mgpu_dask.run " + " ".join(
         sys.argv[1:] if argv is None else argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
@@ -94,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..jobs.options import compile_ahead  # the first run's compiles, side by side
 
             args.compiling = compile_ahead(args)
-    if args.command != "info":  # every other command reads data sets into dask arrays
+    if args.command != "info" and not (args.command in ("knn", "logreg")
+                                       and getattr(args, "backend", None) == "numba"):
+        # every other command reads data sets into dask arrays; a knn or logreg run
+        # (jobs.options.run_task) imports them once it has asked for its cluster
         from ..config.environment import import_dask_array
 
         import_dask_array()  # this process never uses xarray (see UNUSED_BY_DASK_ARRAY)

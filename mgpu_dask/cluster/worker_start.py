@@ -132,5 +132,24 @@ def starting_workers(device: str) -> Iterator[str]:
     import dask
 
     start_server()
+    _keep_server_preload()
     with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
         yield how
+
+
+def _keep_server_preload() -> None:
+    """Stop Dask from choosing the fork server's preload: ours is already running.
+
+    The first time a nanny asks for a ``forkserver`` context,
+    ``distributed.utils.get_mp_context`` imports distributed's required and
+    optional packages in *this* process (pandas among them) and names them as the
+    server's preload.  A running server never reads its preload again, so that
+    import only delays the first worker, on the event loop that starts it; and a
+    server restarted after a crash would load Dask's list instead of
+    :data:`SERVER_MODULE`.  Dask keeps "already done" in a module flag, which this
+    sets (a Dask without the flag is left alone).
+    """
+    import distributed.utils
+
+    if hasattr(distributed.utils, "_forkserver_preload_set"):
+        distributed.utils._forkserver_preload_set = True

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..data import shard
-from ..data.shard import as_worker_rows
+from ..data.sharding import as_worker_rows
 from ..parallel.inputs import to_host
 from .backend import (DASK, BackendRun, Placing, converted_note, join_notes, pixel_scale, repeat,
                       train_labels)

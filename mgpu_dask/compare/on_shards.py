@@ -19,7 +19,7 @@ import numpy as np
 from distributed import wait
 
 from ..data import shard
-from ..data.shard import as_worker_rows
+from ..data.sharding import as_worker_rows
 from ..logreg.problem import Problem, lbfgs_on_host, sum_parts
 from ..parallel import placement
 from ..parallel.workers import worker_addresses

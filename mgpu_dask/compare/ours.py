@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..data import shard
-from ..data.shard import cast_to, pixel_rows, rows_as_dtype
+from ..data.sharding import cast_to, pixel_rows, rows_as_dtype
 from ..knn import KNeighborsClassifier
 from ..parallel.inputs import to_host
 from .backend import DASK, BackendRun, Placing, join_notes, pixel_scale, repeat

@@ -57,11 +57,13 @@ def unusable(name: str, extra: str, title: str | None = None) -> str | None:
     return f"{title or name} is not installed (pip install 'mgpu-dask[{extra}]')"
 
 
-UNUSED_BY_DASK_ARRAY = ("xarray",)
+UNUSED_BY_DASK_ARRAY = ("xarray", "cupyx.scipy.sparse")
 """Optional libraries that ``dask.array`` imports when installed and our processes never
 use: dask.array.core imports xarray (and with it pandas) only for ``da.from_array`` of a
-dask-backed ``DataArray``; that import is about half a second of a cold run's client
-and again of its worker fork server."""
+dask-backed ``DataArray``, and dask.array.chunk_types imports CuPy's sparse matrices
+(and with them SciPy's) only to accept them as chunks.  Each costs a worker fork
+server a few tenths of a second, and xarray the client too (which imports SciPy's
+sparse matrices for scikit-learn all the same)."""
 
 
 def import_dask_array() -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import config
-from ..exceptions import DataError
+from ..exceptions import DataError, MgpuDaskError
 from .download import DownloadError, download, sha256_of
-from .idx import read_idx
+from .idx import read_ahead, read_idx
 from .registry import DATASETS, IDX_SPECS, IMAGE_SETS, IdxFile, IdxSpec, deformed_base
 
 
@@ -219,3 +219,24 @@ def load_dataset(name: str | None = None, *, data_dir: str | Path | None = None,
         return _load_idx(IDX_SPECS[name], folder, download, verify)
     raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)} "
                     f"(or NAME-deformed of {', '.join(IMAGE_SETS)})")
+
+
+def read_dataset_ahead(name: str | None = None, *,
+                       data_dir: str | Path | None = None) -> None:
+    """Start reading the IDX files that :func:`load_dataset` with these arguments would
+    read, where they are on disk already, on threads of their own
+    (:func:`~.idx.read_ahead`), so that a caller's imports overlap the decompression.
+
+    Nothing is downloaded or checked here, and nothing is raised: the load does that.
+    """
+    if name is not None:
+        name = deformed_base(name) or name
+    spec = IDX_SPECS.get("mnist" if name is None else name)
+    if spec is None or (spec.name == "idx" and data_dir is None):
+        return
+    try:
+        folder = Path(data_dir).expanduser() if data_dir is not None else config.data_dir()
+        paths, _, _ = _locate(spec, folder, allow_download=False, verify=False)
+    except (MgpuDaskError, OSError):
+        return
+    read_ahead(paths)

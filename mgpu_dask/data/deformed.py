@@ -12,15 +12,12 @@ of square images (``fashion-mnist-deformed``, ``digits-deformed``, ``idx-deforme
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import dask.array as da
 import numpy as np
 
 from ..exceptions import DataError
 from ..kernels.deform.params import Deformation, parse_deformation
-from ..kernels.launch import finished
-from ..parallel import placement
 from ..parallel.workers import (
     detect_device,
     free_gpu_memory,
@@ -28,7 +25,9 @@ from ..parallel.workers import (
     worker_addresses,
 )
 from .registry import deformed_base
-from .shard import meta_for, row_bounds
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 DEFAULT_COPIES = 155
 """52,500 MNIST training images x 155 = 8,137,500 rows, the size of MNIST8M."""
@@ -66,6 +65,7 @@ def _generate(src: Any, row0: int, n_rows: int, seed: int, deformation: Deformat
     from ..kernels.deform.rows import (
         deform_rows,  # Numba: on the workers, not the client
     )
+    from ..kernels.launch import finished
 
     return finished(deform_rows(src, row0, n_rows, seed, deformation))
 
@@ -106,6 +106,9 @@ def deformed_train(X_src: np.ndarray, y_src: np.ndarray, client: Any, spec: Defo
     (dask.array.Array, numpy.ndarray)
         The rows (uint8, persisted on the workers when there is a client) and their labels.
     """
+    from ..parallel import placement  # Dask's arrays: not needed to check the options
+    from .sharding import meta_for, row_bounds
+
     copies = check_copies(spec.copies)
     X_src = np.ascontiguousarray(X_src)
     if X_src.dtype != np.uint8:

@@ -8,10 +8,13 @@ then one big-endian uint32 per dimension, then the data in C order.  MNIST's
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import struct
+import threading
 import zlib
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -27,8 +30,59 @@ _TYPES: dict[int, np.dtype] = {
 }
 
 
+_AHEAD: dict[str, tuple[tuple[int, int], concurrent.futures.Future]] = {}
+_AHEAD_LOCK = threading.Lock()
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def read_ahead(paths: Iterable[Path]) -> None:
+    """Start reading (and decompressing) these files, each on a thread of its own.
+
+    The next :func:`read_bytes` of each takes the content from there, once, if the
+    file has not changed since (its size and modification time).  Decompression
+    releases the GIL, so a caller can import or start other work meanwhile.  A
+    file that cannot be read here raises its error at that :func:`read_bytes`.
+    """
+    for path in paths:
+        try:
+            key, stamp = str(Path(path).resolve()), _stamp(Path(path))
+        except OSError:
+            continue  # read_bytes reports it
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run(path: Path = Path(path), future: concurrent.futures.Future = future) -> None:
+            try:
+                future.set_result(_read(path))
+            except BaseException as exc:  # handed to read_bytes
+                future.set_exception(exc)
+
+        with _AHEAD_LOCK:
+            _AHEAD[key] = (stamp, future)
+        threading.Thread(target=run, name=f"mgpu-dask-read {Path(path).name}",
+                         daemon=True).start()
+
+
 def read_bytes(path: Path) -> bytes:
-    """The file's content, decompressed when it ends in ``.gz``."""
+    """The file's content, decompressed when it ends in ``.gz`` (from :func:`read_ahead`
+    where it was started and the file is unchanged)."""
+    with _AHEAD_LOCK:
+        ahead = _AHEAD.pop(str(path.resolve()), None) if _AHEAD else None
+    if ahead is not None:
+        stamp, future = ahead
+        try:
+            unchanged = _stamp(path) == stamp
+        except OSError:
+            unchanged = False
+        if unchanged:
+            return future.result()
+    return _read(path)
+
+
+def _read(path: Path) -> bytes:
     try:
         if path.suffix == ".gz":
             with gzip.open(path, "rb") as f:

@@ -12,7 +12,7 @@ from distributed import futures_of, wait
 
 from ..cluster import StartingCluster
 from ..data import shard
-from ..data.shard import cast_to, rows_as_dtype
+from ..data.sharding import cast_to, rows_as_dtype
 from ..knn import KNeighborsClassifier, plans
 from ..parallel.inputs import accuracy, to_host
 from . import transfers
@@ -118,6 +118,7 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
                                   clf.layout_.keep[0]}),
             "accuracy": accuracy(pred, parts.y_test), "predictions_sha256": fingerprint(pred),
             "cold": {**cold.seconds, "total": cold_total},
+            "cold_windows": cold.windows,
             "cold_steps": steps,
             "warm": {name: statistics.median(r[name] for r in warm_runs) for name in warm_runs[0]},
             "warm_predict_seconds": fused,

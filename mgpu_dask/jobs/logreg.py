@@ -9,7 +9,7 @@ from typing import Any
 
 from ..cluster import StartingCluster
 from ..data import shard
-from ..data.shard import cast_to, pixel_rows
+from ..data.sharding import cast_to, pixel_rows
 from ..parallel.inputs import accuracy, to_host
 from . import transfers
 from .phases import Phases
@@ -92,6 +92,7 @@ def logreg_job(*, dataset: str | None = None, data_dir: str | None = None, downl
             "loss": clf.loss_, "converged": clf.converged_, "stop_reason": clf.stop_reason_,
             "gradient_max": clf.gradient_max_,
             "cold": {**cold.seconds, "total": cold_total},
+            "cold_windows": cold.windows,
             "warm": {name: statistics.median(r[name] for r in runs) for name in runs[0]},
             "warm_fit_predict_seconds": warm_totals,
             "warm_fit_predict_median": statistics.median(warm_totals),

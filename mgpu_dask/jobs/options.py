@@ -140,9 +140,8 @@ def compile_ahead(args: argparse.Namespace) -> object | None:
 def run_task(args: argparse.Namespace) -> dict:
     """Run the ``knn`` or ``logreg`` job the parsed options describe; return its results.
 
-    The cluster starts first, on a thread of its own, and this process imports the
-    job's modules (scikit-learn, dask.array, ...: about two seconds on a GPU machine)
-    while its workers come up.
+    The data files start to be read, and the cluster to start, each on threads of
+    their own; this process imports the job's modules (scikit-learn, ...) meanwhile.
     """
     from ..cluster import StartingCluster
     from . import ahead
@@ -150,6 +149,9 @@ def run_task(args: argparse.Namespace) -> dict:
     from .warmup import begin
 
     check(args)
+    from ..data.datasets import read_dataset_ahead
+
+    read_dataset_ahead(args.dataset, data_dir=args.data_dir)  # decompressed while we import
     classes = label_list(args.classes) if args.command == "logreg" else None
     echo = None if args.quiet else stderr_echo
     say = echo or (lambda message: None)
@@ -161,6 +163,9 @@ def run_task(args: argparse.Namespace) -> dict:
     on_ready = begin(kind, say, compiling)
     with contextlib.closing(StartingCluster(on_ready=on_ready, **cluster_kwargs(args))) \
             as starting:
+        from ..config.environment import import_dask_array
+
+        import_dask_array()  # the CLI leaves it to here, after the cluster is asked for
         from .knn import knn_job
         from .logreg import logreg_job
 

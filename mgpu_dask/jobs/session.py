@@ -21,7 +21,7 @@ from ..data.deformed import (
     deformed_train,
 )
 from ..data.files import atomic_file
-from ..data.shard import placement_problems
+from ..data.sharding import placement_problems
 from ..data.split import keep_labels
 from ..parallel.recovery import recovery_note
 from ..parallel.workers import scheduler_workers

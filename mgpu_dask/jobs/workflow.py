@@ -115,6 +115,7 @@ def run_workflow(flow: Workflow, parser: argparse.ArgumentParser, *,
                 echo(f"  error: {exc}")
                 results.append({"options": options, "error": str(exc)})
                 continue
+            result.pop("cold_windows", None)  # wall-clock spans: the CLI's process timeline
             headline = result.get("warm_predict_median", result.get("warm_fit_predict_median"))
             echo(f"  accuracy {result['accuracy']:.4f}, warm {headline * 1000:.1f} ms, "
                  f"cold {result['cold']['total']:.2f} s, {result['workers']} workers")

@@ -20,7 +20,7 @@ import dask.array as da
 import numpy as np
 from distributed import Client, futures_of, wait
 
-from ..data.shard import meta_for, shard
+from ..data.sharding import meta_for, shard
 from ..exceptions import DataError
 from ..kernels import knn as kernels
 from ..kernels.knn import precision as precisions

@@ -25,7 +25,7 @@ import dask.array as da
 import numpy as np
 from distributed import Client
 
-from ..data.shard import meta_for
+from ..data.sharding import meta_for
 from ..exceptions import DataError
 from ..kernels import knn as kernels
 from ..kernels.launch import all_entries_finite, array_module, finished

@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from .. import config
-from ..data.shard import meta_for, shard
+from ..data.sharding import meta_for, shard
 from ..exceptions import DataError
 from ..kernels.precision import Precision
 from ..parallel import inputs, placement

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.shard import shard
+from ..data.sharding import shard
 from ..exceptions import DataError
 from ..parallel import labels as labels_mod
 from ..parallel import placement
