@@ -149,3 +149,24 @@ def test_lean_dask_array_import_leaves_cupy_sparse_out(tmp_path):
             [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
             text=True, env=env).stdout)
         assert during is expected and where.startswith(str(tmp_path))
+
+
+def test_lean_scikit_learn_import_leaves_pandas_out(tmp_path):
+    """scikit-learn imports pandas when it can; the CLI's lean import of sklearn.base
+    leaves it out, and a later ``import pandas`` still works."""
+    import json
+    import subprocess
+    import sys
+
+    fake = tmp_path / "pandas"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("__version__ = '2099.1.0'\n")
+    code = ("import json, sys; from mgpu_dask.config.environment import import_scikit_learn; "
+            "{lean}import sklearn.base; during = 'pandas' in sys.modules; "
+            "import pandas; print(json.dumps([during, pandas.__file__]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    for lean, expected in (("import_scikit_learn(); ", False), ("", True)):
+        during, where = json.loads(subprocess.run(
+            [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
+            text=True, env=env).stdout)
+        assert during is expected and where.startswith(str(fake))

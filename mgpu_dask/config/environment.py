@@ -66,6 +66,11 @@ server a few tenths of a second, and xarray the client too (which imports SciPy'
 sparse matrices for scikit-learn all the same)."""
 
 
+UNUSED_BY_SCIKIT_LEARN = ("pandas",)
+"""``sklearn.utils.fixes`` imports pandas (and with it pyarrow, where installed) when it
+can, for no estimator of ours: a few tenths of a second of a run's client."""
+
+
 def import_dask_array() -> None:
     """Import ``dask.array`` without the libraries of ``UNUSED_BY_DASK_ARRAY``, for the
     processes that are ours alone: the CLI's and the worker fork server's.
@@ -74,15 +79,26 @@ def import_dask_array() -> None:
     as usual); where one is imported already, nothing changes.  The one thing it
     loses is ``da.from_array``'s shortcut for dask-backed xarray objects.
     """
+    _import_without("dask.array", UNUSED_BY_DASK_ARRAY)
+
+
+def import_scikit_learn() -> None:
+    """Import ``sklearn.base`` without pandas (``UNUSED_BY_SCIKIT_LEARN``), for the CLI's
+    process: as :func:`import_dask_array`, pandas counts as absent only during this
+    import and a later ``import pandas`` works as usual."""
+    _import_without("sklearn.base", UNUSED_BY_SCIKIT_LEARN)
+
+
+def _import_without(module: str, unused: tuple[str, ...]) -> None:
     import sys
 
-    if "dask.array" in sys.modules:
+    if module in sys.modules:
         return
-    hidden = [name for name in UNUSED_BY_DASK_ARRAY if name not in sys.modules]
+    hidden = [name for name in unused if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
     try:
-        importlib.import_module("dask.array")
+        importlib.import_module(module)
     finally:
         for name in hidden:
             if name in sys.modules and sys.modules[name] is None:

@@ -163,9 +163,10 @@ def run_task(args: argparse.Namespace) -> dict:
     on_ready = begin(kind, say, compiling)
     with contextlib.closing(StartingCluster(on_ready=on_ready, **cluster_kwargs(args))) \
             as starting:
-        from ..config.environment import import_dask_array
+        from ..config.environment import import_dask_array, import_scikit_learn
 
         import_dask_array()  # the CLI leaves it to here, after the cluster is asked for
+        import_scikit_learn()
         from .knn import knn_job
         from .logreg import logreg_job
 
