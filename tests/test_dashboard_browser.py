@@ -56,7 +56,9 @@ def test_status_page_metrics_and_report_show_our_tasks(tmp_path):
     assert 'src="static/js/bokeh.min.js' in status and "cdn.bokeh.org" not in status
     assert set(OUR_TASKS) <= set(rendered)  # the progress bars and task stream, as drawn
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 30_000
-    page = _chromium("--dump-dom", report.as_uri())
+    # Bokeh draws the report from a script after the page loads: a virtual time budget
+    # lets that finish before the dump on a slow machine (CI's failed once without it)
+    page = _chromium("--virtual-time-budget=20000", "--dump-dom", report.as_uri())
     assert "cdn.bokeh.org" not in report.read_text()  # self-contained: opens offline
     for name in OUR_TASKS:
         assert name in page

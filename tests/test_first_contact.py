@@ -140,6 +140,24 @@ def test_the_cluster_is_asked_for_before_the_jobs_heavy_imports(tmp_path):
         assert set(imported) == set(heavy) and not any(imported.values()), imported
 
 
+def test_the_worker_fork_server_starts_before_numpy_is_imported(tmp_path):
+    """The CLI starts the fork server (whose imports are a cold run's longest wait) as
+    soon as it has parsed the command: neither numpy nor Dask's arrays are imported by
+    then."""
+    code = (
+        "import json, sys\n"
+        "import mgpu_dask.cluster.worker_start as worker_start\n"
+        "def early(device):\n"
+        "    print(json.dumps({m: m in sys.modules for m in ('numpy', 'dask.array')}))\n"
+        "    raise SystemExit(0)\n"
+        "worker_start.start_early = early\n"
+        "from mgpu_dask.cli import main\n"
+        "main(['knn', '--workers', '1', '--device', 'gpu'])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.strip()
+    assert json.loads(out) == {"numpy": False, "dask.array": False}
+
+
 def _worker_pids(command: RunningCommand) -> list[int]:
     """The worker processes of a running CPU ``cluster`` command (spawned by its nannies)."""
     procs = psutil.Process(command.proc.pid).children(recursive=True)

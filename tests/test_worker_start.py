@@ -127,6 +127,25 @@ def test_dask_keeps_the_server_preload_and_imports_nothing_for_it(tmp_path):
     assert not pandas_imported
 
 
+def test_lean_dask_array_import_leaves_scipy_fftpack_out():
+    """dask.array.fft imports SciPy's legacy fftpack; the lean import leaves it out, and a
+    later ``import scipy.fftpack`` still works."""
+    import json
+    import subprocess
+    import sys
+
+    import scipy.fftpack
+
+    code = ("import json, sys; from mgpu_dask.config.environment import import_dask_array; "
+            "{lean}import dask.array; during = 'scipy.fftpack' in sys.modules; "
+            "import scipy.fftpack as s; print(json.dumps([during, s.__file__]))")
+    for lean, expected in (("import_dask_array(); ", False), ("", True)):
+        during, where = json.loads(subprocess.run(
+            [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
+            text=True).stdout)
+        assert during is expected and where == scipy.fftpack.__file__
+
+
 def test_lean_dask_array_import_leaves_cupy_sparse_out(tmp_path):
     """dask.array registers CuPy's sparse matrices as chunks when cupyx is importable;
     the lean import leaves them (and SciPy's sparse package) unimported, and a later

@@ -6,8 +6,6 @@ import argparse
 import json
 import signal
 
-import numpy as np
-
 from .. import __version__
 from ..exceptions import DataError, MgpuDaskError
 from ..jobs.options import cluster_kwargs
@@ -63,6 +61,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from ..data import load_dataset, split
     from ..data.deformed import deformed_spec
 

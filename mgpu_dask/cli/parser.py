@@ -6,7 +6,7 @@ import argparse
 
 from .. import __version__
 from ..compare import BACKENDS
-from ..kernels.knn.precision import PRECISIONS
+from ..kernels.precision import Precision
 from .commands import cmd_cluster, cmd_data, cmd_info, cmd_workflow
 from .tasks import cmd_bench, cmd_task
 
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "tree-merge (auto: replicate when it fits the memory budget)")
     p.add_argument("--method", choices=("gemm", "direct"), default="gemm",
                    help="bulk distances by BLAS/cuBLAS product or our tiled kernel")
-    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+    p.add_argument("--precision", choices=tuple(Precision), default="auto",
                    help="arithmetic of the distance product. 8-bit data (MNIST pixels) are exact "
                         "in every precision; auto takes bf16 tensor cores for them (int8 before "
                         "Ampere) and tf32 for "

@@ -1,12 +1,9 @@
 """The interface every comparison backend implements, and what they share."""
 
-
 from __future__ import annotations
 
 import time
 from typing import Any, NamedTuple
-
-import numpy as np
 
 from ..config.environment import unusable
 
@@ -123,6 +120,8 @@ class Placing:
 def repeat(run: BackendRun, fit: Any, predict: Any) -> dict[str, Any]:
     """One cold and ``repeats`` warm (fit, predict) timings with the accuracy of each, and
     the last repetition's host predictions (``predictions``: compared, never written)."""
+    import numpy as np
+
     rows = []
     for _ in range(1 + max(1, int(run.options.get("repeats", 1)))):
         started = time.perf_counter()

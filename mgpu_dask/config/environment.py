@@ -57,12 +57,13 @@ def unusable(name: str, extra: str, title: str | None = None) -> str | None:
     return f"{title or name} is not installed (pip install 'mgpu-dask[{extra}]')"
 
 
-UNUSED_BY_DASK_ARRAY = ("xarray", "cupyx.scipy.sparse")
+UNUSED_BY_DASK_ARRAY = ("xarray", "cupyx.scipy.sparse", "scipy.fftpack")
 """Optional libraries that ``dask.array`` imports when installed and our processes never
 use: dask.array.core imports xarray (and with it pandas) only for ``da.from_array`` of a
-dask-backed ``DataArray``, and dask.array.chunk_types imports CuPy's sparse matrices
-(and with them SciPy's) only to accept them as chunks.  Each costs a worker fork
-server a few tenths of a second, and xarray the client too (which imports SciPy's
+dask-backed ``DataArray``; dask.array.chunk_types imports CuPy's sparse matrices (and
+with them SciPy's) only to accept them as chunks; dask.array.fft imports SciPy's legacy
+``fftpack`` only to warn about its functions.  Each costs a worker fork server up to a
+few tenths of a second, and xarray and fftpack the client too (which imports SciPy's
 sparse matrices for scikit-learn all the same)."""
 
 
