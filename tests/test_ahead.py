@@ -192,3 +192,27 @@ def test_each_item_is_reported_compiled_or_loaded(monkeypatch):
         [{"numba": f"{module.__name__}:{name}", "signature": ["int64"]} for name in ("new", "old")],
         got.append)
     assert [(g["item"], g["compiled"]) for g in got] == [(0, True), (1, False)]
+
+
+def _warmed_up() -> dict:
+    import time
+
+    return {"compiled": 0, "seconds": 0.01, "ended": time.time()}
+
+
+def test_the_warm_up_phase_ends_when_the_workers_finished_not_when_the_client_looked(client):
+    """A client still importing when the workers' warm-up ends does not lengthen the phase."""
+    import time
+
+    from mgpu_dask.jobs.phases import Phases
+    from mgpu_dask.jobs.warmup import WarmUp, finish
+
+    began = (time.perf_counter(), time.time())
+    futures = [client.submit(_warmed_up, pure=False)]
+    futures[0].result()
+    time.sleep(1.0)  # the client comes late
+    phases = Phases(None)
+    finish(WarmUp(futures, began, cached=True), phases, timeout=30)
+    assert 0.0 <= phases.seconds["warm-up"] < 0.8
+    (start, end), = phases.windows["warm-up"]
+    assert start == began[1] and end - start == pytest.approx(phases.seconds["warm-up"])

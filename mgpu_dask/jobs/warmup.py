@@ -125,9 +125,13 @@ def finish(warm: WarmUp, phases: Phases, timeout: float) -> dict[str, Any]:
     done = [f.result() for f in warm.futures]
     client = warm.futures[0].client if warm.futures else None
     compiled = sum(d["compiled"] for d in done)
-    ended = time.perf_counter()
-    phases.record("compile" if compiled else "warm-up", ended - warm.began[0],
-                  (warm.began[1], time.time()))
+    # until the last worker finished (the workers' clocks, bounded by now): a client
+    # that comes to wait only later (still importing) does not lengthen the phase
+    now = time.time()
+    ends = [d.get("ended") for d in done]
+    ended = min(now, max(ends)) if done and None not in ends else now
+    phases.record("compile" if compiled else "warm-up", max(0.0, ended - warm.began[1]),
+                  (warm.began[1], max(ended, warm.began[1])))
     return {"compiled": compiled, "cached": warm.cached,
             **({"compiled ahead": warm.ahead} if warm.ahead else {}),
             "seconds per worker": [d["seconds"] for d in done],

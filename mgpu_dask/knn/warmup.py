@@ -109,4 +109,4 @@ def warm_up(**fields: Any) -> dict[str, Any]:
     finished(cand)
     steps.done("vote and merge")
     return {"compiled": compilations() - before, "seconds": time.perf_counter() - started,
-            "steps": steps.seconds, **({"cupy kernels": cupy_kernels()} if search.gpu else {})}
+            "ended": time.time(), "steps": steps.seconds, **({"cupy kernels": cupy_kernels()} if search.gpu else {})}

@@ -120,4 +120,4 @@ def warm_up(**fields: Any) -> dict[str, Any]:
     predict_block(X, coef, intercept, np.unique(labels), host=True)
     steps.done("predict")
     return {"compiled": compilations() - before, "seconds": time.perf_counter() - started,
-            "steps": steps.seconds, **({"cupy kernels": cupy_kernels()} if fit.gpu else {})}
+            "ended": time.time(), "steps": steps.seconds, **({"cupy kernels": cupy_kernels()} if fit.gpu else {})}
