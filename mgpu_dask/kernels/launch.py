@@ -232,8 +232,8 @@ def _kind(a: Any) -> Any:
 def _cufunction(dispatcher: Any, args: list) -> int:
     """The address of ``dispatcher``'s compiled kernel for arguments of these kinds (CuPy
     arrays, NumPy int64 / float64 scalars) on CuPy's current device, typed and loaded once
-    per kernel, kinds and device (Numba types a CuPy array in about 0.1 ms: a fit binds
-    dozens of launches)."""
+    per kernel, kinds and device (Numba's typing of a CuPy array is not free, and a fit
+    binds dozens of launches)."""
     import cupy
 
     key = (dispatcher, tuple(_kind(a) for a in args), cupy.cuda.runtime.getDevice())

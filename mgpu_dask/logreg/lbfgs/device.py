@@ -52,7 +52,7 @@ from ...kernels.precision import Precision
 from .loop import Step
 
 SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: few, or slow
-AHEAD_SECONDS = 2e-3   # device time worth queueing before the host looks (a wait costs ~0.1 ms)
+AHEAD_SECONDS = 2e-3   # device time worth queueing before the host looks (each wait has a fixed cost)
 MAX_AHEAD = 16
 SIMULATOR_AHEAD = 4
 
