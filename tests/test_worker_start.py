@@ -73,14 +73,26 @@ def test_server_environment_before_distributed_is_imported():
     assert env["OMP_NUM_THREADS"] == "1" and env["MALLOC_TRIM_THRESHOLD_"] == "65536"
 
 
-def test_lean_dask_array_import_leaves_xarray_importable(tmp_path):
-    """import_dask_array (the CLI's and the fork server's) keeps dask.array from importing
-    an installed xarray (with pandas: half a second of a cold run), and a later
-    ``import xarray`` still works; without the lean import dask.array takes it."""
+def _lean_and_plain(lean: str, code: str, first: object = None) -> dict[bool, tuple]:
+    """``code`` (with ``{lean}`` where the lean import goes, printing a JSON pair) run in
+    a fresh interpreter with the lean import ``lean`` and without it, ``first`` (a
+    folder) ahead on its path; ``{True: pair, False: pair}``."""
     import json
     import subprocess
     import sys
 
+    env = dict(os.environ)
+    if first is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(first), *sys.path])
+    return {flag: tuple(json.loads(subprocess.run(
+        [sys.executable, "-c", code.format(lean=lean if flag else "")], check=True,
+        capture_output=True, text=True, env=env).stdout)) for flag in (True, False)}
+
+
+def test_lean_dask_array_import_leaves_xarray_importable(tmp_path):
+    """import_dask_array (the CLI's and the fork server's) keeps dask.array from importing
+    an installed xarray (with pandas: half a second of a cold run), and a later
+    ``import xarray`` still works; without the lean import dask.array takes it."""
     fake = tmp_path / "xarray"
     fake.mkdir()
     (fake / "__init__.py").write_text("__version__ = '2099.1.0'\n"
@@ -91,12 +103,9 @@ def test_lean_dask_array_import_leaves_xarray_importable(tmp_path):
     code = ("import json, sys; from mgpu_dask.config.environment import import_dask_array; {lean}"
             "import dask.array.core as core; during = core.xr is not None; "
             "import xarray; print(json.dumps([during, xarray.__file__]))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    for lean, expected in (("import_dask_array(); ", False), ("", True)):
-        during, where = json.loads(subprocess.run(
-            [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
-            text=True, env=env).stdout)
-        assert during is expected and where.startswith(str(fake))
+    for lean, (during, where) in _lean_and_plain("import_dask_array(); ", code,
+                                                 tmp_path).items():
+        assert during is not lean and where.startswith(str(fake))
 
 
 def test_dask_keeps_the_server_preload_and_imports_nothing_for_it(tmp_path):
@@ -130,30 +139,19 @@ def test_dask_keeps_the_server_preload_and_imports_nothing_for_it(tmp_path):
 def test_lean_dask_array_import_leaves_scipy_fftpack_out():
     """dask.array.fft imports SciPy's legacy fftpack; the lean import leaves it out, and a
     later ``import scipy.fftpack`` still works."""
-    import json
-    import subprocess
-    import sys
-
     import scipy.fftpack
 
     code = ("import json, sys; from mgpu_dask.config.environment import import_dask_array; "
             "{lean}import dask.array; during = 'scipy.fftpack' in sys.modules; "
             "import scipy.fftpack as s; print(json.dumps([during, s.__file__]))")
-    for lean, expected in (("import_dask_array(); ", False), ("", True)):
-        during, where = json.loads(subprocess.run(
-            [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
-            text=True).stdout)
-        assert during is expected and where == scipy.fftpack.__file__
+    for lean, (during, where) in _lean_and_plain("import_dask_array(); ", code).items():
+        assert during is not lean and where == scipy.fftpack.__file__
 
 
 def test_lean_dask_array_import_leaves_cupy_sparse_out(tmp_path):
     """dask.array registers CuPy's sparse matrices as chunks when cupyx is importable;
     the lean import leaves them (and SciPy's sparse package) unimported, and a later
     ``import cupyx.scipy.sparse`` still works."""
-    import json
-    import subprocess
-    import sys
-
     sparse = tmp_path / "cupyx" / "scipy" / "sparse"
     sparse.mkdir(parents=True)
     for folder in (tmp_path / "cupyx", tmp_path / "cupyx" / "scipy"):
@@ -162,30 +160,20 @@ def test_lean_dask_array_import_leaves_cupy_sparse_out(tmp_path):
     code = ("import json, sys; from mgpu_dask.config.environment import import_dask_array; "
             "{lean}import dask.array; during = 'cupyx.scipy.sparse' in sys.modules; "
             "import cupyx.scipy.sparse as s; print(json.dumps([during, s.__file__]))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    for lean, expected in (("import_dask_array(); ", False), ("", True)):
-        during, where = json.loads(subprocess.run(
-            [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
-            text=True, env=env).stdout)
-        assert during is expected and where.startswith(str(tmp_path))
+    for lean, (during, where) in _lean_and_plain("import_dask_array(); ", code,
+                                                 tmp_path).items():
+        assert during is not lean and where.startswith(str(tmp_path))
 
 
 def test_lean_scikit_learn_import_leaves_pandas_out(tmp_path):
     """scikit-learn imports pandas when it can; the CLI's lean import of sklearn.base
     leaves it out, and a later ``import pandas`` still works."""
-    import json
-    import subprocess
-    import sys
-
     fake = tmp_path / "pandas"
     fake.mkdir()
     (fake / "__init__.py").write_text("__version__ = '2099.1.0'\n")
     code = ("import json, sys; from mgpu_dask.config.environment import import_scikit_learn; "
             "{lean}import sklearn.base; during = 'pandas' in sys.modules; "
             "import pandas; print(json.dumps([during, pandas.__file__]))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    for lean, expected in (("import_scikit_learn(); ", False), ("", True)):
-        during, where = json.loads(subprocess.run(
-            [sys.executable, "-c", code.format(lean=lean)], check=True, capture_output=True,
-            text=True, env=env).stdout)
-        assert during is expected and where.startswith(str(fake))
+    for lean, (during, where) in _lean_and_plain("import_scikit_learn(); ", code,
+                                                 tmp_path).items():
+        assert during is not lean and where.startswith(str(fake))
