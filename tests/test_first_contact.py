@@ -140,6 +140,29 @@ def test_the_cluster_is_asked_for_before_the_jobs_heavy_imports(tmp_path):
         assert set(imported) == set(heavy) and not any(imported.values()), imported
 
 
+def test_the_client_never_imports_what_only_the_workers_run(tmp_path):
+    """A run's client (and the scheduler in its process) imports neither the workers'
+    side of a fit (Numba, the L-BFGS and its kernels, the leader, the warm-up) nor
+    scipy.stats: the client imports on one core with the cluster's start."""
+    worker_side = ("numba", "mgpu_dask.logreg.leader", "mgpu_dask.logreg.solvers",
+                   "mgpu_dask.logreg.warmup", "mgpu_dask.knn.warmup",
+                   "mgpu_dask.kernels.lbfgs.cuda", "scipy.stats._stats_py")
+    code = (
+        "import json, sys\n"
+        "from mgpu_dask.cli import main\n"
+        "assert main(sys.argv[1:]) == 0\n"
+        f"print(json.dumps({{m: m in sys.modules for m in {worker_side!r}}}))\n")
+    env = {**os.environ, "MGPU_DASK_CACHE_DIR": str(tmp_path)}
+    small = ["--device", "cpu", "--workers", "1", "--dataset", "synthetic", "--fraction",
+             "0.05", "--repeats", "1", "--quiet"]
+    for task in (["logreg", "--max-iter", "5"], ["knn"]):
+        out = subprocess.run([sys.executable, "-c", code, *task, *small], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300, check=True,
+                             env=env).stdout.strip().splitlines()[-1]
+        imported = json.loads(out)
+        assert not any(imported.values()), (task, imported)
+
+
 def test_the_worker_fork_server_starts_before_numpy_is_imported(tmp_path):
     """The CLI starts the fork server (whose imports are a cold run's longest wait) as
     soon as it has parsed the command: neither numpy nor Dask's arrays are imported by

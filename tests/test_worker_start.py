@@ -177,3 +177,53 @@ def test_lean_scikit_learn_import_leaves_pandas_out(tmp_path):
     for lean, (during, where) in _lean_and_plain("import_scikit_learn(); ", code,
                                                  tmp_path).items():
         assert during is not lean and where.startswith(str(fake))
+
+
+def test_lean_scikit_learn_import_defers_scipy_stats():
+    """sklearn.base imports scipy.stats (most of its import) for functions that use it
+    later; after the CLI's lean import it has not run, and runs on its first use."""
+    code = ("import json, sys; from mgpu_dask.config.environment import import_scikit_learn; "
+            "{lean}import sklearn.base; during = 'scipy.stats._stats_py' in sys.modules; "
+            "from sklearn.utils.fixes import _mode; import numpy as np; "
+            "print(json.dumps([during, _mode(np.array([[1, 2], [1, 3]])).mode.tolist()]))")
+    for lean, (during, mode) in _lean_and_plain("import_scikit_learn(); ", code).items():
+        assert during is not lean and mode == [[1, 2]]
+
+
+def test_a_module_imported_on_first_use_runs_once_when_used(tmp_path, monkeypatch):
+    """import_on_first_use: ``import`` finds the module without running it; the first
+    attribute asked for runs it, once; one that fails to run is gone from sys.modules,
+    as after a failed import."""
+    import importlib
+    import sys
+
+    from mgpu_dask.config.environment import import_on_first_use
+
+    package = tmp_path / "later_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "slow.py").write_text(
+        "import builtins\n"
+        "builtins.later_pkg_runs = getattr(builtins, 'later_pkg_runs', 0) + 1\n"
+        "from .part import value\n")
+    (package / "part.py").write_text("value = 41 + 1\n")
+    (package / "broken.py").write_text("raise RuntimeError('broken on purpose')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import builtins
+
+    monkeypatch.setattr(builtins, "later_pkg_runs", 0, raising=False)
+    import_on_first_use("later_pkg.slow")
+    slow = importlib.import_module("later_pkg.slow")
+    import later_pkg
+
+    assert later_pkg.slow is slow and builtins.later_pkg_runs == 0
+    assert slow.value == 42 and builtins.later_pkg_runs == 1
+    assert importlib.import_module("later_pkg.slow").value == 42
+    assert builtins.later_pkg_runs == 1
+    import_on_first_use("later_pkg.broken")
+    broken = importlib.import_module("later_pkg.broken")
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        broken.anything
+    assert "later_pkg.broken" not in sys.modules
+    for name in ("later_pkg", "later_pkg.slow", "later_pkg.part"):
+        sys.modules.pop(name, None)

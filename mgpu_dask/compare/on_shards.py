@@ -20,7 +20,8 @@ from distributed import wait
 
 from ..data import shard
 from ..data.sharding import as_worker_rows
-from ..logreg.problem import Problem, lbfgs_on_host, sum_parts
+from ..logreg.problem import Problem, sum_parts
+from ..logreg.solvers import lbfgs_on_host
 from ..parallel import placement
 from ..parallel.workers import worker_addresses
 from .backend import BackendRun, Placing, pixel_scale

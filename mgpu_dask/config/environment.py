@@ -13,6 +13,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import threading
 from types import ModuleType
 from typing import NamedTuple
 
@@ -71,6 +72,11 @@ UNUSED_BY_SCIKIT_LEARN = ("pandas",)
 """``sklearn.utils.fixes`` imports pandas (and with it pyarrow, where installed) when it
 can, for no estimator of ours: a few tenths of a second of a run's client."""
 
+DEFERRED_BY_SCIKIT_LEARN = ("scipy.stats",)
+"""Modules ``sklearn.base`` imports and no code of its import runs: ``sklearn.utils.fixes``
+imports ``scipy.stats`` (its distributions: most of the import of ``sklearn.base``) for
+functions that call it later.  The CLI's process loads it on its first use instead."""
+
 
 def import_dask_array() -> None:
     """Import ``dask.array`` without the libraries of ``UNUSED_BY_DASK_ARRAY``, for the
@@ -86,8 +92,59 @@ def import_dask_array() -> None:
 def import_scikit_learn() -> None:
     """Import ``sklearn.base`` without pandas (``UNUSED_BY_SCIKIT_LEARN``), for the CLI's
     process: as :func:`import_dask_array`, pandas counts as absent only during this
-    import and a later ``import pandas`` works as usual."""
+    import and a later ``import pandas`` works as usual.  The modules of
+    ``DEFERRED_BY_SCIKIT_LEARN`` load on their first use (:func:`import_on_first_use`)."""
+    import sys
+
+    if "sklearn.base" not in sys.modules:
+        for name in DEFERRED_BY_SCIKIT_LEARN:
+            import_on_first_use(name)
     _import_without("sklearn.base", UNUSED_BY_SCIKIT_LEARN)
+
+
+def import_on_first_use(name: str) -> None:
+    """Make ``import name`` cheap: the module runs on the first use of an attribute of
+    its own, here or anywhere else in this process.  Nothing changes where it is
+    imported already or cannot be found.
+
+    Not :class:`importlib.util.LazyLoader`: the import system reads ``__spec__`` of
+    a module it finds in ``sys.modules``, and that read runs a lazy-loaded module.
+    """
+    import sys
+
+    if name in sys.modules:
+        return
+    parent, _, child = name.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(name)  # imports the parent package
+    except (ImportError, ValueError):
+        return
+    if spec is None or spec.loader is None or name in sys.modules:
+        return
+    module = importlib.util.module_from_spec(spec)  # __spec__, __path__, ... set
+    module.__class__ = _OnFirstUse
+    sys.modules[name] = module
+    if parent:
+        setattr(sys.modules[parent], child, module)
+
+
+class _OnFirstUse(ModuleType):
+    """A module whose code runs when an attribute it does not have yet is asked for."""
+
+    _lock = threading.RLock()
+
+    def __getattr__(self, attr: str):
+        with _OnFirstUse._lock:
+            if type(self) is _OnFirstUse:
+                self.__class__ = ModuleType  # from now on, a module like any other
+                try:
+                    self.__spec__.loader.exec_module(self)
+                except BaseException:  # as a failed import: gone, so that the next one retries
+                    import sys
+
+                    sys.modules.pop(self.__name__, None)
+                    raise
+        return getattr(self, attr)
 
 
 def _import_without(module: str, unused: tuple[str, ...]) -> None:

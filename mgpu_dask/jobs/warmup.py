@@ -15,7 +15,6 @@ call) otherwise.
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from typing import Any, Callable, NamedTuple
@@ -64,11 +63,6 @@ def logreg_spec(*, dtype: str, dataset: str | None, precision: str, classes: lis
             "label_dtype": "int32"}
 
 
-def _call(module: str, name: str, fields: dict[str, Any]) -> Any:
-    """On a worker: ``module.name(**fields)`` (the client need not import the module)."""
-    return getattr(importlib.import_module(module), name)(**fields)
-
-
 AHEAD_TIMEOUT = 600.0
 """Seconds the warm-up waits for the compiling processes of :mod:`.ahead` at most."""
 
@@ -88,6 +82,7 @@ def begin(spec: dict[str, Any], say: Callable[[str], None],
     ``spec``'s kind on every worker, under way when this returns."""
 
     def on_ready(running: Any) -> WarmUp:
+        from ..parallel.by_name import WorkerFunction
         from ..parallel.placement import fresh_name
         from ..parallel.workers import detect_device, worker_addresses
 
@@ -98,14 +93,16 @@ def begin(spec: dict[str, Any], say: Callable[[str], None],
                          else detect_device(client)) == "gpu"
         module = WORKER_MODULES[spec["task"]]
         workers = worker_addresses(client)
-        cached = all(client.run(_call, module, "cached", fields, workers=workers).values())
+        cached = all(client.run(WorkerFunction(f"{module}.cached"), workers=workers,
+                                **fields).values())
         if not cached:
             where = os.environ.get("NUMBA_CACHE_DIR") or "Numba's cache"
             say(f"compiling our {'CUDA ' if fields['gpu'] else ''}kernels, first run on this "
                 f"machine: cached in {where} for next time")
         began = (time.perf_counter(), time.time())
-        futures = [client.submit(_call, module, "warm_up", fields, workers=[w], pure=False,
-                                 key=fresh_name("compile" if not cached else "warm-up"))
+        futures = [client.submit(WorkerFunction(f"{module}.warm_up"), workers=[w], pure=False,
+                                 key=fresh_name("compile" if not cached else "warm-up"),
+                                 **fields)
                    for w in workers]
         return WarmUp(futures, began, cached, compiling, ahead)
 

@@ -26,15 +26,8 @@ from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import labels as labels_mod
 from ..parallel import peer_views
-from .problem import (
-    HeldLabels,
-    Problem,
-    fit_on_device,
-    lbfgs_on_host,
-    on_device,
-    products,
-    sum_parts,
-)
+from .problem import HeldLabels, Problem, products, sum_parts
+from .solvers import fit_on_device, lbfgs_on_host, on_device
 
 PEER_SECONDS = 600.0  # the longest a leader waits for a peer's export (the fit's own timeout
                      # is the client's; this only keeps a leader from waiting forever)

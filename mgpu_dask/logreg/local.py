@@ -13,7 +13,8 @@ from ..exceptions import DataError
 from ..kernels.logreg import ShardObjective
 from ..kernels.precision import Precision
 from ..parallel.inputs import all_finite, device_of
-from .problem import NOT_FINITE, Problem, fit_on_device, sum_parts
+from .problem import NOT_FINITE, Problem, sum_parts
+from .solvers import fit_on_device
 
 
 def fit_here_on_device(X: Any, y: Any, problem: Problem) -> dict[str, Any] | None:

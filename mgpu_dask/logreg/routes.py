@@ -19,15 +19,15 @@ from ..exceptions import DataError
 from ..parallel import labels as labels_mod
 from ..parallel import placement
 from ..parallel.inputs import all_finite, device_of
-from . import local, single_host
-from .actors import ActorEvaluator
-from .local import GraphEvaluator
-from .problem import NOT_FINITE, Problem, lbfgs_on_host
+from . import single_host
+from .problem import NOT_FINITE, Problem
 
 
 def here(X: Any, y: Any, problem: Problem) -> dict[str, Any]:
     """No client: the device L-BFGS over CuPy blocks, else a graph per evaluation."""
-    result = local.fit_here_on_device(X, y, problem)
+    from .local import fit_here_on_device  # the L-BFGS's kernels: only where a fit runs here
+
+    result = fit_here_on_device(X, y, problem)
     return result if result is not None else by_messages(X, y, None, 0.0, problem)
 
 
@@ -69,6 +69,10 @@ def on_cluster(X: Any, rows: Any, labels: Any, held: Any, client: Any, timeout: 
 
 def by_messages(X: Any, y: Any, client: Any, timeout: float, problem: Problem) -> dict[str, Any]:
     """L-BFGS on the client, one message round per evaluation (any cluster)."""
+    from .actors import ActorEvaluator  # this route's own modules: the others never load them
+    from .local import GraphEvaluator
+    from .solvers import lbfgs_on_host
+
     if problem.optimizer == "device":
         raise DataError("optimizer='device' needs a single-host fit (comm='auto' or "
                         "'single-host', every shard on a GPU of one host)")

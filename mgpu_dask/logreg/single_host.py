@@ -18,9 +18,12 @@ import numpy as np
 from ..exceptions import DataError
 from ..parallel import labels as labels_mod
 from ..parallel import peer_views, placement
+from ..parallel.by_name import WorkerFunction
 from ..parallel.workers import alive_workers
-from .leader import fit_on_leader
 from .problem import NOT_FINITE, HeldLabels, Problem
+
+FIT_ON_LEADER = WorkerFunction("mgpu_dask.logreg.leader.fit_on_leader")
+"""The leader's task, named: the client never imports the leader's kernels and L-BFGS."""
 
 Holders = tuple[list[Any], list[str]]
 """The futures of an array's row blocks and the worker that holds each."""
@@ -106,7 +109,7 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
         else:
             shards.append({"address": worker, "keys": [futures[i].key for i in idx],
                            "labels": codes, "token": token})
-    fit = client.submit(fit_on_leader, shards, problem, workers=[leader],
+    fit = client.submit(FIT_ON_LEADER, shards, problem, workers=[leader],
                         allow_other_workers=True, pure=False, key=f"logreg-fit-{token[:12]}")
     started, submitted = time.perf_counter(), time.time()
     exporters: set[str] | None = None

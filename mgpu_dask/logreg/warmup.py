@@ -16,7 +16,8 @@ from ..kernels.logreg import ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import labels as labels_mod
 from .blocks import predict_block
-from .problem import Problem, fit_on_device
+from .problem import Problem
+from .solvers import fit_on_device
 
 ROWS = 256
 """Rows of the warm-up fit: at least CuPy's threshold (128) for reducing with CUB's block
