@@ -21,9 +21,9 @@ import time
 from mgpu_dask.config.environment import import_dask_array
 
 MODULES = ("numpy", "distributed", "dask.array", "dask_cuda", "cupy", "numba", "numba.cuda",
-           "mgpu_dask.knn.plans", "mgpu_dask.logreg.leader", "mgpu_dask.kernels.knn",
-           "mgpu_dask.kernels.knn.cuda", "mgpu_dask.kernels.logreg.cuda",
-           "mgpu_dask.kernels.logreg.cuda_int8")
+           "mgpu_dask.knn.plans", "mgpu_dask.logreg.leader", "mgpu_dask.knn.warmup",
+           "mgpu_dask.logreg.warmup", "mgpu_dask.kernels.knn", "mgpu_dask.kernels.knn.cuda",
+           "mgpu_dask.kernels.logreg.cuda", "mgpu_dask.kernels.logreg.cuda_int8")
 """Imported in this order; a missing optional library is skipped.  The estimators'
 modules are not among them: the workers run :mod:`mgpu_dask.knn.plans` and
 :mod:`mgpu_dask.logreg.leader`, which import no scikit-learn (most of a second)."""
