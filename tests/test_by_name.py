@@ -39,14 +39,26 @@ def test_unpickled_as_the_function_where_its_module_is_loaded():
 
 def test_unpickled_as_a_name_where_nothing_runs_it(tmp_path, monkeypatch):
     """A process without a Dask worker (the scheduler's) unpickles the name and imports
-    nothing; called, it imports the module and runs the function."""
+    nothing; called, it imports the module and runs the function.  Where a worker runs
+    (here: one of another test's clusters of threads), it unpickles the function."""
+    import weakref
+
+    from distributed.worker import Worker
+
     _module(tmp_path, "named_here")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "named_here", raising=False)
+    monkeypatch.setattr(Worker, "_instances", weakref.WeakSet())  # no worker in this process
     restored = pickle.loads(pickle.dumps(WorkerFunction("named_here.triple")))
     assert isinstance(restored, WorkerFunction) and "named_here" not in sys.modules
     assert restored(2, plus=1) == 7
     assert "named_here" in sys.modules
+
+    monkeypatch.delitem(sys.modules, "named_here")
+    worker = type("Running", (), {})()
+    Worker._instances = weakref.WeakSet([worker])  # one worker runs here
+    restored = pickle.loads(pickle.dumps(WorkerFunction("named_here.triple")))
+    assert not isinstance(restored, WorkerFunction) and restored(1) == 3
 
 
 def test_the_client_and_its_scheduler_never_import_a_worker_function(tmp_path):
