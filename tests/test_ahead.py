@@ -84,6 +84,15 @@ def test_compiling_processes_that_cannot_start_their_work_end_and_say_so():
     assert done["compiled"] == 0 and done["processes"] == 1
     assert len(done["failed"]) + done["not reached"] == 1
     assert said == []
+    assert done["by process"] == [{"imports done after": done["by process"][0]["imports done after"],
+                                   "kernels": [["mgpu_dask.no_such_module:kernel", None]]}]
+
+
+def test_listed_kernels_are_named_in_the_report():
+    assert kernels_ahead.label({"numba": "mgpu_dask.kernels.knn.cuda:scan_tile"}) == \
+        "knn.cuda:scan_tile"
+    source = 'extern "C" __global__ void mgpu_pixel_sq_norms(const unsigned char* x) {}'
+    assert kernels_ahead.label({"cupy": {"source": source}}) == "cupy:mgpu_pixel_sq_norms"
 
 
 def test_the_listed_kernels_exist_and_their_signatures_read_back():

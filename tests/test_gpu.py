@@ -23,6 +23,21 @@ def _exact(Q, T):
     return ((Q[:, None, :].astype(np.float64) - T[None].astype(np.float64)) ** 2).sum(-1)
 
 
+@pytest.mark.parametrize("n, d", [(0, 784), (1, 5), (13, 784), (1001, 33)])
+def test_pixel_row_norms_are_exact(n, d):
+    """The squared norms of shifted pixels (one warp per row): the int64 sums, as float64,
+    for row counts that do not fill the last block and widths that do not fill a warp;
+    a non-contiguous view too."""
+    from mgpu_dask.kernels.knn.operands import squared_norms
+
+    rng = np.random.default_rng(n + d)
+    X = rng.integers(0, 256, (n, d + 3)).astype(np.uint8)
+    ref = ((X[:, :d].astype(np.int64) - 128) ** 2).sum(axis=1).astype(np.float64)
+    got = squared_norms(cupy, cupy.asarray(X)[:, :d], True, 128)
+    assert got.dtype == np.float64 and got.shape == (n,)
+    np.testing.assert_array_equal(cupy.asnumpy(got), ref)
+
+
 @pytest.mark.parametrize("precision", ["int8", "bf16", "tf32", "fp32"])
 def test_tensor_core_products_of_pixels_are_exact(precision):
     """The real tensor cores: every tile product of shifted pixels equals the int64 one."""

@@ -161,6 +161,17 @@ def _local(options: list[str]) -> tuple:
     return tuple(out)
 
 
+_CUPY_NAME = re.compile(r"__global__\s+void\s+(\w+)")
+
+
+def label(item: dict[str, Any]) -> str:
+    """A short name of a listed kernel: ``module:function`` (Numba) or CuPy's kernel name."""
+    if "numba" in item:
+        return item["numba"].replace("mgpu_dask.kernels.", "")
+    found = _CUPY_NAME.search(item["cupy"]["source"])
+    return f"cupy:{found.group(1) if found else '?'}"
+
+
 def _kernel(item: dict[str, Any]) -> Any:
     """The Numba dispatcher a ``numba`` item names (``module:name``)."""
     module, name = item["numba"].split(":")
@@ -248,12 +259,15 @@ class Compiling:
         self.began = (time.perf_counter(), time.time())
         self.ended: tuple[float, float] | None = None
         self.done: list[dict[str, Any]] = []
+        self._ready: dict[tuple[int, ...], float] = {}  # a child's items -> when it had imported
+        self._groups: list[list[int]] = []
         self._lock = threading.Lock()
         self._first = on_first_compile
         self._children: list[subprocess.Popen] = []
         self._readers: list[threading.Thread] = []
         atexit.register(self._stop)  # a run that ends first (refused) leaves none behind
-        for group in balance(items, processes):
+        self._groups = balance(items, processes)
+        for group in self._groups:
             child = subprocess.Popen(
                 [sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -274,6 +288,10 @@ class Compiling:
                         first, self._first = self._first, None
                     if first is not None:
                         first()
+                    continue
+                if "ready" in got:
+                    with self._lock:
+                        self._ready[tuple(group)] = got["ready"]
                     continue
                 if "item" in got:
                     got["item"] = group[got["item"]]
@@ -304,7 +322,17 @@ class Compiling:
                 "loaded": sum(1 for d in self.done if d.get("compiled") is False),
                 "failed": [d["error"] for d in self.done if "error" in d],
                 "not reached": len(self.items) - len(self.done),
-                "seconds": self.ended[0] - self.began[0]}
+                "seconds": self.ended[0] - self.began[0],
+                "by process": [self._process_report(g) for g in self._groups]}
+
+    def _process_report(self, group: list[int]) -> dict[str, Any]:
+        """One child: seconds from the start to its imports done, and each of its kernels'
+        seconds (compiled or loaded), in the order it built them."""
+        ready = self._ready.get(tuple(group))
+        done = {d["item"]: d for d in self.done if "item" in d}
+        return {"imports done after": None if ready is None else round(ready - self.began[1], 3),
+                "kernels": [[label(self.items[i]), round(done[i]["seconds"], 3)
+                             if "seconds" in done.get(i, {}) else None] for i in group]}
 
 
 def _child() -> int:
@@ -318,6 +346,7 @@ def _child() -> int:
     import cupy
 
     cupy.cuda.Device().use()  # the context the kernels are built for (Numba's too)
+    say({"ready": time.time()})  # imports done
     for item in items:  # a Numba kernel not in the cache: said before it compiles
         if "numba" in item:
             if not os.path.exists(index_path(getattr(_kernel(item), "_cache", None))):

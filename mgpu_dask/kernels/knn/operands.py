@@ -101,6 +101,28 @@ def _row_chunks(X: Any, bytes_per_row: int) -> Any:
 
 _PIXEL_KERNELS: dict[str, Any] = {}
 
+_SQ_NORMS = r"""
+extern "C" __global__ void mgpu_pixel_sq_norms(const unsigned char* x, double* y,
+                                               long long n, long long d) {
+    long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= n) return;  // the whole warp: one row per warp
+    const unsigned char* r = x + row * d;
+    long long acc = 0;
+    for (long long j = lane; j < d; j += 32) {
+        long long v = (long long)r[j] - 128;
+        acc += v * v;
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if (lane == 0) y[row] = (double)acc;
+}
+"""
+"""The row sum of squares of uint8 pixels shifted by 128, one warp per row.  Plain CUDA:
+a ``cupy.ReductionKernel`` includes CUB's block reduction, seconds of NVRTC in a first
+run for a sum that needs a warp shuffle."""
+
+_NORM_ROWS_PER_BLOCK = 8
+
 
 def _pixel_kernel(name: str) -> Any:
     """CuPy kernels for uint8 pixels shifted by 128, in one pass: the bf16 bit pattern of
@@ -112,10 +134,22 @@ def _pixel_kernel(name: str) -> Any:
             "uint8 x", "uint16 y",
             "y = (unsigned short)(__float_as_uint((float)((int)x - 128)) >> 16)",
             "mgpu_pixels_to_bf16")
-        _PIXEL_KERNELS["norms"] = cupy.ReductionKernel(
-            "uint8 x", "float64 y", "((long long)x - 128) * ((long long)x - 128)", "a + b",
-            "y = (double)a", "0", "mgpu_pixel_sq_norms", reduce_type="long long")
+        _PIXEL_KERNELS["norms"] = cupy.RawKernel(_SQ_NORMS, "mgpu_pixel_sq_norms")
     return _PIXEL_KERNELS[name]
+
+
+def _pixel_sq_norms(X: Any) -> Any:
+    """Float64 row sums of ``(x - 128) ** 2`` of uint8 rows on the GPU (exact)."""
+    import cupy
+
+    X = cupy.ascontiguousarray(X)
+    n, d = int(X.shape[0]), int(X.shape[1])
+    out = cupy.empty(n, dtype=np.float64)
+    if n:
+        blocks = (n + _NORM_ROWS_PER_BLOCK - 1) // _NORM_ROWS_PER_BLOCK
+        _pixel_kernel("norms")((blocks,), (32 * _NORM_ROWS_PER_BLOCK,),
+                               (X, out, np.int64(n), np.int64(d)))
+    return out
 
 
 def _fast_pixels(X: Any, precision: Precision, eight_bit: bool, shift: int) -> bool:
@@ -155,7 +189,7 @@ def operand(xp: Any, X: Any, precision: Precision, eight_bit: bool, shift: int, 
 def squared_norms(xp: Any, X: Any, eight_bit: bool, shift: int) -> Any:
     """Row norms in float64: exact for 8-bit data (of the shifted rows); computed in chunks."""
     if on_gpu(X) and eight_bit and X.dtype == np.uint8 and shift == 128:
-        return _pixel_kernel("norms")(X, axis=1)
+        return _pixel_sq_norms(X)
     norms = xp.empty(int(X.shape[0]), dtype=np.float64)
     for start, part in _row_chunks(X, 8 * int(X.shape[1])):
         values = (_shifted(xp, part, shift).astype(np.float64) if eight_bit
