@@ -73,9 +73,9 @@ def test_server_environment_before_distributed_is_imported():
     assert env["OMP_NUM_THREADS"] == "1" and env["MALLOC_TRIM_THRESHOLD_"] == "65536"
 
 
-def _lean_and_plain(lean: str, code: str, first: object = None) -> dict[bool, tuple]:
-    """``code`` (with ``{lean}`` where the lean import goes, printing a JSON pair) run in
-    a fresh interpreter with the lean import ``lean`` and without it, ``first`` (a
+def _lean_and_plain(function: str, body: str, first: object = None) -> dict[bool, tuple]:
+    """``body`` (printing a JSON pair) run in a fresh interpreter after the lean import
+    ``function`` of ``mgpu_dask.config.environment`` and without it, ``first`` (a
     folder) ahead on its path; ``{True: pair, False: pair}``."""
     import json
     import subprocess
@@ -84,8 +84,9 @@ def _lean_and_plain(lean: str, code: str, first: object = None) -> dict[bool, tu
     env = dict(os.environ)
     if first is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(first), *sys.path])
+    head = f"import json, sys; from mgpu_dask.config.environment import {function}; "
     return {flag: tuple(json.loads(subprocess.run(
-        [sys.executable, "-c", code.format(lean=lean if flag else "")], check=True,
+        [sys.executable, "-c", head + (f"{function}(); " if flag else "") + body], check=True,
         capture_output=True, text=True, env=env).stdout)) for flag in (True, False)}
 
 
@@ -100,10 +101,9 @@ def test_lean_dask_array_import_leaves_xarray_importable(tmp_path):
     meta = tmp_path / "xarray-2099.1.0.dist-info"  # dask looks for the distribution first
     meta.mkdir()
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: xarray\nVersion: 2099.1.0\n")
-    code = ("import json, sys; from mgpu_dask.config.environment import import_dask_array; {lean}"
-            "import dask.array.core as core; during = core.xr is not None; "
+    code = ("import dask.array.core as core; during = core.xr is not None; "
             "import xarray; print(json.dumps([during, xarray.__file__]))")
-    for lean, (during, where) in _lean_and_plain("import_dask_array(); ", code,
+    for lean, (during, where) in _lean_and_plain("import_dask_array", code,
                                                  tmp_path).items():
         assert during is not lean and where.startswith(str(fake))
 
@@ -141,10 +141,9 @@ def test_lean_dask_array_import_leaves_scipy_fftpack_out():
     later ``import scipy.fftpack`` still works."""
     import scipy.fftpack
 
-    code = ("import json, sys; from mgpu_dask.config.environment import import_dask_array; "
-            "{lean}import dask.array; during = 'scipy.fftpack' in sys.modules; "
+    code = ("import dask.array; during = 'scipy.fftpack' in sys.modules; "
             "import scipy.fftpack as s; print(json.dumps([during, s.__file__]))")
-    for lean, (during, where) in _lean_and_plain("import_dask_array(); ", code).items():
+    for lean, (during, where) in _lean_and_plain("import_dask_array", code).items():
         assert during is not lean and where == scipy.fftpack.__file__
 
 
@@ -157,10 +156,9 @@ def test_lean_dask_array_import_leaves_cupy_sparse_out(tmp_path):
     for folder in (tmp_path / "cupyx", tmp_path / "cupyx" / "scipy"):
         (folder / "__init__.py").write_text("")
     (sparse / "__init__.py").write_text("spmatrix = type('spmatrix', (), {})\n")
-    code = ("import json, sys; from mgpu_dask.config.environment import import_dask_array; "
-            "{lean}import dask.array; during = 'cupyx.scipy.sparse' in sys.modules; "
+    code = ("import dask.array; during = 'cupyx.scipy.sparse' in sys.modules; "
             "import cupyx.scipy.sparse as s; print(json.dumps([during, s.__file__]))")
-    for lean, (during, where) in _lean_and_plain("import_dask_array(); ", code,
+    for lean, (during, where) in _lean_and_plain("import_dask_array", code,
                                                  tmp_path).items():
         assert during is not lean and where.startswith(str(tmp_path))
 
@@ -171,10 +169,9 @@ def test_lean_scikit_learn_import_leaves_pandas_out(tmp_path):
     fake = tmp_path / "pandas"
     fake.mkdir()
     (fake / "__init__.py").write_text("__version__ = '2099.1.0'\n")
-    code = ("import json, sys; from mgpu_dask.config.environment import import_scikit_learn; "
-            "{lean}import sklearn.base; during = 'pandas' in sys.modules; "
+    code = ("import sklearn.base; during = 'pandas' in sys.modules; "
             "import pandas; print(json.dumps([during, pandas.__file__]))")
-    for lean, (during, where) in _lean_and_plain("import_scikit_learn(); ", code,
+    for lean, (during, where) in _lean_and_plain("import_scikit_learn", code,
                                                  tmp_path).items():
         assert during is not lean and where.startswith(str(fake))
 
@@ -182,11 +179,10 @@ def test_lean_scikit_learn_import_leaves_pandas_out(tmp_path):
 def test_lean_scikit_learn_import_defers_scipy_stats():
     """sklearn.base imports scipy.stats (most of its import) for functions that use it
     later; after the CLI's lean import it has not run, and runs on its first use."""
-    code = ("import json, sys; from mgpu_dask.config.environment import import_scikit_learn; "
-            "{lean}import sklearn.base; during = 'scipy.stats._stats_py' in sys.modules; "
+    code = ("import sklearn.base; during = 'scipy.stats._stats_py' in sys.modules; "
             "from sklearn.utils.fixes import _mode; import numpy as np; "
             "print(json.dumps([during, _mode(np.array([[1, 2], [1, 3]])).mode.tolist()]))")
-    for lean, (during, mode) in _lean_and_plain("import_scikit_learn(); ", code).items():
+    for lean, (during, mode) in _lean_and_plain("import_scikit_learn", code).items():
         assert during is not lean and mode == [[1, 2]]
 
 

@@ -260,7 +260,6 @@ class Compiling:
         self.ended: tuple[float, float] | None = None
         self.done: list[dict[str, Any]] = []
         self._ready: dict[tuple[int, ...], float] = {}  # a child's items -> when it had imported
-        self._groups: list[list[int]] = []
         self._lock = threading.Lock()
         self._first = on_first_compile
         self._children: list[subprocess.Popen] = []

@@ -118,8 +118,8 @@ extern "C" __global__ void mgpu_pixel_sq_norms(const unsigned char* x, double* y
 }
 """
 """The row sum of squares of uint8 pixels shifted by 128, one warp per row.  Plain CUDA:
-a ``cupy.ReductionKernel`` includes CUB's block reduction, seconds of NVRTC in a first
-run for a sum that needs a warp shuffle."""
+a ``cupy.ReductionKernel`` includes CUB's block reduction, which NVRTC compiles in a
+first run for a sum that needs only a warp shuffle (the cost: docs/performance-history.md)."""
 
 _NORM_ROWS_PER_BLOCK = 8
 
