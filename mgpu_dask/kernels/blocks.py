@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from numba import cuda
 
+from .jitable import inlined_device
 
-@cuda.jit(device=True, inline=True)
+
+@inlined_device
 def _add(a, b):
     return a + b
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def _larger(a, b):
     return max(a, b)
 
@@ -19,7 +21,7 @@ def _block_reduce(combine):
     """A device function ``f(value, sh)``: ``combine`` over the block (a power-of-2 size),
     returned to every thread; ``sh`` is a shared array with one slot per thread."""
 
-    @cuda.jit(device=True, inline=True)
+    @inlined_device
     def reduce(value, sh):
         tid = cuda.threadIdx.x
         sh[tid] = value

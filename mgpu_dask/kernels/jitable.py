@@ -15,3 +15,21 @@ def both_targets(fn):
 
         cuda_jitable(fn)
     return fn
+
+
+def inlined_device(fn):
+    """``fn`` as a Numba CUDA device function that NVVM inlines into each caller.
+
+    Numba's own inlining (``inline="always"``) types and lowers the function's body
+    again inside every caller, which made the Numba front end most of a first
+    compile; ``forceinline`` compiles the function once per signature and lets NVVM
+    inline the result, which gives the caller the same code.  Where ``forceinline``
+    is not known (older numba-cuda, Numba's CUDA simulator) the function is inlined
+    by Numba as before.
+    """
+    from numba import cuda
+
+    try:
+        return cuda.jit(device=True, forceinline=True)(fn)
+    except TypeError:
+        return cuda.jit(device=True, inline=True)(fn)

@@ -23,6 +23,7 @@ import math
 from numba import config, cuda, float32, float64, int32
 
 from ..blocks import block_sum
+from ..jitable import inlined_device
 
 MAX_K = 64          # longest candidate list a lane keeps (k plus refine margin)
 TILE = 64           # output tile side of sqdist_tiled
@@ -96,7 +97,7 @@ def sqdist_tiled(Q, T, out):
     _store4(out, row0 + ty + 48, col0 + tx, m, n, c30, c31, c32, c33)
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def _store4(out, row, col, m, n, v0, v1, v2, v3):
     if row < m:
         if col < n:
@@ -116,7 +117,7 @@ SCAN_K = 16          # longest running list scan_tile keeps; scan_tile_long keep
 LONG_THREADS = 4 if config.ENABLE_CUDASIM else 32
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def _block_min(value, index, sh_v, sh_i, threads):
     """Smallest (value, index) over the block's ``threads`` threads, returned to every thread."""
     tid = cuda.threadIdx.x
@@ -139,7 +140,7 @@ def _block_min(value, index, sh_v, sh_i, threads):
     return best_v, best_i
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def _insert(lv, li, tid, K, v, col):
     """Insert (v, col) into thread ``tid``'s ascending list (a later column loses a tie)."""
     j = K - 1
@@ -151,7 +152,7 @@ def _insert(lv, li, tid, K, v, col):
     li[tid, j] = col
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def _scan_body(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K,
                lv, li, sh_v, sh_i, threads):
     r = cuda.blockIdx.x
@@ -330,7 +331,7 @@ def merge_pairs(a, b, out):
             j += 1
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def _weight(cand, row, j, uniform, exact):
     if cand[row, j, 1] < 0 or cand[row, j, 0] == math.inf:
         return 0.0

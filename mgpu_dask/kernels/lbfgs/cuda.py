@@ -49,6 +49,7 @@ import math
 from numba import cuda, float32, float64, int32
 
 from ..blocks import block_max, block_sum
+from ..jitable import inlined_device
 from .rules import acceptable, first_step
 
 THREADS = 512      # threads of the one block (a power of 2; fewer in the simulator)
@@ -68,7 +69,7 @@ INIT, AUTO, PROBE, COMMIT = 0, 1, 2, 3
 ACCEPTED, SEARCH, NOT_DESCENT = 0, 1, 2
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def _slot(head, age, memory):
     """Ring slot of the pair ``age`` steps old (0: the newest)."""
     return (head - 1 - age + memory) % memory

@@ -19,6 +19,7 @@ import math
 from numba import cuda, float64
 
 from ..blocks import block_sum
+from ..jitable import inlined_device
 
 THREADS = 128  # threads per block, one row each (the shared reduction is sized by it)
 
@@ -28,7 +29,7 @@ def _row_xent(logit):
     log-sum-exp and cross-entropy in float64, where logit ``c`` of the row is
     ``logit(logits, row, c, k, info)`` (the split evaluations' logits come from terms)."""
 
-    @cuda.jit(device=True, inline=True)
+    @inlined_device
     def row_xent(logits, row, k, info, target):
         top = logit(logits, row, 0, k, info)
         for c in range(1, k):

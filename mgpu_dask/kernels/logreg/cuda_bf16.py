@@ -20,13 +20,14 @@ import math
 from numba import cuda, float64, int64, uint16
 
 from ..blocks import block_sum
+from ..jitable import inlined_device
 from .cuda import THREADS, _row_xent
 
 TERMS = 3
 LEVEL_TOLERANCE = 2.0 ** -18  # |x/q - round(x/q)| allowed, relative to the level
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def bf16_round(v):
     """``v`` rounded to bfloat16 (nearest, ties away): ``(bit pattern, value)``.
 
@@ -89,7 +90,7 @@ def split_coef(params, step, w2):
             rest -= value
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def _split_logit(logits2, row, c, k, bias):
     z = float64(bias[c])
     for t in range(TERMS):

@@ -30,6 +30,7 @@ import math
 from numba import cuda, float64, int8, int64, uint8, uint32
 
 from ..blocks import block_max, block_sum
+from ..jitable import inlined_device
 from .cuda import THREADS, _row_xent
 from .cuda_bf16 import LEVEL_TOLERANCE
 
@@ -126,7 +127,7 @@ def split_coef_i8(params, step, w8, colinfo):
         colinfo[k + c] = step[0] * I8_SHIFT * total + float64(params[d * k + c])
 
 
-@cuda.jit(device=True, inline=True)
+@inlined_device
 def _i8_logit(logits, row, c, k, colinfo):
     z = float64(0.0)
     f = float64(1.0)
