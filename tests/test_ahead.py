@@ -203,6 +203,32 @@ def test_each_item_is_reported_compiled_or_loaded(monkeypatch):
     assert [(g["item"], g["compiled"]) for g in got] == [(0, True), (1, False)]
 
 
+def test_a_list_of_numba_kernels_alone_leaves_cupy_unloaded(monkeypatch):
+    """A compiling process given only Numba kernels does not import CuPy (a few tenths of
+    a second before its first kernel); one with a CuPy kernel tracks CuPy's compiles."""
+    import sys
+    import types as pytypes
+
+    class Dispatcher:
+        _cache_misses: dict = {}
+
+        def compile(self, sig):
+            pass
+
+    module = pytypes.ModuleType("mgpu_dask.kernels.fake_numba_only")
+    module.kernel = Dispatcher()
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    tracked = []
+    monkeypatch.setattr(kernels_ahead, "track_cupy", lambda: tracked.append(1))
+    numba_item = {"numba": f"{module.__name__}:kernel", "signature": ["int64"]}
+    got = []
+    kernels_ahead.compile_items([numba_item], got.append)
+    assert tracked == [] and got[0]["item"] == 0 and "error" not in got[0]
+    monkeypatch.setattr(kernels_ahead, "_compile_one", lambda item: None)
+    kernels_ahead.compile_items([numba_item, {"cupy": {"source": ""}}], got.append)
+    assert tracked == [1]
+
+
 def _warmed_up() -> dict:
     import time
 

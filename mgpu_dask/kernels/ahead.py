@@ -197,7 +197,8 @@ def compile_items(items: list[dict[str, Any]], report: Callable[[dict], None]) -
     """Compile each item (or load it from the caches) in this process, calling ``report``
     with ``{"item": i, "compiled": bool, "seconds": s}`` (or ``"error"``) after each
     (compiled or loaded as :mod:`.compiled` counts them)."""
-    track_cupy()
+    if any("cupy" in item for item in items):
+        track_cupy()
     for i, item in enumerate(items):
         started, before = time.perf_counter(), compilations()
         try:
@@ -334,6 +335,18 @@ class Compiling:
                              if "seconds" in done.get(i, {}) else None] for i in group]}
 
 
+def _open_context() -> None:
+    """Retain the first visible device's primary context through the driver itself (the
+    context Numba and CuPy take later); nothing where the driver will not load."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        driver = ctypes.CDLL("libcuda.so.1")
+        device, context = ctypes.c_int(), ctypes.c_void_p()
+        if driver.cuInit(0) == 0 and driver.cuDeviceGet(ctypes.byref(device), 0) == 0:
+            driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
+
+
 def _child() -> int:
     """A child of :class:`Compiling`: items as JSON on stdin, one JSON line per item out
     (and ``{"compiling": true}`` before the first that is not in the caches)."""
@@ -342,9 +355,15 @@ def _child() -> int:
     def say(got: dict) -> None:
         print(json.dumps(got), flush=True)
 
-    import cupy
+    # The device's context (the one Numba and CuPy both use) is made while Numba
+    # imports: the driver's calls leave the interpreter free.
+    opening = threading.Thread(target=_open_context, daemon=True)
+    opening.start()
+    import numba.cuda  # noqa: F401
 
-    cupy.cuda.Device().use()  # the context the kernels are built for (Numba's too)
+    if any("cupy" in item for item in items):
+        import cupy  # noqa: F401
+    opening.join()
     say({"ready": time.time()})  # imports done
     for item in items:  # a Numba kernel not in the cache: said before it compiles
         if "numba" in item:
