@@ -31,8 +31,7 @@ line search takes over from there) or when a stopping rule holds (largest
 gradient entry at most ``scal[GTOL]``, relative decrease at most
 ``scal[FTOL]``); while it is clear, the proposal's kernels and
 ``finish(AUTO)`` return at once, so the iterations queued behind change
-nothing.  ``scal[DONE]`` counts
-the steps kept since ``arm``.
+nothing.  ``scal[DONE]`` counts the steps kept since ``arm``.
 
 The recursion's products are independent, so they are taken over many
 blocks at once and the recursion itself is scalar work (in one block it
