@@ -18,7 +18,7 @@ import numpy as np
 from distributed import Client, futures_of, wait
 
 from .. import config
-from ..parallel import placement
+from ..parallel import placement, shared_rows
 from ..parallel.workers import detect_device, worker_addresses
 
 _PREFIX = "mgpu-shard"
@@ -128,8 +128,17 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     name = placement.fresh_name(_PREFIX)
     tail = (0,) * (array.ndim - 1)
     loose = not placement.ensure_recovery(client)
-    # Each slice travels inside its task, so a lost shard can be rebuilt anywhere.
-    tasks = [placement.Pinned((name, i, *tail), (convert, array[start:stop], cast, scale),
+    # Each slice travels inside its task (or, to workers on this host, the name of the
+    # shared-memory file that holds it), so a lost shard can be rebuilt anywhere.
+    shared = shared_rows.share(array, client, sorted(set(workers[i % len(workers)]
+                                                         for i in range(len(bounds)))))
+
+    def rows(start: int, stop: int) -> Any:
+        if shared is None:
+            return array[start:stop]
+        return (shared_rows.read, shared, start, stop, device != "gpu")
+
+    tasks = [placement.Pinned((name, i, *tail), (convert, rows(start, stop), cast, scale),
                               workers[i % len(workers)])
              for i, (start, stop) in enumerate(bounds)]
     chunks = (tuple(stop - start for start, stop in bounds),) + tuple((n,) for n in array.shape[1:])
@@ -137,6 +146,7 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
                                     meta=meta_for(device, array.ndim, out_dtype))
     with placement.carrying_data():
         result = placement.persist(client, result)
+    shared_rows.release_with(futures_of(result), shared)
     if block:
         wait(futures_of(result), timeout=timeout or config.seconds("cluster.compute-timeout"))
     return result

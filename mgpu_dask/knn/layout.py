@@ -26,7 +26,7 @@ from ..kernels import knn as kernels
 from ..kernels.knn import precision as precisions
 from ..kernels.launch import array_module, as_numpy
 from ..kernels.precision import Precision
-from ..parallel import placement
+from ..parallel import placement, shared_rows
 from ..parallel.placement import Pinned
 from ..parallel.workers import worker_addresses
 
@@ -117,6 +117,7 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
     n, d = int(X.shape[0]), int(X.shape[1])
     inputs: list[Any] = []
     tasks: list[Pinned] = []
+    shared = None
     if isinstance(X, da.Array):
         # Each block leaves its holder under a throwaway key (``send``), is
         # stacked on every worker, and no shard of X gains a replica.
@@ -130,7 +131,9 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
     else:
         host = np.ascontiguousarray(X)
         upload = functools.partial(_prepare_host, device=device, prep=prep)
-        tasks += [Pinned((name, j, 0), (upload, host), w) for j, w in enumerate(workers)]
+        shared = shared_rows.share(host, client, workers)  # None: the rows go in the graph
+        rows = host if shared is None else (shared_rows.read, shared, None, None, device != "gpu")
+        tasks += [Pinned((name, j, 0), (upload, rows), w) for j, w in enumerate(workers)]
     copies = placement.pinned_array(name, tasks, chunks=((n,) * len(workers), (d,)),
                                     meta=meta_for(device, 2, np.float32), inputs=inputs,
                                     loose=loose)
@@ -142,6 +145,8 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         copies, labels = client.persist([copies, labels], optimize_graph=False)
     _placed_or_raise(futures_of([copies, labels]), n, timeout)
     xs, ys = placement.row_futures(copies), placement.row_futures(labels)
+    if shared is not None:
+        shared_rows.release_with(xs, shared)
     return TrainLayout("replicate", xs, ys, placement.holders(client, xs), [0] * len(xs), n,
                        device, (copies, labels))
 

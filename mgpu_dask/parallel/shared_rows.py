@@ -1,0 +1,174 @@
+"""Host rows handed to workers on the client's host through shared memory.
+
+A NumPy array placed from the client travels, by default, inside its tasks:
+pickled, through the scheduler and over TCP to each worker, a few hundred MB/s
+for the client and scheduler sharing one process.  Where the workers run on the
+client's host, :func:`share` writes the rows once into a file of the host's
+shared memory (``/dev/shm``) and the tasks carry only its name (a
+:class:`SharedRows`); each worker maps the file and copies its rows from there,
+to its GPU or into its own memory (:func:`read`).
+
+The file is what a lost block is rebuilt from, as a graph's rows would be: it
+lives while any future of the placed array does (:func:`release_with`), and is
+removed with the last of them, or when the client's process ends.  Files left by
+a process that died are removed by the next one that shares rows.  A worker that
+cannot read the client's files (another host, another ``/dev/shm``) is found once
+per client and worker by a probe file, and the rows travel in the graph to it as
+before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import threading
+import uuid
+import weakref
+from typing import Any
+
+import numpy as np
+
+ROOT = "/dev/shm"
+PREFIX = "mgpu-dask-rows"
+MIN_BYTES = 1 << 20
+"""Smaller arrays travel in the graph: a file and a probe would cost more than they save."""
+
+_lock = threading.Lock()
+_same_host: "weakref.WeakKeyDictionary[Any, dict[str, bool]]" = weakref.WeakKeyDictionary()
+_swept = False
+
+
+class SharedRows:
+    """The name, dtype and shape of rows written by :func:`share` (what a task carries)."""
+
+    __slots__ = ("path", "dtype", "shape", "__weakref__")
+
+    def __init__(self, path: str, dtype: str, shape: tuple[int, ...]) -> None:
+        self.path, self.dtype, self.shape = path, dtype, tuple(shape)
+
+    def __reduce__(self) -> tuple:
+        return SharedRows, (self.path, self.dtype, self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def __repr__(self) -> str:
+        return f"SharedRows({self.path!r}, {self.dtype}, {self.shape})"
+
+
+def read(shared: SharedRows, start: int | None = None, stop: int | None = None,
+         copy: bool = True) -> np.ndarray:
+    """Rows ``start:stop`` of ``shared`` (run on a worker): a copy in this process's
+    memory, or with ``copy=False`` a read-only view of the file (for a copy to a GPU
+    straight from it)."""
+    rows = np.memmap(shared.path, dtype=np.dtype(shared.dtype), mode="r",
+                     shape=shared.shape)[start:stop]
+    return np.array(rows) if copy else rows.view(np.ndarray)
+
+
+def share(array: np.ndarray, client: Any, workers: list[str]) -> SharedRows | None:
+    """``array`` written once to shared memory that every one of ``workers`` reads, or
+    None where it should travel in the graph: a small array, no ``/dev/shm``, too little
+    room in it, or a worker that cannot read the client's files."""
+    if array.nbytes < MIN_BYTES or not os.path.isdir(ROOT) or not workers:
+        return None
+    try:
+        room = os.statvfs(ROOT)
+        if room.f_bavail * room.f_frsize < 2 * array.nbytes:
+            return None
+    except OSError:
+        return None
+    _sweep()
+    if not reachable(client, workers):
+        return None
+    path = _new_path()
+    try:
+        with open(path, "xb") as f:
+            f.write(memoryview(np.ascontiguousarray(array)).cast("B"))
+    except (OSError, ValueError):
+        _unlink(path)
+        return None
+    shared = SharedRows(path, array.dtype.str, array.shape)
+    weakref.finalize(shared, _unlink, path)  # the client's own: never pickled with it
+    return shared
+
+
+def release_with(futures: list, shared: SharedRows | None) -> None:
+    """Keep ``shared``'s file while any of ``futures`` lives (the placed blocks built
+    from it, which a lost worker's copy is rebuilt from); removed after the last."""
+    if shared is None:
+        return
+    alive = [f for f in futures if f is not None]
+    if not alive:
+        return
+    left = [len(alive)]
+    holder = [shared]  # the SharedRows itself: its finalizer removes the file
+
+    def one_gone() -> None:
+        with _lock:
+            left[0] -= 1
+            if left[0] == 0:
+                holder.clear()
+
+    for future in alive:
+        weakref.finalize(future, one_gone)
+
+
+def reachable(client: Any, workers: list[str]) -> bool:
+    """Whether every one of ``workers`` reads files this process writes to ``ROOT``
+    (asked once per client and worker, by a probe file)."""
+    with _lock:
+        known = _same_host.setdefault(client, {})
+        unknown = [w for w in workers if w not in known]
+    if unknown:
+        token = uuid.uuid4().hex
+        path = _new_path()
+        got: dict = {}
+        try:
+            with open(path, "x") as f:
+                f.write(token)
+            got = client.run(_holds, path, token, workers=unknown)
+        except Exception:  # a worker gone, or no room for the probe: the graph, as before
+            got = {}
+        finally:
+            _unlink(path)
+        with _lock:
+            for w in unknown:
+                known[w] = got.get(w) is True
+    return all(known.get(w, False) for w in workers)
+
+
+def _holds(path: str, token: str) -> bool:
+    """On a worker: whether it reads the probe file the client just wrote."""
+    try:
+        with open(path) as f:
+            return f.read() == token
+    except OSError:
+        return False
+
+
+def _new_path() -> str:
+    return os.path.join(ROOT, f"{PREFIX}-{os.getpid()}-{uuid.uuid4().hex[:16]}")
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _sweep() -> None:
+    """Remove the files of processes that ended without removing theirs (once a process)."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for path in glob.glob(os.path.join(ROOT, f"{PREFIX}-*-*")):
+        try:
+            pid = int(os.path.basename(path)[len(PREFIX) + 1:].split("-")[0])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            _unlink(path)
+        except (ValueError, PermissionError, OSError):
+            continue
