@@ -30,7 +30,9 @@ refuses), the iteration is launched op by op and ``graph_note`` says why.
 Most first steps are kept, so the host queues ``run_ahead`` iterations
 before it reads the scalars (``advance``); a step not kept stops the ones
 queued behind it on the device (:mod:`mgpu_dask.kernels.lbfgs.cuda`), so
-``run_ahead`` is chosen from the device time of one evaluation.
+``run_ahead`` is chosen from the device time of one evaluation, then again
+from the device time per iteration of each look whose queued steps were all
+kept (shards read from other processes make a first evaluation slow).
 
 When the first step is not kept the host's scalar line search
 (:mod:`.line_search`) asks for more trial steps, two scalars back per trial.
@@ -50,11 +52,9 @@ from ...kernels.lbfgs import cuda as K
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
 from .loop import Step
+from .pace import RunAhead
 
 SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: few, or slow
-AHEAD_SECONDS = 2e-3   # device time worth queueing before the host looks (each wait has a fixed cost)
-MAX_AHEAD = 16
-SIMULATOR_AHEAD = 4
 
 
 def usable(arrays: list[tuple[Any, Any]]) -> bool:
@@ -82,8 +82,8 @@ class DeviceBackend:
         :class:`~mgpu_dask.kernels.logreg.ShardObjective` precision; ``AUTO``:
         int8 where the rows are levels).
     run_ahead : int or None
-        Iterations queued per look at the scalars; None: from the device time
-        of the first evaluation (``AHEAD_SECONDS`` of work, 1 to ``MAX_AHEAD``).
+        Iterations queued per look at the scalars; None: a few milliseconds of
+        device work (:class:`.pace.RunAhead`).
     graph : bool
         Capture an iteration as a CUDA graph (see the module's docstring);
         False: launch it op by op (for comparisons).
@@ -99,9 +99,7 @@ class DeviceBackend:
                  scale: float | None = None) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
-        if run_ahead is not None and run_ahead < 1:
-            raise ValueError(f"run_ahead={run_ahead} must be at least 1")
-        self._ahead = run_ahead
+        self._ahead = RunAhead(run_ahead)
         self.gpu = usable(shards)
         self._graph: Any = None
         self.graph_seconds: float | None = None  # host time of the capture
@@ -345,25 +343,26 @@ class DeviceBackend:
 
     @property
     def run_ahead(self) -> int:
-        if self._ahead is None:
-            seconds = self.first_evaluation_seconds()
-            if not np.isfinite(seconds):  # the simulator: a few, so tests see runs ahead
-                self._ahead = SIMULATOR_AHEAD
-            else:
-                self._ahead = int(np.clip(AHEAD_SECONDS // max(seconds, 1e-6), 1, MAX_AHEAD))
-        return self._ahead
+        return self._ahead.value or self._ahead.first(self.first_evaluation_seconds())
 
     def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]:
         """Queue ``ahead`` iterations, read the scalars once (see the module's docstring)."""
         self._k_arm.set(1, float(gtol))
         self._k_arm.set(2, float(ftol))
+        # Timed once the iteration's graph exists (its capture is host time, not theirs).
+        span = self._ahead.span(self.device) if self._graph is not None else None
+        if span is not None:
+            span[0].record(self.stream)
         with self._leader():
             self._k_arm(1)
         for _ in range(ahead):
             self._iterate()
+        if span is not None:
+            span[1].record(self.stream)
         step = self._step()
         done = int(self._last[K.DONE])
         self.evaluations -= ahead - done - (step.status != K.ACCEPTED)  # skipped on the device
+        self._ahead.settle(span, ahead, done)
         return step, done
 
     def probe(self, step: float) -> tuple[float, float]:

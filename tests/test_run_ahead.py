@@ -1,0 +1,49 @@
+"""How many iterations the device L-BFGS queues per look (``logreg.lbfgs.pace``)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+
+import pytest
+
+from mgpu_dask.logreg.lbfgs import pace
+from mgpu_dask.logreg.lbfgs.pace import AHEAD_SECONDS, MAX_AHEAD, SIMULATOR_AHEAD, RunAhead
+
+
+@pytest.fixture
+def elapsed_ms(monkeypatch):
+    """A stand-in for CuPy's event timing: ``elapsed_ms[0]`` between any two events."""
+    value = [0.0]
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(get_elapsed_time=lambda a, b: value[0])
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return value
+
+
+def test_a_fixed_number_stays_and_is_not_timed():
+    ahead = RunAhead(3)
+    assert ahead.first(1e-6) == 3 and ahead.span(device=object()) is None
+    ahead.settle(None, 3, 3)
+    assert ahead.value == 3
+    with pytest.raises(ValueError, match="at least 1"):
+        RunAhead(0)
+
+
+def test_the_first_evaluation_chooses_until_the_iterations_are_timed(elapsed_ms):
+    ahead = RunAhead(None)
+    assert ahead.first(float("nan")) == SIMULATOR_AHEAD
+    ahead = RunAhead(None)
+    slow_first = 4 * AHEAD_SECONDS / 10  # a first evaluation that reads other processes' rows
+    assert ahead.first(slow_first) == 2
+    span = ("start", "end")
+    elapsed_ms[0] = 8 * 0.25  # eight iterations of 0.25 ms each, all kept
+    ahead.settle(span, 8, 8)
+    assert ahead.value == math.floor(AHEAD_SECONDS / 0.25e-3)
+    elapsed_ms[0] = 8 * 0.01  # not all kept: the span held iterations skipped on the device
+    ahead.settle(span, 8, 5)
+    assert ahead.value == math.floor(AHEAD_SECONDS / 0.25e-3)
+    ahead.settle(span, 8, 8)  # quick iterations: as many as allowed
+    assert ahead.value == MAX_AHEAD
+    assert pace.RunAhead._of(1.0) == 1
