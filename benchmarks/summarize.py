@@ -4,8 +4,8 @@ usage: python benchmarks/summarize.py RUNS_DIR OUT_DIR --commit SHA --made-by "P
 
 Each CLI JSON of RUNS_DIR is copied to OUT_DIR with the commit it ran and the
 device call that made it added; ``summary.json`` holds, per file, the figures
-the README cites (warm medians, accuracy, what ran), and the A/B ratios where
-``ab_*`` files are present.  The tables print as Markdown.
+the README cites (warm medians, accuracy, what ran; ``host_fit.py``'s medians),
+and the A/B ratios where ``ab_*`` files are present.  The tables print as Markdown.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
     if "rounds" in result:
         return {"walls": {r: {what: v["wall_seconds"] for what, v in runs.items()}
                           for r, runs in result["rounds"].items()}}
+    if "warm_fit_median_ms" in result:  # benchmarks/host_fit.py: fits from host NumPy
+        return {k: result[k] for k in ("dataset", "n_train", "workers", "warm_fit_median_ms",
+                                       "warm_shard_median_ms", "predictions_equal", "accuracy")}
     if "backends" in result:  # --backend ...: one row per backend
         return {"task": result["task"], "n_train": result["n_train"], "n_test": result["n_test"],
                 "rows": {r["backend"]: {k: r.get(k) for k in
@@ -81,6 +84,9 @@ def main() -> None:
                     continue
                 print(f"| {backend} | {r['accuracy']:.4f} | {1e3 * r['warm']['fit']:.1f} ms | "
                       f"{1e3 * r['warm']['predict']:.1f} ms | {r.get('timed') or ''} |")
+        elif "warm_fit_median_ms" in s:
+            print(f"{name}: {s['workers']} workers, warm fit from host NumPy (ms) "
+                  f"{s['warm_fit_median_ms']}, shard {s['warm_shard_median_ms']}")
         else:
             print(f"{name}: {s['task']} accuracy {s['accuracy']:.4f}, warm "
                   f"{1e3 * s['warm_seconds']:.1f} ms ({s['precision']})")
