@@ -23,8 +23,10 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(shared_rows.ROOT),
 
 
 def _ours() -> set[str]:
-    """This process's row files now."""
-    return {p.name for p in Path(shared_rows.ROOT).glob(f"{shared_rows.PREFIX}-{os.getpid()}-*")}
+    """This process's row files that tasks may name now (not those kept to write over)."""
+    kept = {os.path.basename(p) for p in shared_rows._kept}
+    return {p.name for p in Path(shared_rows.ROOT).glob(f"{shared_rows.PREFIX}-{os.getpid()}-*")
+            } - kept
 
 
 def _big_digits() -> tuple[np.ndarray, np.ndarray]:
@@ -127,18 +129,27 @@ def test_files_of_ended_processes_are_swept(monkeypatch, tmp_path):
     assert not dead.exists() and alive.exists() and other.exists()
 
 
-def test_rows_read_back_as_copies_or_views(tmp_path, monkeypatch):
+def test_rows_read_back_and_released_files_are_written_over(tmp_path, monkeypatch):
     monkeypatch.setattr(shared_rows, "ROOT", str(tmp_path))
     monkeypatch.setattr(shared_rows, "reachable", lambda client, workers: True)
+    monkeypatch.setattr(shared_rows, "_kept", [])
+    monkeypatch.setattr(shared_rows, "_live", set())
     X = np.arange(2 * shared_rows.MIN_BYTES // 8, dtype=np.float64).reshape(-1, 4)
     shared = shared_rows.share(X, client=None, workers=["w"])
     assert shared is not None and shared.nbytes == X.nbytes
-    copy = shared_rows.read(shared, 3, 10)
-    view = shared_rows.read(shared, 3, 10, copy=False)
-    np.testing.assert_array_equal(copy, X[3:10])
-    np.testing.assert_array_equal(view, X[3:10])
-    assert copy.flags.writeable and not view.flags.writeable
+    rows = shared_rows.read(shared, 3, 10)
+    np.testing.assert_array_equal(rows, X[3:10])
+    assert rows.flags.writeable and rows.base is not None
+    np.testing.assert_array_equal(shared_rows.read(shared), X)
     path = shared.path
     del shared
     gc.collect()
-    assert not os.path.exists(path)
+    assert not os.path.exists(path) and len(shared_rows._kept) == 1  # kept, under another name
+    kept = shared_rows._kept[0]
+    Y = X[: len(X) // 2] + 0.5  # smaller: written over the kept file, cut to its size
+    again = shared_rows.share(Y, client=None, workers=["w"])
+    assert shared_rows._kept == [] and not os.path.exists(kept)
+    assert os.path.getsize(again.path) == Y.nbytes
+    np.testing.assert_array_equal(shared_rows.read(again), Y)
+    shared_rows._remove_all()  # the process's end: every file goes, live or kept
+    assert list(tmp_path.iterdir()) == []

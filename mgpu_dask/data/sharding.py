@@ -136,7 +136,7 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     def rows(start: int, stop: int) -> Any:
         if shared is None:
             return array[start:stop]
-        return (shared_rows.read, shared, start, stop, device != "gpu")
+        return (shared_rows.read, shared, start, stop, device)
 
     tasks = [placement.Pinned((name, i, *tail), (convert, rows(start, stop), cast, scale),
                               workers[i % len(workers)])

@@ -132,7 +132,7 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         host = np.ascontiguousarray(X)
         upload = functools.partial(_prepare_host, device=device, prep=prep)
         shared = shared_rows.share(host, client, workers)  # None: the rows go in the graph
-        rows = host if shared is None else (shared_rows.read, shared, None, None, device != "gpu")
+        rows = host if shared is None else (shared_rows.read, shared, None, None, device)
         tasks += [Pinned((name, j, 0), (upload, rows), w) for j, w in enumerate(workers)]
     copies = placement.pinned_array(name, tasks, chunks=((n,) * len(workers), (d,)),
                                     meta=meta_for(device, 2, np.float32), inputs=inputs,

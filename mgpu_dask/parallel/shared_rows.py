@@ -5,13 +5,15 @@ pickled, through the scheduler and over TCP to each worker, a few hundred MB/s
 for the client and scheduler sharing one process.  Where the workers run on the
 client's host, :func:`share` writes the rows once into a file of the host's
 shared memory (``/dev/shm``) and the tasks carry only its name (a
-:class:`SharedRows`); each worker maps the file and copies its rows from there,
-to its GPU or into its own memory (:func:`read`).
+:class:`SharedRows`); each worker reads its rows from there into its own memory,
+or through pinned memory to its GPU (:func:`read`).
 
 The file is what a lost block is rebuilt from, as a graph's rows would be: it
-lives while any future of the placed array does (:func:`release_with`), and is
-removed with the last of them, or when the client's process ends.  Files left by
-a process that died are removed by the next one that shares rows.  A worker that
+lives while any future of the placed array does (:func:`release_with`).  After
+the last of them, a few files are kept for the next rows to be written over
+(writing into new pages of ``/dev/shm`` costs the kernel's allocation of each),
+the others removed; all are removed when the client's process ends.  Files left
+by a process that died are removed by the next one that shares rows.  A worker that
 cannot read the client's files (another host, another ``/dev/shm``) is found once
 per client and worker by a probe file, and the rows travel in the graph to it as
 before.
@@ -19,6 +21,7 @@ before.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -34,9 +37,14 @@ PREFIX = "mgpu-dask-rows"
 MIN_BYTES = 1 << 20
 """Smaller arrays travel in the graph: a file and a probe would cost more than they save."""
 
+KEPT_FILES = 2
+"""Released files kept for reuse (this process's), at most."""
+
 _lock = threading.Lock()
 _same_host: "weakref.WeakKeyDictionary[Any, dict[str, bool]]" = weakref.WeakKeyDictionary()
 _swept = False
+_live: set[str] = set()   # files of this process that tasks may name
+_kept: list[str] = []     # released files kept to be written over
 
 
 class SharedRows:
@@ -59,13 +67,38 @@ class SharedRows:
 
 
 def read(shared: SharedRows, start: int | None = None, stop: int | None = None,
-         copy: bool = True) -> np.ndarray:
-    """Rows ``start:stop`` of ``shared`` (run on a worker): a copy in this process's
-    memory, or with ``copy=False`` a read-only view of the file (for a copy to a GPU
-    straight from it)."""
-    rows = np.memmap(shared.path, dtype=np.dtype(shared.dtype), mode="r",
-                     shape=shared.shape)[start:stop]
-    return np.array(rows) if copy else rows.view(np.ndarray)
+         device: str = "cpu") -> Any:
+    """Rows ``start:stop`` of ``shared`` (run on a worker): a NumPy array of this
+    process's, or on ``device="gpu"`` a CuPy array on the current GPU, read into
+    pinned memory and copied from there at the link's speed."""
+    dtype = np.dtype(shared.dtype)
+    first, last, _ = slice(start, stop).indices(shared.shape[0])
+    shape = (max(0, last - first), *shared.shape[1:])
+    row = dtype.itemsize * int(np.prod(shared.shape[1:], dtype=np.int64))
+    nbytes = shape[0] * row
+    if device == "gpu":
+        import cupy
+
+        pinned = cupy.cuda.alloc_pinned_memory(max(1, nbytes))  # CuPy's pool: kept for reuse
+        host = np.frombuffer(pinned, dtype=np.uint8, count=nbytes)
+    else:
+        host = np.empty(nbytes, dtype=np.uint8)
+    with open(shared.path, "rb", buffering=0) as f:
+        f.seek(first * row)
+        done, view = 0, memoryview(host)
+        while done < nbytes:
+            got = f.readinto(view[done:])
+            if not got:
+                raise OSError(f"{shared.path} ends {nbytes - done} bytes short")
+            done += got
+    rows = host.view(dtype).reshape(shape)
+    if device != "gpu":
+        return rows
+    out = cupy.empty(shape, dtype=dtype)
+    if nbytes:
+        cupy.cuda.runtime.memcpy(out.data.ptr, host.ctypes.data, nbytes,
+                                 cupy.cuda.runtime.memcpyHostToDevice)
+    return out
 
 
 def share(array: np.ndarray, client: Any, workers: list[str]) -> SharedRows | None:
@@ -85,35 +118,79 @@ def share(array: np.ndarray, client: Any, workers: list[str]) -> SharedRows | No
         return None
     path = _new_path()
     try:
-        with open(path, "xb") as f:
-            f.write(memoryview(np.ascontiguousarray(array)).cast("B"))
+        _write(path, memoryview(np.ascontiguousarray(array)).cast("B"))
     except (OSError, ValueError):
         _unlink(path)
         return None
     shared = SharedRows(path, array.dtype.str, array.shape)
-    weakref.finalize(shared, _unlink, path)  # the client's own: never pickled with it
+    with _lock:
+        _live.add(path)
+    # The client's own (never pickled with it); the process's end removes every file.
+    weakref.finalize(shared, _release, path).atexit = False
     return shared
+
+
+def _write(path: str, data: memoryview) -> None:
+    """``data`` as the file ``path``: over a kept file's pages where there is one."""
+    with _lock:
+        kept = _kept.pop() if _kept else None
+    if kept is not None:
+        try:
+            os.rename(kept, path)
+        except OSError:
+            _unlink(kept)
+            kept = None
+    with open(path, "r+b" if kept is not None else "xb") as f:
+        f.write(data)
+        f.truncate(data.nbytes)
+
+
+def _release(path: str) -> None:
+    """The file's rows are no longer named by any task: keep it to write over, or remove."""
+    with _lock:
+        _live.discard(path)
+        keep = len(_kept) < KEPT_FILES
+        if keep:
+            kept = _new_path()
+            try:
+                os.rename(path, kept)
+                _kept.append(kept)
+                return
+            except OSError:
+                pass
+    _unlink(path)
+
+
+@atexit.register
+def _remove_all() -> None:
+    with _lock:
+        paths = [*_live, *_kept]
+        _live.clear()
+        _kept.clear()
+    for path in paths:
+        _unlink(path)
 
 
 def release_with(futures: list, shared: SharedRows | None) -> None:
     """Keep ``shared``'s file while any of ``futures`` lives (the placed blocks built
-    from it, which a lost worker's copy is rebuilt from); removed after the last."""
+    from it, which a lost worker's copy is rebuilt from); released after the last."""
     if shared is None:
         return
     alive = [f for f in futures if f is not None]
     if not alive:
         return
     left = [len(alive)]
-    holder = [shared]  # the SharedRows itself: its finalizer removes the file
+    holder = [shared]  # the SharedRows itself: its finalizer releases the file
 
     def one_gone() -> None:
         with _lock:
             left[0] -= 1
-            if left[0] == 0:
-                holder.clear()
+            last = left[0] == 0
+        if last:
+            holder.clear()  # outside the lock: the finalizer takes it
 
     for future in alive:
-        weakref.finalize(future, one_gone)
+        weakref.finalize(future, one_gone).atexit = False
 
 
 def reachable(client: Any, workers: list[str]) -> bool:
