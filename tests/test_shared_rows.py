@@ -129,7 +129,9 @@ def test_files_of_ended_processes_are_swept(monkeypatch, tmp_path):
     assert not dead.exists() and alive.exists() and other.exists()
 
 
-def test_rows_read_back_and_released_files_are_written_over(tmp_path, monkeypatch):
+@pytest.mark.parametrize("piece", [shared_rows.PIECE_BYTES, 4096 + 8])  # one range, or many
+def test_rows_read_back_and_released_files_are_written_over(tmp_path, monkeypatch, piece):
+    monkeypatch.setattr(shared_rows, "PIECE_BYTES", piece)
     monkeypatch.setattr(shared_rows, "ROOT", str(tmp_path))
     monkeypatch.setattr(shared_rows, "reachable", lambda client, workers: True)
     monkeypatch.setattr(shared_rows, "_kept", [])

@@ -22,6 +22,7 @@ before.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
 import glob
 import os
@@ -39,12 +40,17 @@ MIN_BYTES = 1 << 20
 
 KEPT_FILES = 2
 """Released files kept for reuse (this process's), at most."""
+COPY_THREADS = 4
+PIECE_BYTES = 4 << 20
+"""Rows are written and read in ranges of at least this many bytes, up to
+``COPY_THREADS`` at once."""
 
 _lock = threading.Lock()
 _same_host: "weakref.WeakKeyDictionary[Any, dict[str, bool]]" = weakref.WeakKeyDictionary()
 _swept = False
 _live: set[str] = set()   # files of this process that tasks may name
 _kept: list[str] = []     # released files kept to be written over
+_copier: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 class SharedRows:
@@ -83,14 +89,20 @@ def read(shared: SharedRows, start: int | None = None, stop: int | None = None,
         host = np.frombuffer(pinned, dtype=np.uint8, count=nbytes)
     else:
         host = np.empty(nbytes, dtype=np.uint8)
-    with open(shared.path, "rb", buffering=0) as f:
-        f.seek(first * row)
-        done, view = 0, memoryview(host)
-        while done < nbytes:
-            got = f.readinto(view[done:])
-            if not got:
-                raise OSError(f"{shared.path} ends {nbytes - done} bytes short")
-            done += got
+    fd = os.open(shared.path, os.O_RDONLY)
+    try:
+        view, offset = memoryview(host), first * row
+
+        def piece(a: int, b: int) -> None:
+            while a < b:
+                got = os.preadv(fd, [view[a:b]], offset + a)
+                if not got:
+                    raise OSError(f"{shared.path} ends {b - a} bytes short")
+                a += got
+
+        _in_pieces(piece, nbytes)
+    finally:
+        os.close(fd)
     rows = host.view(dtype).reshape(shape)
     if device != "gpu":
         return rows
@@ -140,9 +152,36 @@ def _write(path: str, data: memoryview) -> None:
         except OSError:
             _unlink(kept)
             kept = None
-    with open(path, "r+b" if kept is not None else "xb") as f:
-        f.write(data)
-        f.truncate(data.nbytes)
+    fd = os.open(path, os.O_RDWR if kept is not None else os.O_RDWR | os.O_CREAT | os.O_EXCL,
+                 0o600)
+    try:
+        os.ftruncate(fd, data.nbytes)
+
+        def piece(a: int, b: int) -> None:
+            while a < b:
+                a += os.pwrite(fd, data[a:b], a)
+
+        _in_pieces(piece, data.nbytes)
+    finally:
+        os.close(fd)
+
+
+def _in_pieces(copy: Any, nbytes: int) -> None:
+    """``copy(a, b)`` over ``[0, nbytes)`` in a few ranges at once: one thread's copy
+    through the kernel is far from the memory's bandwidth (reads and writes release the
+    interpreter)."""
+    n = max(1, min(COPY_THREADS, nbytes // PIECE_BYTES))
+    edges = [nbytes * i // n for i in range(n + 1)]
+    if n == 1:
+        copy(0, nbytes)
+        return
+    global _copier
+    with _lock:
+        if _copier is None:
+            _copier = concurrent.futures.ThreadPoolExecutor(COPY_THREADS,
+                                                            thread_name_prefix="mgpu-dask-rows")
+    for done in [_copier.submit(copy, a, b) for a, b in zip(edges[:-1], edges[1:])]:
+        done.result()
 
 
 def _release(path: str) -> None:
