@@ -123,3 +123,23 @@ def test_connect_sets_every_batched_send_interval(fake_gpus, setting, seconds):
         client.wait_for_workers(3, timeout=60)
         assert _intervals(client)[1] == [seconds] * 3
         assert _intervals(client)[3] == [seconds] * 3
+
+
+def test_what_a_worker_has_is_asked_once_per_set_of_workers(process_client, monkeypatch):
+    """Every fit asks whether the workers have GPUs and which: one round trip to the
+    workers per client and set of workers, not one per fit; a new worker is asked."""
+    from mgpu_dask.parallel import workers
+
+    asked = []
+    run = process_client.run
+    monkeypatch.setattr(process_client, "run",
+                        lambda fn, *a, **k: asked.append(fn.__name__) or run(fn, *a, **k))
+    workers._FIXED.pop(process_client, None)
+    first = workers.fixed_facts(process_client)
+    assert set(first) == set(scheduler_workers(process_client))
+    assert all(gpu == (cc is not None) for gpu, cc in first.values())
+    assert workers.detect_device(process_client) in ("cpu", "gpu")
+    workers.fixed_facts(process_client)
+    assert asked == ["_fixed_facts"]
+    workers._FIXED[process_client] = {"tcp://gone:1": (False, None)}  # another set: asked again
+    assert workers.fixed_facts(process_client) == first and asked == ["_fixed_facts"] * 2

@@ -15,8 +15,8 @@ from ..kernels.knn import precision as precisions
 from ..kernels.precision import Precision
 from ..parallel import placement
 from ..parallel import inputs
-from ..parallel.workers import free_gpu_memory, scheduler_workers
-from .layout import block_stats, gpu_capability
+from ..parallel.workers import fixed_facts, free_gpu_memory, gpu_capability, scheduler_workers
+from .layout import block_stats
 
 
 class Choice(NamedTuple):
@@ -47,7 +47,8 @@ def capability(client: Any, device: str) -> tuple[int, int] | None:
         return None
     if client is None:
         return gpu_capability()
-    return min(client.run(gpu_capability).values())
+    found = [cc for _, cc in fixed_facts(client).values() if cc is not None]
+    return min(found) if found else min(client.run(gpu_capability).values())
 
 
 def eight_bit(X: Any) -> precisions.EightBit:

@@ -187,11 +187,3 @@ def block_stats(block: Any) -> Any:
     """``[[min, max, all integral]]`` of one block, on its worker (the 8-bit test)."""
     low, high, integral = precisions.eight_bit_stats(as_numpy(block))
     return np.array([[low, high, float(integral)]])
-
-
-def gpu_capability() -> tuple[int, int]:
-    """This process's GPU's compute capability as (major, minor) (run on a worker)."""
-    import cupy
-
-    cc = str(cupy.cuda.Device().compute_capability)
-    return int(cc[:-1]), int(cc[-1])

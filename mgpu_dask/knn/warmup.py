@@ -15,7 +15,7 @@ from ..kernels.compiled import Steps, compilations, cupy_kernels, index_path, tr
 from ..kernels.knn import precision as precisions
 from ..kernels.launch import finished
 from ..kernels.precision import Precision
-from .layout import gpu_capability
+from ..parallel.workers import gpu_capability
 from .plans import row_index
 
 ROWS = 64  # training rows of the warm-up search (queries: a quarter of them)

@@ -3,6 +3,7 @@ what they have (a GPU, free memory), each asked for when needed."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from .. import config
@@ -46,8 +47,41 @@ def worker_addresses(client: Any) -> list[str]:
 
 def detect_device(client: Any) -> str:
     """``"gpu"`` when every worker sees a GPU and has CuPy, else ``"cpu"``."""
-    answers = client.run(has_gpu)
-    return "gpu" if answers and all(answers.values()) else "cpu"
+    answers = fixed_facts(client)
+    return "gpu" if answers and all(gpu for gpu, _ in answers.values()) else "cpu"
+
+
+def gpu_capability() -> tuple[int, int]:
+    """This process's GPU's compute capability as (major, minor)."""
+    import cupy
+
+    cc = str(cupy.cuda.Device().compute_capability)
+    return int(cc[:-1]), int(cc[-1])
+
+
+def _fixed_facts() -> tuple[bool, tuple[int, int] | None]:
+    gpu = has_gpu()
+    return gpu, gpu_capability() if gpu else None
+
+
+_FIXED: "weakref.WeakKeyDictionary[Any, dict[str, tuple[bool, Any]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def fixed_facts(client: Any) -> dict[str, tuple[bool, tuple[int, int] | None]]:
+    """What does not change while a worker process lives: whether it has a GPU, and the
+    GPU's compute capability (address -> (gpu, capability)).  Asked of the workers once
+    per client and set of workers (every fit asks for them), again when the set the
+    client last heard of differs."""
+    known = _FIXED.get(client)
+    try:
+        current = set(client.scheduler_info()["workers"])
+    except Exception:  # no answer cached yet: ask
+        current = set()
+    if known is None or not current or set(known) != current:
+        known = dict(client.run(_fixed_facts))
+        _FIXED[client] = known
+    return known
 
 
 def _free_gpu_bytes() -> int:

@@ -21,7 +21,7 @@ from ...kernels.knn.precision import choose, eight_bit_of, eight_bit_stats
 from ...kernels.knn.product import TileProduct
 from ...kernels.launch import array_module, as_numpy, on_gpu
 from ...kernels.precision import Precision
-from ...knn.layout import gpu_capability
+from ...parallel.workers import gpu_capability
 from ..backend import BackendRun, BackendSkipped, converted_note
 from ..cupy import fit_logreg, knn_on_copies
 from . import kernels as cuda_c
