@@ -137,9 +137,10 @@ def test_what_a_worker_has_is_asked_once_per_set_of_workers(process_client, monk
     workers._FIXED.pop(process_client, None)
     first = workers.fixed_facts(process_client)
     assert set(first) == set(scheduler_workers(process_client))
-    assert all(gpu == (cc is not None) for gpu, cc in first.values())
+    assert all(f.gpu == (f.capability is not None) == (f.gpu_bytes is not None)
+               for f in first.values())
     assert workers.detect_device(process_client) in ("cpu", "gpu")
     workers.fixed_facts(process_client)
     assert asked == ["_fixed_facts"]
-    workers._FIXED[process_client] = {"tcp://gone:1": (False, None)}  # another set: asked again
+    workers._FIXED[process_client] = {"tcp://gone:1": workers.Facts(False, None, None)}  # asked again
     assert workers.fixed_facts(process_client) == first and asked == ["_fixed_facts"] * 2

@@ -289,3 +289,22 @@ def test_cli_protocol_ucx_without_ucxx_is_one_line(capsys):
                  "--protocol", "ucx", "--quiet"]) != 0
     err = capsys.readouterr().err.strip()
     assert "distributed-ucxx" in err and "\n" not in err
+
+
+def test_small_training_sets_do_not_ask_the_gpus_for_free_memory(monkeypatch):
+    """Rows under 1% of every GPU's memory are replicated against 80% of that memory,
+    with no round trip to the workers; larger ones ask for the free memory."""
+    from mgpu_dask.knn import choices
+    from mgpu_dask.parallel.workers import Facts
+
+    whole = 80 * 2**30
+    monkeypatch.setattr(choices, "fixed_facts", lambda client: {
+        "a": Facts(True, (9, 0), whole), "b": Facts(True, (9, 0), 2 * whole)})
+    asked = []
+    monkeypatch.setattr(choices, "free_gpu_memory",
+                        lambda client: asked.append(1) or [whole // 2, whole])
+    assert choices.worker_budget(object(), "gpu", int(0.01 * whole)) == int(0.8 * whole)
+    assert asked == []
+    assert choices.worker_budget(object(), "gpu", int(0.02 * whole)) == int(0.8 * whole // 2)
+    assert choices.worker_budget(object(), "gpu") == int(0.8 * whole // 2)
+    assert asked == [1, 1]

@@ -29,13 +29,23 @@ class Choice(NamedTuple):
     memory_budget: int | None    # bytes per worker the plan was chosen against
 
 
-def worker_budget(client: Any, device: str) -> int:
-    """Bytes one worker may use for the training set and scratch (80% of the smallest)."""
+SMALL_SHARE = 0.01
+"""Training rows under this share of the smallest GPU's memory are replicated without
+asking the workers how much of it is free (a round trip per fit)."""
+
+
+def worker_budget(client: Any, device: str, needed: int | None = None) -> int:
+    """Bytes one worker may use for the training set and scratch (80% of the smallest);
+    with ``needed`` bytes under ``SMALL_SHARE`` of every GPU, 80% of the GPU's memory."""
     import psutil
 
     if client is None:
         return int(0.8 * psutil.virtual_memory().available)
     if device == "gpu":
+        whole = [f.gpu_bytes for f in fixed_facts(client).values()]
+        if needed is not None and whole and None not in whole and \
+                needed <= SMALL_SHARE * min(whole):
+            return int(0.8 * min(whole))
         return int(0.8 * min(free_gpu_memory(client)))
     limits = [w.get("memory_limit") or 0 for w in scheduler_workers(client).values()]
     return int(0.8 * min((x for x in limits if x), default=psutil.virtual_memory().total))
@@ -47,7 +57,7 @@ def capability(client: Any, device: str) -> tuple[int, int] | None:
         return None
     if client is None:
         return gpu_capability()
-    found = [cc for _, cc in fixed_facts(client).values() if cc is not None]
+    found = [f.capability for f in fixed_facts(client).values() if f.capability is not None]
     return min(found) if found else min(client.run(gpu_capability).values())
 
 
@@ -97,7 +107,7 @@ def choose(X: Any, client: Any, device: str, *, plan: str, precision: str, metho
     train_bytes = int(X.shape[0]) * int(X.shape[1]) * bytes_per_value(chosen, eight.exact, method)
     budget = parse_bytes(memory_budget) if memory_budget else None
     if plan == "auto":
-        budget = budget or worker_budget(client, device)
+        budget = budget or worker_budget(client, device, train_bytes)
         # Rows already spread over the workers (generated there) stay put
         # when copying them to every worker would move gigabytes.
         moving = (isinstance(X, da.Array) and client is not None

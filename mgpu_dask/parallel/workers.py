@@ -4,7 +4,7 @@ what they have (a GPU, free memory), each asked for when needed."""
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import config
 from ..config.environment import has_gpu
@@ -48,7 +48,7 @@ def worker_addresses(client: Any) -> list[str]:
 def detect_device(client: Any) -> str:
     """``"gpu"`` when every worker sees a GPU and has CuPy, else ``"cpu"``."""
     answers = fixed_facts(client)
-    return "gpu" if answers and all(gpu for gpu, _ in answers.values()) else "cpu"
+    return "gpu" if answers and all(f.gpu for f in answers.values()) else "cpu"
 
 
 def gpu_capability() -> tuple[int, int]:
@@ -59,27 +59,36 @@ def gpu_capability() -> tuple[int, int]:
     return int(cc[:-1]), int(cc[-1])
 
 
-def _fixed_facts() -> tuple[bool, tuple[int, int] | None]:
-    gpu = has_gpu()
-    return gpu, gpu_capability() if gpu else None
+class Facts(NamedTuple):
+    """What does not change while a worker process lives."""
+
+    gpu: bool                                # it sees a GPU and has CuPy
+    capability: tuple[int, int] | None       # the GPU's compute capability
+    gpu_bytes: int | None                    # the GPU's memory, in all
 
 
-_FIXED: "weakref.WeakKeyDictionary[Any, dict[str, tuple[bool, Any]]]" = \
-    weakref.WeakKeyDictionary()
+def _fixed_facts() -> Facts:
+    if not has_gpu():
+        return Facts(False, None, None)
+    import cupy
+
+    return Facts(True, gpu_capability(), int(cupy.cuda.runtime.memGetInfo()[1]))
 
 
-def fixed_facts(client: Any) -> dict[str, tuple[bool, tuple[int, int] | None]]:
-    """What does not change while a worker process lives: whether it has a GPU, and the
-    GPU's compute capability (address -> (gpu, capability)).  Asked of the workers once
-    per client and set of workers (every fit asks for them), again when the set the
-    client last heard of differs."""
+_FIXED: "weakref.WeakKeyDictionary[Any, dict[str, Facts]]" = weakref.WeakKeyDictionary()
+
+
+def fixed_facts(client: Any) -> dict[str, Facts]:
+    """Each worker's :class:`Facts` (address -> facts), asked of the workers once per
+    client and set of workers (every fit needs them), again when the set the client
+    last heard of differs."""
     known = _FIXED.get(client)
     try:
         current = set(client.scheduler_info()["workers"])
     except Exception:  # no answer cached yet: ask
         current = set()
     if known is None or not current or set(known) != current:
-        known = dict(client.run(_fixed_facts))
+        known = {w: Facts(*f) for w, f in client.run(_fixed_facts).items()}
         _FIXED[client] = known
     return known
 
