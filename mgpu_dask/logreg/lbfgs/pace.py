@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-AHEAD_SECONDS = 2e-3   # device time worth queueing before the host looks (each wait has a fixed cost)
+AHEAD_SECONDS = 2e-3   # device time worth queueing per look (each wait has a fixed cost)
 MAX_AHEAD = 16
 SIMULATOR_AHEAD = 4
 
