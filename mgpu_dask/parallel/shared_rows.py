@@ -1,8 +1,8 @@
 """Host rows handed to workers on the client's host through shared memory.
 
 A NumPy array placed from the client travels, by default, inside its tasks:
-pickled, through the scheduler and over TCP to each worker, a few hundred MB/s
-for the client and scheduler sharing one process.  Where the workers run on the
+pickled, through the scheduler and over TCP to each worker (what that costs:
+``docs/performance-history.md``).  Where the workers run on the
 client's host, :func:`share` writes the rows once into a file of the host's
 shared memory (``/dev/shm``) and the tasks carry only its name (a
 :class:`SharedRows`); each worker reads its rows from there into its own memory,
