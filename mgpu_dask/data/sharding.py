@@ -130,8 +130,8 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     loose = not placement.ensure_recovery(client)
     # Each slice travels inside its task (or, to workers on this host, the name of the
     # shared-memory file that holds it), so a lost shard can be rebuilt anywhere.
-    shared = shared_rows.share(array, client, sorted(set(workers[i % len(workers)]
-                                                         for i in range(len(bounds)))))
+    owners = [workers[i % len(workers)] for i in range(len(bounds))]
+    shared = shared_rows.share(array, client, sorted(set(owners)))
 
     def rows(start: int, stop: int) -> Any:
         if shared is None:
@@ -139,7 +139,7 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
         return (shared_rows.read, shared, start, stop, device)
 
     tasks = [placement.Pinned((name, i, *tail), (convert, rows(start, stop), cast, scale),
-                              workers[i % len(workers)])
+                              owners[i])
              for i, (start, stop) in enumerate(bounds)]
     chunks = (tuple(stop - start for start, stop in bounds),) + tuple((n,) for n in array.shape[1:])
     result = placement.pinned_array(name, tasks, chunks=chunks, loose=loose,
