@@ -56,7 +56,7 @@ def test_sqdist_is_exact_for_integer_data(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("K_", [4, 20])  # the short kernel, and the long one (K > SCAN_K)
+@pytest.mark.parametrize("K_", [3, 4, 5, 20])  # each list length: short, middle, long
 def test_running_topk_over_tiles_matches_stable_argsort(target, K_):
     rng = np.random.default_rng()
     m, n, _ = _size(target)

@@ -52,7 +52,8 @@ def _kernels(search: Search) -> list[Any]:
     K = min(kernels.MAX_K, search.k if exact else search.k + search.margin, ROWS)
     names = ["vote_rows"]
     if search.gpu:
-        names.append("scan_tile" if K <= module.SCAN_K else "scan_tile_long")
+        names.append("scan_tile_short" if K <= module.SHORT_K else
+                     "scan_tile" if K <= module.SCAN_K else "scan_tile_long")
     else:
         names.append("scan_tile")
     if not exact:

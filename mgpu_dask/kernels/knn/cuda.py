@@ -7,6 +7,8 @@
 - ``scan_tile``: folds one product tile (still in L2) into each row's running
   top-K: one comparison per value for almost every value, and a merge (K
   rounds of block argmin) only in blocks that found something better.
+  ``scan_tile_short`` (K <= SHORT_K) and ``scan_tile_long`` (K <= MAX_K) are
+  the same loop with shorter and longer per-thread lists.
 - ``refine_rows``: exact float64 distances for candidate columns, keep k best.
 - ``merge_pairs``: merge two sorted candidate lists per query.
 - ``vote_rows``: uniform or 1/d weighted vote (exact matches win), per query.
@@ -113,6 +115,7 @@ def _store4(out, row, col, m, n, v0, v1, v2, v3):
 # Threads that share one row in scan_tile / refine_rows (a power of 2).  The CUDA
 # simulator runs every thread as a Python thread, so it gets a narrow row.
 ROW_THREADS = 4 if config.ENABLE_CUDASIM else 128
+SHORT_K = 4          # longest running list scan_tile_short keeps (k up to 4 on 8-bit data)
 SCAN_K = 16          # longest running list scan_tile keeps; scan_tile_long keeps MAX_K
 LONG_THREADS = 4 if config.ENABLE_CUDASIM else 32
 
@@ -248,6 +251,19 @@ def scan_tile(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0,
     """
     lv = cuda.shared.array((ROW_THREADS, SCAN_K), float64)
     li = cuda.shared.array((ROW_THREADS, SCAN_K), int32)
+    sh_v = cuda.shared.array(ROW_THREADS, float64)
+    sh_i = cuda.shared.array(ROW_THREADS, int32)
+    _scan_body(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K,
+               lv, li, sh_v, sh_i, ROW_THREADS)
+
+
+@cuda.jit(cache=True)
+def scan_tile_short(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols,
+                    K):
+    """``scan_tile`` for K <= SHORT_K: launch (nrows, ROW_THREADS).  Lists a quarter as
+    long take a quarter of the shared memory, so more rows are scanned at once."""
+    lv = cuda.shared.array((ROW_THREADS, SHORT_K), float64)
+    li = cuda.shared.array((ROW_THREADS, SHORT_K), int32)
     sh_v = cuda.shared.array(ROW_THREADS, float64)
     sh_i = cuda.shared.array(ROW_THREADS, int32)
     _scan_body(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0, keys, cols, K,

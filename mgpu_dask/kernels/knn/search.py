@@ -58,8 +58,20 @@ def _tile_shape(m_pad: int, n_pad: int, gpu: bool, tile_bytes: int | None) -> tu
     return tq, tn
 
 
+def scan_kernel(K: int) -> tuple[Any, int]:
+    """The CUDA scan kernel for running lists of K and its threads per row: the shortest
+    list that holds K (shared memory, and so the rows scanned at once, goes with it)."""
+    from . import cuda as cuda_kernels
+
+    if K <= cuda_kernels.SHORT_K:
+        return cuda_kernels.scan_tile_short, cuda_kernels.ROW_THREADS
+    if K <= cuda_kernels.SCAN_K:
+        return cuda_kernels.scan_tile, cuda_kernels.ROW_THREADS
+    return cuda_kernels.scan_tile_long, cuda_kernels.LONG_THREADS
+
+
 class Scan:
-    """Running top-K of every query row over the product tiles (see ``cuda_kernels.scan_tile``)."""
+    """Running top-K of every query row over the product tiles (see ``cuda.scan_tile``)."""
 
     def __init__(self, m: int, K: int, xp: Any, cuda: bool, G: Any, alpha: float,
                  norms: Any, use_norms: bool, n_valid: int) -> None:
@@ -69,15 +81,12 @@ class Scan:
         self.args = [G, 1, 0, 1, float(alpha), norms, int(use_norms), 0, int(n_valid), 0,
                      self.keys, self.cols, K]
         if cuda:
-            from . import cuda as cuda_kernels
-
             stream = None
             if on_gpu(G):
                 import cupy
 
                 stream = cupy.cuda.get_current_stream()
-            kernel, threads = ((cuda_kernels.scan_tile, cuda_kernels.ROW_THREADS) if K <= cuda_kernels.SCAN_K
-                               else (cuda_kernels.scan_tile_long, cuda_kernels.LONG_THREADS))
+            kernel, threads = scan_kernel(K)
             self._launch = Launcher(kernel, self.args, threads, stream)
 
     def __call__(self, nrows: int, ncols: int, row0: int, col0: int) -> None:
