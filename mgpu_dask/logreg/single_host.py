@@ -17,7 +17,7 @@ import numpy as np
 
 from ..exceptions import DataError
 from ..parallel import labels as labels_mod
-from ..parallel import peer_views, placement
+from ..parallel import peer_views, placement, results
 from ..parallel.by_name import WorkerFunction
 from ..parallel.workers import alive_workers
 from .problem import NOT_FINITE, HeldLabels, Problem
@@ -114,7 +114,7 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
     started, submitted = time.perf_counter(), time.time()
     exporters: set[str] | None = None
     try:
-        result = fit.result(timeout=timeout)
+        result = results.gather(client, [fit], timeout, where=[leader])[0]
         arrived = time.time()
         exporters = set(result.pop("exporters")) - set(result.pop("released"))
         if "refused" in result:

@@ -21,7 +21,7 @@ from .. import config
 from ..exceptions import DataError, DataTypeError, MgpuDaskError
 from ..kernels.launch import all_entries_finite, as_numpy, on_gpu
 from . import labels as labels_mod
-from . import placement
+from . import placement, results
 
 
 class NotFittedError(MgpuDaskError, _SklearnNotFitted):
@@ -220,7 +220,7 @@ def to_host(array: Any, timeout: float | None = None) -> np.ndarray:
             else:  # a lazy array: its row blocks, gathered directly (no concatenating task)
                 blocks = client.compute(list(array.to_delayed().ravel()), optimize_graph=False)
             try:  # one gather that waits for the blocks (a wait first costs a round trip)
-                parts = client.sync(client._gather, blocks, callback_timeout=timeout)
+                parts = results.gather(client, blocks, timeout)
             except TimeoutError:
                 client.cancel(blocks)
                 raise TimeoutError(f"results did not arrive within {timeout:.0f} s") from None

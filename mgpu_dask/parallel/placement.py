@@ -40,6 +40,7 @@ import dask.array as da
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .. import config
+from . import results
 from .recovery import PIN, ensure_recovery
 from .workers import scheduler_workers
 
@@ -203,9 +204,14 @@ def _worker_of(where: dict[Key, str], key: Key) -> list[str]:
 
 
 def persist(client: Any, array: da.Array) -> da.Array:
-    """Submit a pinned array as built: no optimisation, which would drop the pins."""
+    """Submit a pinned array as built: no optimisation, which would drop the pins.
+
+    Where each output block was pinned is remembered, so that
+    :func:`.results.gather` fetches it straight from there.
+    """
     if client is None:
         return array.persist()
+    results.remember(client, results.pinned_where(array))
     return client.persist(array, optimize_graph=False)
 
 
