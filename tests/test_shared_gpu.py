@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ def _run(n_workers: int, split) -> dict:
 
     from mgpu_dask.data import shard, shard_locations
     from mgpu_dask.knn import KNeighborsClassifier
-    from mgpu_dask.logreg import LogisticRegression
+    from mgpu_dask.logreg import LogisticRegression, kept_levels
     from mgpu_dask.parallel.inputs import to_host
 
     s, out = split, {}
@@ -48,6 +49,16 @@ def _run(n_workers: int, split) -> dict:
             assert lr.comm_ == comm and lr.optimizer_ == optimizer, (lr.comm_, lr.notes_)
             assert lr.precision_ == precision, lr.notes_
             out[comm, optimizer, precision] = lr.loss_
+        # The int8 levels are kept while the rows live: a second fit reads the same ones
+        again = LogisticRegression(C=0.1, input_scale=1 / 255, max_iter=500, tol=1e-4,
+                                   optimizer="device", precision="int8").fit(X, y)
+        out["int8 again"] = again.loss_
+        out["kept while the rows live"] = sum(client.run(kept_levels.kept).values())
+        del X, y, lr, again
+        deadline = time.monotonic() + 30
+        while sum(client.run(kept_levels.kept).values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out["kept after"] = sum(client.run(kept_levels.kept).values())
     return out
 
 
@@ -75,6 +86,17 @@ def test_workers_sharing_one_gpu_match_one_worker(n_workers, split, one_worker):
         np.testing.assert_array_equal(got[plan], one_worker[plan])
     for route in ROUTES:
         assert abs(got[route] - one_worker[route]) <= 1e-4 * one_worker[route], route
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_int8_levels_are_kept_while_the_rows_live(n_workers, split, one_worker):
+    got = one_worker if n_workers == 1 else _run(n_workers, split)
+    first = got["single-host", "device", "int8"]
+    assert abs(got["int8 again"] - first) <= 1e-6 * first
+    assert got["kept while the rows live"] == n_workers
+    assert got["kept after"] == 0
 
 
 def test_script_gives_the_command_the_clusters_address(tmp_path):

@@ -26,6 +26,7 @@ from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import labels as labels_mod
 from ..parallel import peer_views
+from . import kept_levels
 from .problem import HeldLabels, Problem, products, sum_parts
 from .solvers import fit_on_device, lbfgs_on_host, on_device
 
@@ -68,13 +69,14 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, A
     token = shards[0]["token"] if shards else ""
     discover = problem.n_classes is None
     asked = {i: (s["address"], peer_views.call(s["address"], export_held, token, s["keys"],
-                                               s["labels"], levels, scale, discover))
+                                               s["labels"], levels, scale, discover,
+                                               s.get("keep", False)))
              for i, s in enumerate(shards) if "keys" in s}
     exporters = sorted({address for address, _ in asked.values()})
     try:
         started = time.perf_counter()
         own = {i: export_rows(token, s["own rows"], s["labels"], in_place=True, levels=levels,
-                               scale=scale, discover=discover)
+                               scale=scale, discover=discover, keys=s.get("own keys"))
                for i, s in enumerate(shards) if i not in asked}
         ready = time.perf_counter()
         described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
@@ -167,7 +169,7 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem) -> dict[str, Any
 
 def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = False,
                  levels: bool = False, scale: float | None = None,
-                 discover: bool = False) -> dict[str, Any]:
+                 discover: bool = False, keys: list[Any] | None = None) -> dict[str, Any]:
     """On a holder: export its row blocks and their labels (on the rows' device); in place
     on the leader's own worker (the fit reads them in this process).  ``labels``: the
     class indices the client sent (NumPy, in their smallest type) or the label blocks
@@ -175,7 +177,8 @@ def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = Fal
     on a GPU that are 8-bit levels (uint8 rows always are) go as the int8 products'
     ``Levels`` of ``X * scale`` instead of X (converted here, on this GPU; the
     description says so).  ``discover``: the description names the label values
-    present (``info["classes"]``)."""
+    present (``info["classes"]``).  ``keys``: the blocks' Dask keys, under which their
+    levels are kept for the next fit (:mod:`.kept_levels`); None keeps nothing."""
     xp = array_module(blocks[0])
     if isinstance(labels, list):
         labels = labels[0] if len(labels) == 1 else array_module(labels[0]).concatenate(labels)
@@ -188,9 +191,13 @@ def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = Fal
             if levels:
                 from ..kernels.logreg import int8
 
-                X = blocks[0] if len(blocks) == 1 else xp.concatenate(blocks)
-                made = int8.levels(X, None if in_place else peer_views.dedicated,
-                                          scale=scale)
+                def make() -> Any:
+                    X = blocks[0] if len(blocks) == 1 else xp.concatenate(blocks)
+                    # Kept levels may serve a peer next time: an allocation of their own.
+                    own = in_place and keys is None
+                    return int8.levels(X, None if own else peer_views.dedicated, scale=scale)
+
+                made = kept_levels.levels_of(blocks, keys, scale, make)
                 if made is not None:
                     return peer_views.export(token, [[made.v], [made.vt], [labels]], in_place,
                                              owned=True,
@@ -203,11 +210,12 @@ def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = Fal
 
 
 async def export_held(token: str, keys: list[Any], labels: Any, levels: bool,
-                       scale: float | None = None, discover: bool = False,
+                       scale: float | None = None, discover: bool = False, keep: bool = False,
                        dask_worker: Any = None) -> dict[str, Any]:
     """On a holder, asked by the leader (``peer_views.call``): export the blocks it holds
     under ``keys`` (``export_rows``; labels held here come as :class:`HeldLabels`), in a
-    thread of its own, not on the event loop."""
+    thread of its own, not on the event loop; ``keep``: its levels are kept under
+    ``keys`` for the next fit)."""
     import asyncio
 
     try:
@@ -218,4 +226,4 @@ async def export_held(token: str, keys: list[Any], labels: Any, levels: bool,
         raise peer_views.PeerUnavailable(f"block {exc} is no longer on worker "
                                          f"{dask_worker.address}") from None
     return await asyncio.to_thread(export_rows, token, blocks, labels, False, levels, scale,
-                                   discover)
+                                   discover, keys if keep else None)

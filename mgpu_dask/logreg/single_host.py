@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import weakref
 from typing import Any, NamedTuple
 
 import dask.array as da
@@ -20,6 +21,7 @@ from ..parallel import labels as labels_mod
 from ..parallel import peer_views, placement, results
 from ..parallel.by_name import WorkerFunction
 from ..parallel.workers import alive_workers
+from .kept_levels import ReleaseLevels
 from .problem import NOT_FINITE, HeldLabels, Problem
 
 FIT_ON_LEADER = WorkerFunction("mgpu_dask.logreg.leader.fit_on_leader")
@@ -68,6 +70,29 @@ def held_classes(client: Any, held: Holders, declared: Any) -> np.ndarray:
     return labels_mod.classes_from(parts, declared)
 
 
+_KEEPING: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+
+
+def keeping_levels(client: Any) -> bool:
+    """Whether the holders may keep their rows' int8 levels for the next fit: once
+    :class:`~.kept_levels.ReleaseLevels` is on every worker (asked once per client),
+    which drops them with the rows."""
+    try:
+        return _KEEPING[client]
+    except (KeyError, TypeError):
+        pass
+    try:
+        client.register_plugin(ReleaseLevels())
+        keep = True
+    except Exception:  # the workers could not load it: convert again each fit
+        keep = False
+    try:
+        _KEEPING[client] = keep
+    except TypeError:  # pragma: no cover - a client that cannot be weakly referenced
+        pass
+    return keep
+
+
 def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeout: float,
                     problem: Problem, strict: bool) -> Outcome:
     """The whole L-BFGS in one worker that maps every shard of its host.
@@ -84,6 +109,7 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
     """
     token = uuid.uuid4().hex
     futures, where = rows
+    keep = keeping_levels(client)
     starts = np.concatenate([[0], np.cumsum(X.chunks[0])])
     by_worker: dict[str, list[int]] = {}
     for i, worker in enumerate(where):
@@ -105,10 +131,11 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
             codes = np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx])
         if worker == leader:
             shards.append({"own rows": [futures[i] for i in idx], "labels": codes,
-                           "token": token})
+                           "token": token,
+                           "own keys": [futures[i].key for i in idx] if keep else None})
         else:
             shards.append({"address": worker, "keys": [futures[i].key for i in idx],
-                           "labels": codes, "token": token})
+                           "labels": codes, "token": token, "keep": keep})
     fit = client.submit(FIT_ON_LEADER, shards, problem, workers=[leader],
                         allow_other_workers=True, pure=False, key=f"logreg-fit-{token[:12]}")
     started, submitted = time.perf_counter(), time.time()

@@ -1,0 +1,86 @@
+"""A holder's int8 levels of its row blocks, kept while the blocks are.
+
+Every single-host fit on GPU rows converts each holder's blocks into the int8
+products' levels (:func:`mgpu_dask.kernels.logreg.int8.levels`) before it
+exports them, and a later fit on the same persisted blocks (a grid search, the
+CLI's warm repetitions) would convert them again.  :func:`levels_of` keeps the
+levels of the blocks under their Dask keys and gives them back while the same
+block objects are still held; :class:`ReleaseLevels`, a worker plugin, drops
+them the moment one of those keys leaves the worker's memory, so no GPU memory
+outlives the rows it was made from.  Levels are made in allocations of their
+own (``peer_views.dedicated``), which serve the leader in place and a peer
+through CUDA IPC alike.  Runs on the workers.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Callable, Hashable, Sequence
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+KEPT = 4
+"""Sets of levels kept per worker at most (least recently used dropped first)."""
+_KEPT: "collections.OrderedDict[tuple, tuple[list[Any], Any]]" = collections.OrderedDict()
+_LOCK = threading.Lock()
+
+
+def levels_of(blocks: Sequence[Any], keys: Sequence[Hashable] | None, scale: float | None,
+              make: Callable[[], Any]) -> Any:
+    """``make()``'s levels of ``blocks``, or the ones kept for these block objects.
+
+    Parameters
+    ----------
+    blocks : sequence of arrays
+        The row blocks, as this worker holds them.
+    keys : sequence of Dask keys or None
+        Their keys (None: not persisted blocks; nothing is kept).
+    scale : float or None
+        The scale the levels are made for (part of what is kept).
+    make : callable
+        Makes the levels (or None where the rows are not levels).
+    """
+    if keys is None:
+        return make()
+    entry = (tuple(keys), scale)
+    with _LOCK:
+        kept = _KEPT.get(entry)
+        if kept is not None and len(kept[0]) == len(blocks) and all(
+                a is b for a, b in zip(kept[0], blocks)):
+            _KEPT.move_to_end(entry)
+            return kept[1]
+    made = make()
+    with _LOCK:
+        _KEPT[entry] = (list(blocks), made)
+        _KEPT.move_to_end(entry)
+        while len(_KEPT) > KEPT:
+            _KEPT.popitem(last=False)
+    return made
+
+
+def forget(key: Hashable) -> None:
+    """Drop every set of levels made from the block under ``key``."""
+    with _LOCK:
+        for entry in [e for e in _KEPT if key in e[0]]:
+            del _KEPT[entry]
+
+
+def kept() -> int:
+    """How many sets of levels this process keeps (for tests)."""
+    return len(_KEPT)
+
+
+class ReleaseLevels(WorkerPlugin):
+    """Worker plugin: a key that leaves memory takes the levels made from it along."""
+
+    name = "mgpu-dask-release-levels"
+    idempotent = True
+
+    def transition(self, key: Hashable, start: str, finish: str, **kwargs: Any) -> None:
+        if start == "memory" and finish != "memory":
+            forget(key)
+
+    def teardown(self, worker: Any) -> None:
+        with _LOCK:
+            _KEPT.clear()
