@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +128,24 @@ def test_files_of_ended_processes_are_swept(monkeypatch, tmp_path):
         path.write_bytes(b"x")
     shared_rows._sweep()
     assert not dead.exists() and alive.exists() and other.exists()
+
+
+def test_segments_of_dead_exporters_go_at_release():
+    from mgpu_dask.parallel import peer_views
+
+    token = uuid.uuid4().hex
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    dead = Path(f"/dev/shm/mgpu_{token[:16]}_{ended.stdout.strip()}_0")
+    alive = Path(f"/dev/shm/mgpu_{token[:16]}_{os.getpid()}_1")
+    try:
+        for path in (dead, alive):
+            path.write_bytes(b"x")
+        peer_views.release(token)
+        assert not dead.exists() and alive.exists()
+    finally:
+        dead.unlink(missing_ok=True)
+        alive.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("piece", [shared_rows.PIECE_BYTES, 4096 + 8])  # one range, or many

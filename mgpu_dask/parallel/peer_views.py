@@ -28,6 +28,7 @@ import numpy as np
 from ..config.environment import is_installed
 from ..exceptions import MgpuDaskError
 from ..kernels.launch import all_entries_finite, array_module, on_gpu
+from .stale_files import remove_dead
 
 # Exports this process keeps alive for its readers: token -> [(export id, arrays, owners)].
 _EXPORTS: dict[str, list[tuple[str, list[Any], list[Any]]]] = {}
@@ -213,15 +214,8 @@ def release(token: str) -> int:
 
 
 def _sweep_dead_exporters(token: str) -> None:
-    from pathlib import Path
-
-    for path in Path("/dev/shm").glob(f"mgpu_{token[:16]}_*"):
-        try:
-            os.kill(int(path.name.split("_")[2]), 0)
-        except ProcessLookupError:  # its exporter is gone: nobody else will unlink it
-            path.unlink(missing_ok=True)
-        except (ValueError, IndexError, PermissionError):
-            pass
+    # a dead exporter's segments: nobody else would unlink them
+    remove_dead(f"/dev/shm/mgpu_{token[:16]}_*", lambda name: int(name.split("_")[2]))
 
 
 def _local(desc: dict[str, Any]) -> list[Any]:

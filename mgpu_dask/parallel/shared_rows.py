@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import glob
 import os
 import threading
 import uuid
@@ -32,6 +31,8 @@ import weakref
 from typing import Any
 
 import numpy as np
+
+from .stale_files import remove_dead
 
 ROOT = "/dev/shm"
 PREFIX = "mgpu-dask-rows"
@@ -280,11 +281,5 @@ def _sweep() -> None:
     if _swept:
         return
     _swept = True
-    for path in glob.glob(os.path.join(ROOT, f"{PREFIX}-*-*")):
-        try:
-            pid = int(os.path.basename(path)[len(PREFIX) + 1:].split("-")[0])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            _unlink(path)
-        except (ValueError, PermissionError, OSError):
-            continue
+    remove_dead(os.path.join(ROOT, f"{PREFIX}-*-*"),
+                lambda name: int(name[len(PREFIX) + 1:].split("-")[0]))
