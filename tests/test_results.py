@@ -88,3 +88,16 @@ def test_the_pins_remembered_are_bounded(client, monkeypatch):
     results.remember(client, {("k", i): "w" for i in range(12)})
     assert len(results._PINNED_AT) == 5
     assert (client.scheduler.address, ("k", 11)) in results._PINNED_AT
+
+
+def test_a_pinned_worker_that_is_gone_costs_a_second_not_dask_s_connect_timeout(client,
+                                                                                   counted):
+    import time
+
+    future = client.submit(sum, [4, 5], pure=False)
+    future.result(timeout=30)
+    counted.update(gather=0, who_has=0)
+    started = time.monotonic()
+    assert results.gather(client, [future], 30, where=["tcp://127.0.0.1:9"]) == [9]
+    assert time.monotonic() - started < 10 * results.CONNECT_SECONDS
+    assert counted["gather"] == 1

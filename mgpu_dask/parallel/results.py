@@ -69,7 +69,7 @@ async def _gather_pinned(client: Any, futures: list[Any], where: list[str]) -> l
 
     await _wait(futures)
     data: dict[Key, Any] = {}
-    if all(f.status == "finished" for f in futures):
+    if all(f.status == "finished" for f in futures) and await _reachable(client, where):
         try:
             data, *_ = await gather_from_workers({f.key: [w] for f, w in zip(futures, where)},
                                                  rpc=client.rpc)
@@ -79,3 +79,21 @@ async def _gather_pinned(client: Any, futures: list[Any], where: list[str]) -> l
     if rest:  # moved, lost or failed: as Client.gather would (it raises a task's error)
         data.update(zip((f.key for f in rest), await client._gather(rest)))
     return [data[f.key] for f in futures]
+
+
+CONNECT_SECONDS = 1.0
+"""How long a pinned worker may take to accept a connection before the scheduler is asked
+instead (Dask's own connect timeout, 30 s, would stall a gather on a worker that died)."""
+
+
+async def _reachable(client: Any, where: list[str]) -> bool:
+    """Whether every worker in ``where`` accepts a connection within CONNECT_SECONDS (a
+    pooled one is taken at once and put back for the gather)."""
+    for address in set(where):
+        try:
+            comm = await client.rpc.connect(address, timeout=CONNECT_SECONDS)
+        except (OSError, TimeoutError):
+            return False
+        client.rpc.reuse(address, comm)
+    return True
+
