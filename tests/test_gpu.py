@@ -485,6 +485,37 @@ def test_levels_made_by_a_holder_evaluate_like_the_rows():
     assert logreg_int8.levels(X + np.float32(1e-3)) is None  # not levels: X is exported
 
 
+def test_shards_joined_on_the_leader_evaluate_like_the_rows_joined_first():
+    """Shards that share a GPU are copied into one (levels, or the rows as they are): the
+    int8 evaluation gives the bits of the rows joined before their levels were made."""
+    from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels.logreg import int8 as logreg_int8
+    from mgpu_dask.logreg import joined
+
+    rng = np.random.default_rng(3)
+    levels = rng.integers(0, 256, (20001, 300)).astype(np.float32)
+    levels[:, 0] = 255.0  # every shard's levels of one step
+    X, y = cupy.asarray(levels / 255), cupy.asarray(rng.integers(0, 7, 20001).astype(np.int32))
+    # three shards on GPU 0; joined, more than one block of GRADIENT_ROWS
+    shards = [(X[a:b].copy(), y[a:b].copy()) for a, b in ((0, 7000), (7000, 17001),
+                                                         (17001, 20001))]
+    made = [(logreg_int8.levels(rows), labels) for rows, labels in shards]
+    one, labels = joined.on_leader(made)
+    whole = logreg_int8.levels(X)
+    for got, want in ((one.v, whole.v), (one.vt, whole.vt)):
+        np.testing.assert_array_equal(cupy.asnumpy(got), cupy.asnumpy(want))
+    assert (one.step, one.n, one.d) == (whole.step, whole.n, whole.d)
+    rng = np.random.default_rng(2)
+    W, b = rng.standard_normal((300, 7)) * 0.05, rng.standard_normal(7)
+    got = L.ShardObjective(one, labels, 7, "int8")(W, b)
+    want = L.ShardObjective(X, y, 7, "int8")(W, b)
+    assert got[0] == want[0]
+    np.testing.assert_array_equal(got[1], want[1])
+    rows, labels = joined.on_leader(shards)  # float rows: joined as they are
+    np.testing.assert_array_equal(cupy.asnumpy(rows), cupy.asnumpy(X))
+    assert joined.on_leader(shards[:1]) is None  # one shard: nothing to join
+
+
 @pytest.mark.parametrize("precision", ["int8", "bf16", "fp32"])
 def test_uint8_rows_evaluate_like_their_scaled_float_copy(precision):
     """uint8 rows with a scale are their own levels (int8 and bf16 take them as they are;

@@ -49,6 +49,7 @@ def _run(n_workers: int, split) -> dict:
             assert lr.comm_ == comm and lr.optimizer_ == optimizer, (lr.comm_, lr.notes_)
             assert lr.precision_ == precision, lr.notes_
             out[comm, optimizer, precision] = lr.loss_
+            out["joined", comm, optimizer, precision] = lr.fit_profile_.get("shards joined")
         # The int8 levels are kept while the rows live: a second fit reads the same ones
         again = LogisticRegression(C=0.1, input_scale=1 / 255, max_iter=500, tol=1e-4,
                                    optimizer="device", precision="int8").fit(X, y)
@@ -86,6 +87,9 @@ def test_workers_sharing_one_gpu_match_one_worker(n_workers, split, one_worker):
         np.testing.assert_array_equal(got[plan], one_worker[plan])
     for route in ROUTES:
         assert abs(got[route] - one_worker[route]) <= 1e-4 * one_worker[route], route
+    # the device L-BFGS copies the shards that share its GPU into one
+    for route in ROUTES[:2]:
+        assert got[("joined", *route)] == n_workers and one_worker[("joined", *route)] == 0, route
 
 
 @pytest.mark.gpu

@@ -14,9 +14,10 @@ scikit-learn.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import labels as labels_mod
 from ..parallel import peer_views
-from . import kept_levels
+from . import joined, kept_levels
 from .problem import HeldLabels, Problem, products, sum_parts
 from .solvers import fit_on_device, lbfgs_on_host, on_device
 
@@ -51,9 +52,12 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, A
     GPU, keeps the optimiser's vectors on this worker's GPU
     (:mod:`.lbfgs.device`); otherwise each evaluation queues every shard's work
     on its own GPU first and then waits for them all, so the GPUs compute at
-    the same time.  Afterwards it closes its mappings and tells the holders
-    to release their exports (waiting for their answers: a few hundred
-    microseconds), so the client has nothing left to do.  Shards come as
+    the same time.  Shards that share this worker's GPU are first copied
+    into one (:mod:`.joined`) and fitted as one worker's rows.  Once it no
+    longer maps their rows -- after that copy, else after the fit -- it
+    closes its mappings and tells the holders to release their exports,
+    and it waits for their answers before returning, so the client has
+    nothing left to do.  Shards come as
     ``{"own rows", "labels", "token"}`` (this worker's, the blocks
     themselves) or ``{"address", "keys", "labels", "token"}`` (another
     worker's: the keys of its blocks there).  ``labels`` are the shard's
@@ -73,6 +77,13 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, A
                                                s.get("keep", False)))
              for i, s in enumerate(shards) if "keys" in s}
     exporters = sorted({address for address, _ in asked.values()})
+    released: list[concurrent.futures.Future[Any]] = []
+
+    def release_holders() -> None:  # once: early where the fit no longer maps their rows
+        if not released:
+            released.extend(peer_views.call(address, peer_views.release, token)
+                            for address in exporters)
+
     try:
         started = time.perf_counter()
         own = {i: export_rows(token, s["own rows"], s["labels"], in_place=True, levels=levels,
@@ -82,14 +93,14 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, A
         described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
                      for i in range(len(shards))]
         exported = time.perf_counter()
-        result = _fit_mapped(described, problem)
+        result = _fit_mapped(described, problem, release_holders)
     finally:
         if shards:
             peer_views.release(token)
         # A holder still exporting (the leader failed first) would export after its
         # release and keep the copy: let the asked exports end before releasing.
         concurrent.futures.wait([future for _, future in asked.values()], timeout=PEER_SECONDS)
-        released = [peer_views.call(address, peer_views.release, token) for address in exporters]
+        release_holders()
         for future in released:  # an exporter lost on the way: nothing of it to release
             try:
                 future.result(timeout=10)
@@ -120,7 +131,11 @@ def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
     return X, labels_mod.codes(labels, classes)
 
 
-def _fit_mapped(shards: list[dict[str, Any]], problem: Problem) -> dict[str, Any]:
+def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
+                release_holders: Callable[[], None]) -> dict[str, Any]:
+    """Map the exports and fit; shards that share this GPU are joined into one first
+    (:mod:`.joined`), their mappings closed and ``release_holders`` called before the
+    L-BFGS."""
     exporters = [s["address"] for s in shards if s["address"] and s["pid"] != os.getpid()]
     if not all(s["finite"] for s in shards):  # refused in the result: no worker traceback
         return {"refused": "not finite", "exporters": exporters}
@@ -135,12 +150,21 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem) -> dict[str, Any
             return {"refused": "labels", "message": str(exc), "exporters": exporters}
         problem, found = problem._replace(n_classes=len(classes)), {"classes": classes}
     started = time.perf_counter()
-    with peer_views.opened(shards) as opened:
+    with contextlib.ExitStack() as mappings:
+        opened = mappings.enter_context(peer_views.opened(shards))
         arrays = [_shard_arrays(desc, a, found.get("classes")) for desc, a in zip(shards, opened)]
         if on_device(arrays, problem):
+            one = joined.on_leader(arrays)
+            if one is not None:  # nothing reads the mapped shards any more
+                arrays = [one]
+                del one
+                mappings.close()
+                release_holders()
             mapped = time.perf_counter()
             result = fit_on_device(arrays, problem)
-            result["profile"] = {"map": mapped - started, **result["profile"]}
+            result["profile"] = {"map": mapped - started, **result["profile"],
+                                 "shards joined": len(shards) if len(arrays) < len(shards)
+                                 else 0}
             arrays.clear()
             return {**result, **found, "exporters": exporters}
         # Levels hold the scale in their step already

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..cublas import bound_int8_gemm
-from ..launch import bound_launch, launch, thread_grid
+from ..launch import array_module, bound_launch, launch, thread_grid
 from .levels import Levels, converted_levels, level_steps
 
 ROWS_OUT_FROM = 1 << 20
@@ -61,8 +61,7 @@ def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels |
         stream.wait_event(cupy.cuda.get_current_stream().record())  # X may be arriving
         with stream:
             to_levels, step = level_steps(X, scale)
-            block = GRADIENT_ROWS if n > GRADIENT_ROWS else -(-n // 16) * 16
-            rows, cols = -(-n // block) * block, -(-d // 16) * 16
+            rows, cols = padded_shape(n, d)
             v = allocate((rows, cols), np.int8)
             v[n:].fill(0)  # the padding only: every other value is written next
             if cols > d:
@@ -75,6 +74,37 @@ def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels |
                    vt.view(np.uint32), stream=stream)
         stream.synchronize()
     return Levels(v, vt, step, n, d)
+
+
+def padded_shape(n: int, d: int) -> tuple[int, int]:
+    """The shape of ``v`` for ``n`` rows of ``d`` features: rows padded to whole blocks of
+    GRADIENT_ROWS (to 16 where there is one block), features to 16."""
+    block = GRADIENT_ROWS if n > GRADIENT_ROWS else -(-n // 16) * 16
+    return -(-n // block) * block, -(-d // 16) * 16
+
+
+def joined(parts: list[Levels]) -> Levels | None:
+    """The rows of several :class:`Levels`, in order, as one (new arrays on the current
+    device, in the parts' array module): what shards that share one GPU are evaluated
+    as, one evaluation instead of one per shard.  The same values as ``levels`` of the
+    rows joined first.  None where the parts' steps or widths differ (rows scaled
+    differently are not levels of one step)."""
+    first = parts[0]
+    if any(p.step != first.step or p.d != first.d or p.v.shape[1] != first.v.shape[1]
+           for p in parts):
+        return None
+    xp = array_module(first.v)
+    n = sum(p.n for p in parts)
+    rows, cols = padded_shape(n, first.d)
+    v, vt = xp.empty((rows, cols), np.int8), xp.empty((cols, rows), np.int8)
+    v[n:] = 0
+    vt[:, n:] = 0
+    at = 0
+    for p in parts:
+        v[at:at + p.n] = p.v[:p.n]
+        vt[:, at:at + p.n] = p.vt[:, :p.n]
+        at += p.n
+    return Levels(v, vt, first.step, n, first.d)
 
 
 def _shifted_bytes(X: Any, out: Any) -> bool:
