@@ -90,10 +90,11 @@ def test_the_pins_remembered_are_bounded(client, monkeypatch):
     assert (client.scheduler.address, ("k", 11)) in results._PINNED_AT
 
 
-def test_a_pinned_worker_that_is_gone_costs_a_second_not_dask_s_connect_timeout(client,
-                                                                                   counted):
+def test_a_pinned_worker_that_is_gone_costs_a_second_not_dask_s_connect_timeout(
+        client, counted, monkeypatch):
     import time
 
+    monkeypatch.setattr(results, "_UNREACHABLE", set())
     future = client.submit(sum, [4, 5], pure=False)
     future.result(timeout=30)
     counted.update(gather=0, who_has=0)
@@ -101,3 +102,8 @@ def test_a_pinned_worker_that_is_gone_costs_a_second_not_dask_s_connect_timeout(
     assert results.gather(client, [future], 30, where=["tcp://127.0.0.1:9"]) == [9]
     assert time.monotonic() - started < 10 * results.CONNECT_SECONDS
     assert counted["gather"] == 1
+    # once refused, that worker is not tried again: the next gather asks the scheduler at once
+    monkeypatch.setattr(results, "CONNECT_SECONDS", 30.0)
+    started = time.monotonic()
+    assert results.gather(client, [future], 30, where=["tcp://127.0.0.1:9"]) == [9]
+    assert time.monotonic() - started < 5 and counted["gather"] == 2

@@ -55,10 +55,11 @@ def gather(client: Any, futures: Sequence[Any], timeout: float | None = None,
         its key by :func:`remember` (persisted pinned arrays), else unknown.
     """
     futures = list(futures)
+    scheduler = client.scheduler.address
     if where is None:
-        scheduler = client.scheduler.address
         where = [_PINNED_AT.get((scheduler, f.key)) for f in futures]
-    if not futures or any(w is None for w in where):
+    if (not futures or any(w is None for w in where)
+            or any((scheduler, w) in _UNREACHABLE for w in where)):
         return client.sync(client._gather, futures, callback_timeout=timeout)
     return client.sync(_gather_pinned, client, futures, list(where), callback_timeout=timeout)
 
@@ -81,6 +82,10 @@ async def _gather_pinned(client: Any, futures: list[Any], where: list[str]) -> l
     return [data[f.key] for f in futures]
 
 
+_UNREACHABLE: set[tuple[str, str]] = set()
+"""Workers (per scheduler) that refused a connection once: lost, their results are asked of
+the scheduler from then on (should the address answer again, that path still has them)."""
+
 CONNECT_SECONDS = 1.0
 """How long a pinned worker may take to accept a connection before the scheduler is asked
 instead (Dask's own connect timeout, 30 s, would stall a gather on a worker that died)."""
@@ -93,6 +98,7 @@ async def _reachable(client: Any, where: list[str]) -> bool:
         try:
             comm = await client.rpc.connect(address, timeout=CONNECT_SECONDS)
         except (OSError, TimeoutError):
+            _UNREACHABLE.add((client.scheduler.address, address))
             return False
         client.rpc.reuse(address, comm)
     return True
