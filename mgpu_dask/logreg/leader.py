@@ -157,14 +157,12 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
             one = joined.on_leader(arrays)
             if one is not None:  # nothing reads the mapped shards any more
                 arrays = [one]
-                del one
                 mappings.close()
                 release_holders()
             mapped = time.perf_counter()
             result = fit_on_device(arrays, problem)
             result["profile"] = {"map": mapped - started, **result["profile"],
-                                 "shards joined": len(shards) if len(arrays) < len(shards)
-                                 else 0}
+                                 "shards joined": len(shards) if one is not None else 0}
             arrays.clear()
             return {**result, **found, "exporters": exporters}
         # Levels hold the scale in their step already

@@ -90,8 +90,7 @@ def joined(parts: list[Levels]) -> Levels | None:
     rows joined first.  None where the parts' steps or widths differ (rows scaled
     differently are not levels of one step)."""
     first = parts[0]
-    if any(p.step != first.step or p.d != first.d or p.v.shape[1] != first.v.shape[1]
-           for p in parts):
+    if any(p.step != first.step or p.d != first.d for p in parts):
         return None
     xp = array_module(first.v)
     n = sum(p.n for p in parts)
