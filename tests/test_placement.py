@@ -165,6 +165,32 @@ def test_task_pinned_to_a_lost_worker_runs_elsewhere(process_client, parts):
     assert process_client.run_on_scheduler(unpinned) >= 1
 
 
+def test_a_lost_worker_is_forgotten_where_blocks_are_remembered(process_client, parts):
+    """Once a lost holder's blocks are rebuilt elsewhere (their futures finished again),
+    the remembered holders name the new ones, and results are not fetched from it."""
+    import os
+    import signal
+    import time
+
+    from mgpu_dask.parallel import placement, results
+
+    Q = shard(parts.X_test, process_client, dtype=np.float32)
+    futures, where = placement.locate(process_client, Q, remembered=True)
+    victim = where[1]
+    os.kill(process_client.run(os.getpid)[victim], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        alive = process_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.workers))
+        if victim not in alive and all(f.status == "finished" for f in futures):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the lost worker's blocks were not rebuilt in 60 s")
+    _, again = placement.locate(process_client, Q, remembered=True)
+    assert victim not in again and set(again) <= set(alive)
+    assert (process_client.scheduler.address, victim) in results._UNREACHABLE
+
+
 def test_placement_problems_name_every_extra_holder():
     from mgpu_dask.data import ShardInfo
     from mgpu_dask.data.sharding import placement_problems

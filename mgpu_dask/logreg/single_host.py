@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import uuid
-import weakref
 from typing import Any, NamedTuple
 
 import dask.array as da
@@ -18,7 +17,7 @@ import numpy as np
 
 from ..exceptions import DataError
 from ..parallel import labels as labels_mod
-from ..parallel import peer_views, placement, results
+from ..parallel import peer_views, placement, plugins, results
 from ..parallel.by_name import WorkerFunction
 from ..parallel.workers import alive_workers
 from .kept_levels import ReleaseLevels
@@ -70,27 +69,11 @@ def held_classes(client: Any, held: Holders, declared: Any) -> np.ndarray:
     return labels_mod.classes_from(parts, declared)
 
 
-_KEEPING: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
-
-
 def keeping_levels(client: Any) -> bool:
     """Whether the holders may keep their rows' int8 levels for the next fit: once
     :class:`~.kept_levels.ReleaseLevels` is on every worker (asked once per client),
-    which drops them with the rows."""
-    try:
-        return _KEEPING[client]
-    except (KeyError, TypeError):
-        pass
-    try:
-        client.register_plugin(ReleaseLevels())
-        keep = True
-    except Exception:  # the workers could not load it: convert again each fit
-        keep = False
-    try:
-        _KEEPING[client] = keep
-    except TypeError:  # pragma: no cover - a client that cannot be weakly referenced
-        pass
-    return keep
+    which drops them with the rows; else they are converted again each fit."""
+    return plugins.register_once(client, ReleaseLevels.name, ReleaseLevels) is None
 
 
 def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeout: float,

@@ -41,7 +41,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .. import config
 from . import results
-from .recovery import PIN, ensure_recovery
+from .recovery import PIN, ensure_recovery, on_loss
 from .workers import scheduler_workers
 
 Key = Hashable
@@ -102,6 +102,15 @@ _KNOWN_HOLDERS: dict[tuple[str, Key], str] = {}
 """(scheduler, key) -> holder, for :func:`locate` with ``remembered=True``."""
 
 
+@on_loss
+def _forget_holder(scheduler: str, worker: str) -> None:
+    """A worker left: none of its blocks is remembered there any more (on the client's
+    event loop, before any of them is reported rebuilt elsewhere)."""
+    for entry, holder in list(_KNOWN_HOLDERS.items()):
+        if holder == worker and entry[0] == scheduler:
+            _KNOWN_HOLDERS.pop(entry, None)
+
+
 def holders(client: Any, futures: Sequence[Any]) -> list[str | None]:
     """The worker holding each future (the first, should there be several); one round trip."""
     present = [f for f in futures if f is not None]
@@ -113,9 +122,13 @@ def holders(client: Any, futures: Sequence[Any]) -> list[str | None]:
 def _remembered_holders(client: Any, futures: Sequence[Any]) -> list[str | None]:
     """:func:`holders`, asking the scheduler only about futures not seen finished before.
 
-    A pinned block stays on its holder while its future stays finished; a
-    lost holder makes the future lose that state, and it is asked about again.
+    A pinned block stays on its holder while its future stays finished and its
+    holder in the cluster: :class:`~.recovery.PinRecovery` tells the client of
+    every worker that leaves (:func:`_forget_holder`).  Where it is not on the
+    scheduler, nothing is remembered.
     """
+    if not ensure_recovery(client):
+        return holders(client, futures)
     scheduler = client.scheduler.address
     ask = [f for f in futures if f.status != "finished" or (scheduler, f.key) not in _KNOWN_HOLDERS]
     if ask:

@@ -5,20 +5,30 @@ scheduler's ``no-worker`` state for that worker forever.  :class:`PinRecovery`
 drops the restriction of our pinned tasks (marked by the annotation
 :data:`PIN`) when they get there, so a lost
 worker's shards and tasks are rebuilt elsewhere, by their inputs.
+
+It also tells the clients which worker left (an event on the topic
+:data:`LOST`): what a client remembers of where blocks are
+(:func:`on_loss` callbacks) forgets that worker before any block rebuilt
+elsewhere is reported finished.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-import weakref
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 from distributed.diagnostics.plugin import SchedulerPlugin
+
+from . import plugins
 
 Key = Hashable
 
 PIN = "mgpu-dask-pinned"
 """The task annotation that marks our pinned tasks on the scheduler."""
+
+LOST = "mgpu-dask-lost-worker"
+"""The event topic on which :class:`PinRecovery` names each worker that left."""
 
 
 class PinRecovery(SchedulerPlugin):
@@ -51,6 +61,11 @@ class PinRecovery(SchedulerPlugin):
         self.unpinned += 1
         self.scheduler.loop.add_callback(self._retry, key)
 
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        # Called after the worker's keys were transitioned: on each client's stream
+        # the event follows their lost-data messages and precedes any rebuilt result.
+        scheduler.log_event(LOST, {"worker": worker})
+
     def _retry(self, key: Key) -> None:
         ts = self.scheduler.tasks.get(key)
         if ts is not None and ts.state == "no-worker" and self.scheduler.running:
@@ -58,39 +73,43 @@ class PinRecovery(SchedulerPlugin):
                                        stimulus_id=f"mgpu-dask-unpin-{time.time()}")
 
 
-_RECOVERY: "weakref.WeakKeyDictionary[Any, str | None]" = weakref.WeakKeyDictionary()
-"""Per client: None where :class:`PinRecovery` is installed, else why it is not."""
+_FORGETTERS: list[Callable[[str, str], None]] = []
+
+
+def on_loss(forget: Callable[[str, str], None]) -> Callable[[str, str], None]:
+    """Have ``forget(scheduler address, worker address)`` called on the client whenever a
+    worker leaves a cluster whose client :func:`ensure_recovery` installed the plugin for
+    (a decorator: returns ``forget``)."""
+    _FORGETTERS.append(forget)
+    return forget
+
+
+def _lost(scheduler: str, event: tuple[float, dict[str, Any]]) -> None:
+    for forget in _FORGETTERS:
+        forget(scheduler, event[1]["worker"])
 
 
 def ensure_recovery(client: Any) -> bool:
-    """Install :class:`PinRecovery` on the client's scheduler once; False where it cannot be
+    """Install :class:`PinRecovery` on the client's scheduler once, and have this client told
+    of every worker that leaves (:func:`on_loss`); False where it cannot be
     (:func:`recovery_note` then says why).
 
     It cannot be where the scheduler's Python lacks mgpu_dask; pinned graphs
-    are then submitted with loose restrictions (still never root-ish).
+    are then submitted with loose restrictions (still never root-ish), and
+    where blocks are is asked of the scheduler each time.
     """
-    try:
-        return _RECOVERY[client] is None
-    except (KeyError, TypeError):
-        pass
-    why = None
-    try:
-        client.register_plugin(PinRecovery())
-    except Exception as exc:  # the scheduler could not unpickle the plugin
-        why = (f"our recovery plugin did not load on the scheduler ({type(exc).__name__}: "
-               f"{exc}): block tasks run with loose placement, so a shard can be copied to "
-               "another worker")
-    try:
-        _RECOVERY[client] = why
-    except TypeError:  # pragma: no cover - a client that cannot be weakly referenced
-        pass
-    return why is None
+    def make() -> PinRecovery:
+        plugin = PinRecovery()
+        client.subscribe_topic(LOST, functools.partial(_lost, client.scheduler.address))
+        return plugin
+
+    return plugins.register_once(client, PinRecovery.name, make) is None
 
 
 def recovery_note(client: Any) -> str | None:
     """Why pinned tasks run with loose placement on ``client``'s cluster (None: they do
     not, or nothing was pinned yet)."""
-    try:
-        return _RECOVERY.get(client)
-    except TypeError:  # pragma: no cover
-        return None
+    why = plugins.refused(client, PinRecovery.name)
+    return None if why is None else (
+        f"our recovery plugin did not load on the scheduler ({why}): block tasks run with "
+        "loose placement, so a shard can be copied to another worker")

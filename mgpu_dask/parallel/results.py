@@ -15,6 +15,8 @@ import collections
 import functools
 from typing import Any, Hashable, Sequence
 
+from . import recovery
+
 Key = Hashable
 
 KEPT = 4096
@@ -83,8 +85,14 @@ async def _gather_pinned(client: Any, futures: list[Any], where: list[str]) -> l
 
 
 _UNREACHABLE: set[tuple[str, str]] = set()
-"""Workers (per scheduler) that refused a connection once: lost, their results are asked of
-the scheduler from then on (should the address answer again, that path still has them)."""
+"""Workers (per scheduler) that left the cluster or refused a connection once: their results
+are asked of the scheduler from then on (should the address answer again, that path still
+has them)."""
+
+
+@recovery.on_loss
+def _unreachable(scheduler: str, worker: str) -> None:
+    _UNREACHABLE.add((scheduler, worker))
 
 CONNECT_SECONDS = 1.0
 """How long a pinned worker may take to accept a connection before the scheduler is asked
