@@ -1,12 +1,16 @@
 """Levels of several shards joined into one give the levels of the rows joined first
-(NumPy here; the GPU test evaluates them)."""
+(NumPy here; the GPU test evaluates them), and a leader finds a join it kept only for
+the same blocks, labels and classes."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mgpu_dask.kernels.logreg import Levels
 from mgpu_dask.kernels.logreg import int8
+from mgpu_dask.logreg import joined, kept_levels
+from mgpu_dask.logreg.problem import HeldLabels
 
 
 def _levels(X: np.ndarray, step: float) -> Levels:
@@ -34,3 +38,53 @@ def test_levels_of_other_steps_or_widths_are_not_joined():
     X = np.zeros((4, 8), np.uint8)
     assert int8.joined([_levels(X, 0.5), _levels(X, 0.25)]) is None
     assert int8.joined([_levels(X, 0.5), _levels(np.zeros((4, 24), np.uint8), 0.5)]) is None
+
+
+@pytest.fixture
+def store(monkeypatch):
+    monkeypatch.setattr(kept_levels, "_KEPT", type(kept_levels._KEPT)())
+
+
+def _shards(own, own_labels, held_keys=("b",), held_labels=("lb",), keep=True, token="t"):
+    return [{"own rows": own, "own keys": ["a"], "labels": own_labels, "token": token},
+            {"address": "tcp://w2", "keys": list(held_keys), "labels": HeldLabels(list(held_labels)),
+             "keep": keep, "token": token}]
+
+
+def test_a_join_is_found_for_the_same_blocks_labels_and_classes(store):
+    block, labels, one = np.zeros(3), np.zeros(3), ("X", "y")
+    joined.keep(_shards([block], [labels]), True, 0.5, one, None, None)
+    assert joined.kept(_shards([block], [labels], token="u"), True, 0.5, False) == (one, None)
+    misses = [
+        (_shards([block], [labels]), False, 0.5, False),            # rows exported otherwise
+        (_shards([block], [labels]), True, 0.25, False),            # another scale
+        (_shards([np.zeros(3)], [labels]), True, 0.5, False),       # another own block
+        (_shards([block], [np.zeros(3)]), True, 0.5, False),        # other own labels
+        (_shards([block], [labels], held_keys=("c",)), True, 0.5, False),
+        (_shards([block], [labels], held_labels=("lc",)), True, 0.5, False),
+        (_shards([block], [labels], keep=False), True, 0.5, False),  # keys not kept there
+        (_shards([block], [labels]), True, 0.5, True),              # classes to be found
+        (_shards([block], [labels])[:1], True, 0.5, False),         # fewer shards
+    ]
+    for args in misses:
+        assert joined.kept(*args) is None, args
+    kept_levels.ReleaseLevels().transition("a", "memory", "released")  # the leader's rows go
+    assert joined.kept(_shards([block], [labels]), True, 0.5, False) is None
+
+
+def test_a_join_needs_the_same_sent_codes_and_the_same_classes(store):
+    block, codes = np.zeros(3), np.array([0, 2, 1], np.uint8)
+    shards = [{"own rows": [block], "own keys": ["a"], "labels": codes, "token": "t"}]
+    classes = np.array([3, 5, 7])
+    joined.keep(shards, True, None, ("X", "y"), [np.array([3, 5]), np.array([7])], classes)
+    same = [{**shards[0], "labels": codes.copy()}]
+    found = joined.kept(same, True, None, True)
+    assert found is not None and found[1] is classes
+    assert joined.kept(same, True, None, False) is None  # codes sent as class indices
+    assert joined.kept(same, True, None, True, declared=[3, 5, 7]) is not None
+    assert joined.kept(same, True, None, True, declared=[3, 5, 7, 9]) is None  # other codes
+    assert joined.kept(same, True, None, True, declared=[3, 5]) is None        # 7 not declared
+    other = [{**shards[0], "labels": np.array([0, 2, 2], np.uint8)}]
+    assert joined.kept(other, True, None, True) is None
+    wider = [{**shards[0], "labels": codes.astype(np.int32)}]
+    assert joined.kept(wider, True, None, True) is None

@@ -54,6 +54,7 @@ def _run(n_workers: int, split) -> dict:
         again = LogisticRegression(C=0.1, input_scale=1 / 255, max_iter=500, tol=1e-4,
                                    optimizer="device", precision="int8").fit(X, y)
         out["int8 again"] = again.loss_
+        out["join kept"] = again.fit_profile_.get("join kept", False)
         out["kept while the rows live"] = sum(client.run(kept_levels.kept).values())
         del X, y, lr, again
         deadline = time.monotonic() + 30
@@ -95,11 +96,15 @@ def test_workers_sharing_one_gpu_match_one_worker(n_workers, split, one_worker):
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("n_workers", [1, 2])
-def test_int8_levels_are_kept_while_the_rows_live(n_workers, split, one_worker):
+def test_int8_levels_and_joins_are_kept_while_the_rows_live(n_workers, split, one_worker):
     got = one_worker if n_workers == 1 else _run(n_workers, split)
     first = got["single-host", "device", "int8"]
     assert abs(got["int8 again"] - first) <= 1e-6 * first
-    assert got["kept while the rows live"] == n_workers
+    # each worker's levels; the leader of several also keeps the device routes' two joins
+    # (int8 levels, fp32 rows), and the second fit reads its join, asking no holder
+    joins = 2 if n_workers > 1 else 0
+    assert got["kept while the rows live"] == n_workers + joins
+    assert got["join kept"] == (n_workers > 1)
     assert got["kept after"] == 0
 
 

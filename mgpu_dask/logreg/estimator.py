@@ -142,7 +142,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     fit_profile_ : dict
         Seconds per step of a single-host fit (export, mapping, L-BFGS, ...);
         on the device also iterations, evaluations, line searches, host
-        syncs and the device time of the fit's first evaluation.
+        syncs and the device time of the fit's first evaluation;
+        ``"shards joined"``: how many shards sharing the leader's GPU were
+        fitted as one, ``"join kept"``: whether that join came from an earlier
+        fit on the same blocks (no holder asked).
     n_recoveries_ : int
         Times a lost worker's shards were rebuilt elsewhere during the fit.
     loss_ : float

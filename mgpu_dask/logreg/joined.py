@@ -8,11 +8,23 @@ into one block on the leader's GPU (a device-to-device copy), they are fitted
 as one worker's rows are, and the mappings can be closed and the holders'
 exports released before the L-BFGS begins.  Shards on other GPUs are left as
 they are: there each GPU evaluating its own rows is the point.
+
+A leader keeps what it joined (:func:`keep`) under the keys of every shard's
+blocks, while its own blocks live (:mod:`.kept_levels` drops it with them): a
+later fit on the same persisted rows (a grid search, warm repetitions) finds
+it (:func:`kept`) and asks no holder for anything.  Dask keys name their
+values, so a shard held elsewhere under the same key holds the same rows.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
+
+from ..exceptions import DataError
+from ..parallel import labels as labels_mod
+from . import kept_levels
 
 JOIN_BYTES = 1 << 30
 """The most bytes of rows and labels joined: above this, one copy more of the rows costs
@@ -63,3 +75,76 @@ def on_leader(arrays: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:
         labels = cupy.concatenate([labels for _, labels in arrays])
         cupy.cuda.get_current_stream().synchronize()
     return X, labels
+
+
+def _entry(shards: list[dict[str, Any]], levels: bool, scale: float | None) -> tuple | None:
+    """What a join of ``shards`` is kept under: the keys of every shard's blocks, in order,
+    and how their rows were exported; None where some shard's keys are not given (the
+    workers do not drop kept things with their blocks)."""
+    keys: list[Any] = []
+    for s in shards:
+        named = s.get("own keys") if "own rows" in s else (s["keys"] if s.get("keep") else None)
+        if not named:
+            return None
+        keys.extend(named)
+    return (tuple(keys), "joined", levels, scale)
+
+
+def _own_blocks(shards: list[dict[str, Any]]) -> list[Any]:
+    return [block for s in shards if "own rows" in s for block in s["own rows"]]
+
+
+def _same_labels(a: Any, b: Any) -> bool:
+    """Whether two shards' labels are the same: class indices the client sent (equal
+    arrays), the leader's own label blocks (the same objects) or a holder's (the same
+    keys)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.dtype == b.dtype and np.array_equal(a, b))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def keep(shards: list[dict[str, Any]], levels: bool, scale: float | None,
+         one: tuple[Any, Any], parts: list[Any] | None, classes: np.ndarray | None) -> None:
+    """Keep the join ``one`` of ``shards`` for the next fit on them.
+
+    ``parts`` are the label values each shard named (where the classes were
+    found from them), ``classes`` those the labels were encoded by.  Nothing
+    is kept where a shard's keys are not given.
+    """
+    entry = _entry(shards, levels, scale)
+    if entry is not None:
+        kept_levels.keep(_own_blocks(shards), entry,
+                         (one, [s["labels"] for s in shards], parts, classes))
+
+
+def kept(shards: list[dict[str, Any]], levels: bool, scale: float | None, discover: bool,
+         declared: Any = None) -> tuple[tuple[Any, Any], np.ndarray | None] | None:
+    """The join kept for ``shards`` (same blocks, same labels, same classes) and the
+    classes its labels were encoded by, or None.
+
+    ``discover``: the leader finds the classes from the labels (else they are
+    class indices already); ``declared``: the classes the fit declares, if any.
+    """
+    entry = _entry(shards, levels, scale)
+    if entry is None:
+        return None
+    value = kept_levels.kept_for(_own_blocks(shards), entry)
+    if value is kept_levels.MISSING:
+        return None
+    one, labels, parts, classes = value
+    if len(labels) != len(shards) or not all(
+            _same_labels(a, s["labels"]) for a, s in zip(labels, shards)):
+        return None
+    if discover != (parts is not None):
+        return None
+    if discover:
+        try:
+            now = labels_mod.at_least_two(labels_mod.classes_from(parts, declared))
+        except DataError:
+            return None
+        if classes is None or now.shape != classes.shape or not np.array_equal(now, classes):
+            return None
+    return one, classes

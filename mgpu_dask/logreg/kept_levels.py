@@ -9,7 +9,8 @@ block objects are still held; :class:`ReleaseLevels`, a worker plugin, drops
 them the moment one of those keys leaves the worker's memory, so no GPU memory
 outlives the rows it was made from.  Levels are made in allocations of their
 own (``peer_views.dedicated``), which serve the leader in place and a peer
-through CUDA IPC alike.  Runs on the workers.
+through CUDA IPC alike.  A leader keeps the shards it joined (:mod:`.joined`) here
+too, under every block's key.  Runs on the workers.
 """
 
 from __future__ import annotations
@@ -21,9 +22,36 @@ from typing import Any, Callable, Hashable, Sequence
 from distributed.diagnostics.plugin import WorkerPlugin
 
 KEPT = 4
-"""Sets of levels kept per worker at most (least recently used dropped first)."""
+"""Sets of levels (and joined shards, :mod:`.joined`) kept per worker at most, least
+recently used dropped first."""
 _KEPT: "collections.OrderedDict[tuple, tuple[list[Any], Any]]" = collections.OrderedDict()
 _LOCK = threading.Lock()
+
+
+MISSING = object()
+"""What :func:`kept_for` returns where nothing is kept."""
+
+
+def kept_for(blocks: Sequence[Any], entry: tuple) -> Any:
+    """What is kept under ``entry`` (its first item: the Dask keys it was made from) for
+    these very block objects, else ``MISSING``."""
+    with _LOCK:
+        kept = _KEPT.get(entry)
+        if kept is not None and len(kept[0]) == len(blocks) and all(
+                a is b for a, b in zip(kept[0], blocks)):
+            _KEPT.move_to_end(entry)
+            return kept[1]
+    return MISSING
+
+
+def keep(blocks: Sequence[Any], entry: tuple, value: Any) -> None:
+    """Keep ``value`` under ``entry`` (its first item: a tuple of the Dask keys it was made
+    from; it goes when one of them leaves this worker's memory) for these block objects."""
+    with _LOCK:
+        _KEPT[entry] = (list(blocks), value)
+        _KEPT.move_to_end(entry)
+        while len(_KEPT) > KEPT:
+            _KEPT.popitem(last=False)
 
 
 def levels_of(blocks: Sequence[Any], keys: Sequence[Hashable] | None, scale: float | None,
@@ -44,23 +72,15 @@ def levels_of(blocks: Sequence[Any], keys: Sequence[Hashable] | None, scale: flo
     if keys is None:
         return make()
     entry = (tuple(keys), scale)
-    with _LOCK:
-        kept = _KEPT.get(entry)
-        if kept is not None and len(kept[0]) == len(blocks) and all(
-                a is b for a, b in zip(kept[0], blocks)):
-            _KEPT.move_to_end(entry)
-            return kept[1]
-    made = make()
-    with _LOCK:
-        _KEPT[entry] = (list(blocks), made)
-        _KEPT.move_to_end(entry)
-        while len(_KEPT) > KEPT:
-            _KEPT.popitem(last=False)
+    made = kept_for(blocks, entry)
+    if made is MISSING:
+        made = make()
+        keep(blocks, entry, made)
     return made
 
 
 def forget(key: Hashable) -> None:
-    """Drop every set of levels made from the block under ``key``."""
+    """Drop everything kept that was made from the block under ``key``."""
     with _LOCK:
         for entry in [e for e in _KEPT if key in e[0]]:
             del _KEPT[entry]

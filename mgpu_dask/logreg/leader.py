@@ -65,13 +65,41 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, A
     themselves (the leader's own, a list) or by their keys (a holder's,
     :class:`HeldLabels`); with ``problem.n_classes`` None the leader finds
     the classes from what every shard holds and returns them as
-    ``"classes"``.
+    ``"classes"``.  Shards this worker joined for an earlier fit on the same
+    blocks are fitted from that join (:func:`.joined.kept`), no holder asked.
     """
     began = time.time()
     levels = levels_wanted(problem)
+    discover = problem.n_classes is None
+    hit = joined.kept(shards, levels, problem.scale, discover, problem.classes)
+    result = _fit_kept_join(*hit, problem, len(shards)) if hit is not None else None
+    if result is None:
+        result = _export_and_fit(shards, problem, levels, discover)
+    if "profile" in result:  # wall-clock ends, for the client's share of the time
+        result["profile"]["leader began at"], result["profile"]["leader ended at"] = (
+            began, time.time())
+    return result
+
+
+def _fit_kept_join(one: tuple[Any, Any], classes: np.ndarray | None, problem: Problem,
+                   n_shards: int) -> dict[str, Any] | None:
+    """Fit the shards' join kept from an earlier fit; None where this fit does not run on
+    the device (the shards are then exported and mapped as they are)."""
+    if classes is not None:
+        problem = problem._replace(n_classes=len(classes))
+    if not on_device([one], problem):
+        return None
+    result = fit_on_device([one], problem)
+    result["profile"] = {**result["profile"], "shards joined": n_shards, "join kept": True}
+    found = {"classes": classes} if classes is not None else {}
+    return {**result, **found, "exporters": [], "released": []}
+
+
+def _export_and_fit(shards: list[dict[str, Any]], problem: Problem, levels: bool,
+                    discover: bool) -> dict[str, Any]:
+    """Have the holders export their shards, map them all and fit (:func:`fit_on_leader`)."""
     scale = problem.scale
     token = shards[0]["token"] if shards else ""
-    discover = problem.n_classes is None
     asked = {i: (s["address"], peer_views.call(s["address"], export_held, token, s["keys"],
                                                s["labels"], levels, scale, discover,
                                                s.get("keep", False)))
@@ -93,7 +121,9 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, A
         described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
                      for i in range(len(shards))]
         exported = time.perf_counter()
-        result = _fit_mapped(described, problem, release_holders)
+        result = _fit_mapped(described, problem, release_holders,
+                             lambda one, parts, classes: joined.keep(
+                                 shards, levels, scale, one, parts, classes))
     finally:
         if shards:
             peer_views.release(token)
@@ -107,11 +137,9 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, A
             except Exception:
                 pass
     result["released"] = exporters
-    if "profile" in result:  # wall-clock ends, for the client's share of the time
+    if "profile" in result:
         result["profile"] = {"own export": ready - started,
                              "waiting for the holders": exported - ready, **result["profile"]}
-        result["profile"]["leader began at"], result["profile"]["leader ended at"] = (
-            began, time.time())
     return result
 
 
@@ -132,10 +160,13 @@ def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
 
 
 def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
-                release_holders: Callable[[], None]) -> dict[str, Any]:
+                release_holders: Callable[[], None],
+                keep_join: Callable[[tuple[Any, Any], list[Any] | None, Any], None],
+                ) -> dict[str, Any]:
     """Map the exports and fit; shards that share this GPU are joined into one first
     (:mod:`.joined`), their mappings closed and ``release_holders`` called before the
-    L-BFGS."""
+    L-BFGS, and the join handed to ``keep_join`` with the label values each shard
+    named (where the classes are found here) and the classes found."""
     exporters = [s["address"] for s in shards if s["address"] and s["pid"] != os.getpid()]
     if not all(s["finite"] for s in shards):  # refused in the result: no worker traceback
         return {"refused": "not finite", "exporters": exporters}
@@ -159,6 +190,8 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
                 arrays = [one]
                 mappings.close()
                 release_holders()
+                keep_join(one, [s["info"]["classes"] for s in shards] if found else None,
+                          found.get("classes"))
             mapped = time.perf_counter()
             result = fit_on_device(arrays, problem)
             result["profile"] = {"map": mapped - started, **result["profile"],
