@@ -108,6 +108,42 @@ def test_objective_matches_sklearn_on_digits(client, C, comm):
     assert abs(acc - sk.score(s.X_test / 16.0, s.y_test)) < 0.01
 
 
+def test_single_host_fit_is_asked_of_the_leader_straight_or_as_a_task(client, monkeypatch):
+    """The leader is asked straight (no task); where its blocks moved on it refuses, and
+    the same fit goes as a task whose inputs are its blocks."""
+    from mgpu_dask.logreg import leader, single_host
+
+    s = split(*digits_xy(), seed=3)
+    X = shard(s.X_train, client, dtype=np.float32, scale=1 / 16)
+    y = shard(s.y_train, client, like=X)  # labels held beside the rows
+    asked, submitted = [], []
+    straight, submit = single_host.direct.from_client, client.submit
+    monkeypatch.setattr(single_host.direct, "from_client",
+                        lambda *a, **k: asked.append(a[2]) or straight(*a, **k))
+    monkeypatch.setattr(client, "submit", lambda f, *a, **k: submitted.append(f) or submit(f, *a, **k))
+    one = LogisticRegression(C=0.5, max_iter=300, tol=1e-7, comm="single-host").fit(X, y)
+    assert asked == [single_host.FIT_HERE] and one.comm_ == "single-host"
+    assert single_host.FIT_ON_LEADER not in submitted
+
+    async def moved(shards, problem, dask_worker=None):  # as a leader whose blocks moved
+        return {"refused": "moved", "message": "block gone"}
+
+    monkeypatch.setattr(single_host.direct, "from_client",
+                        lambda client, address, function, *args, timeout=None:
+                        client.sync(moved, *args))
+    again = LogisticRegression(C=0.5, max_iter=300, tol=1e-7, comm="single-host").fit(X, y)
+    assert again.comm_ == "single-host" and again.loss_ == one.loss_
+    assert submitted.count(single_host.FIT_ON_LEADER) == 1
+    assert exports_held() == 0
+
+    class Worker:
+        data, address = {}, "tcp://here"
+
+    refused = client.sync(leader.fit_here, [{"own block keys": ["x"], "labels": None,
+                                             "token": "t"}], None, dask_worker=Worker())
+    assert refused == {"refused": "moved", "message": "block 'x' is no longer on worker tcp://here"}
+
+
 def test_objective_matches_sklearn_on_mnist_subset(client, mnist_dir):
     ds = load_dataset("mnist", data_dir=mnist_dir)
     s = split(ds.X, ds.y, fraction=0.04, seed=5)

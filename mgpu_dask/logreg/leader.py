@@ -5,8 +5,8 @@ Every holder exports its rows and labels once (CUDA IPC / shared memory,
 :mod:`mgpu_dask.parallel.peer_views`) and one worker, the leader, runs the
 whole loop (:func:`fit_on_leader`), evaluating each shard on its own GPU, all
 GPUs at once; with every shard on a GPU the loop's vectors stay on that
-worker's GPU (:mod:`.lbfgs.device`).  One Dask round trip per fit, whatever
-the iteration count.  The client's side is :mod:`.single_host`.  This module
+worker's GPU (:mod:`.lbfgs.device`).  One round trip per fit (the client asks
+the leader straight, :func:`fit_here`), whatever the iteration count.  The client's side is :mod:`.single_host`.  This module
 runs on the workers (and the fork server imports it ahead): it imports no
 scikit-learn.
 """
@@ -25,8 +25,8 @@ from ..exceptions import DataError
 from ..kernels.launch import array_module, as_numpy, on_gpu
 from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
+from ..parallel import direct, peer_views
 from ..parallel import labels as labels_mod
-from ..parallel import peer_views
 from . import joined, kept_levels
 from .problem import HeldLabels, Problem, products, sum_parts
 from .solvers import fit_on_device, lbfgs_on_host, on_device
@@ -42,11 +42,12 @@ def levels_wanted(problem: Problem) -> bool:
             and problem.precision in (Precision.AUTO, Precision.INT8))
 
 
-def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, Any]:
+def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
+                  worker: Any = None) -> dict[str, Any]:
     """Runs on one worker: map every shard of the host and run the whole L-BFGS here.
 
     The leader asks every other holder for its export straight away (one
-    message each way, no scheduler in between, ``peer_views.call``; they
+    message each way, no scheduler in between, :func:`.direct.from_worker`; they
     convert and export at the same time as the leader prepares its own rows,
     which it exports in place), maps them all and, with every shard on a
     GPU, keeps the optimiser's vectors on this worker's GPU
@@ -67,6 +68,8 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, A
     the classes from what every shard holds and returns them as
     ``"classes"``.  Shards this worker joined for an earlier fit on the same
     blocks are fitted from that join (:func:`.joined.kept`), no holder asked.
+    ``worker``: this process's Dask worker (by default the one whose task
+    runs this).
     """
     began = time.time()
     levels = levels_wanted(problem)
@@ -74,7 +77,7 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem) -> dict[str, A
     hit = joined.kept(shards, levels, problem.scale, discover, problem.classes)
     result = _fit_kept_join(*hit, problem, len(shards)) if hit is not None else None
     if result is None:
-        result = _export_and_fit(shards, problem, levels, discover)
+        result = _export_and_fit(shards, problem, levels, discover, worker)
     if "profile" in result:  # wall-clock ends, for the client's share of the time
         result["profile"]["leader began at"], result["profile"]["leader ended at"] = (
             began, time.time())
@@ -96,20 +99,22 @@ def _fit_kept_join(one: tuple[Any, Any], classes: np.ndarray | None, problem: Pr
 
 
 def _export_and_fit(shards: list[dict[str, Any]], problem: Problem, levels: bool,
-                    discover: bool) -> dict[str, Any]:
+                    discover: bool, worker: Any) -> dict[str, Any]:
     """Have the holders export their shards, map them all and fit (:func:`fit_on_leader`)."""
     scale = problem.scale
     token = shards[0]["token"] if shards else ""
-    asked = {i: (s["address"], peer_views.call(s["address"], export_held, token, s["keys"],
-                                               s["labels"], levels, scale, discover,
-                                               s.get("keep", False)))
+    asked = {i: (s["address"], direct.from_worker(s["address"], export_held, token,
+                                                  s["keys"], s["labels"], levels, scale,
+                                                  discover, s.get("keep", False),
+                                                  worker=worker))
              for i, s in enumerate(shards) if "keys" in s}
     exporters = sorted({address for address, _ in asked.values()})
     released: list[concurrent.futures.Future[Any]] = []
 
     def release_holders() -> None:  # once: early where the fit no longer maps their rows
         if not released:
-            released.extend(peer_views.call(address, peer_views.release, token)
+            released.extend(direct.from_worker(address, peer_views.release, token,
+                                               worker=worker)
                             for address in exporters)
 
     try:
@@ -267,7 +272,7 @@ def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = Fal
 async def export_held(token: str, keys: list[Any], labels: Any, levels: bool,
                        scale: float | None = None, discover: bool = False, keep: bool = False,
                        dask_worker: Any = None) -> dict[str, Any]:
-    """On a holder, asked by the leader (``peer_views.call``): export the blocks it holds
+    """On a holder, asked by the leader (:func:`.direct.from_worker`): export the blocks it holds
     under ``keys`` (``export_rows``; labels held here come as :class:`HeldLabels`), in a
     thread of its own, not on the event loop; ``keep``: its levels are kept under
     ``keys`` for the next fit)."""
@@ -282,3 +287,29 @@ async def export_held(token: str, keys: list[Any], labels: Any, levels: bool,
                                          f"{dask_worker.address}") from None
     return await asyncio.to_thread(export_rows, token, blocks, labels, False, levels, scale,
                                    discover, keys if keep else None)
+
+
+async def fit_here(shards: list[dict[str, Any]], problem: Problem,
+                   dask_worker: Any = None) -> dict[str, Any]:
+    """:func:`fit_on_leader`, asked straight by the client (:func:`.direct.from_client`):
+    the leader's own shard names its blocks and labels by their keys
+    (``"own block keys"``, :class:`HeldLabels`), read here; the fit runs in a
+    thread of its own, not on the event loop.  A block no longer here is
+    refused (``"refused": "moved"``): the client then submits the fit as a task."""
+    import asyncio
+
+    mine = []
+    for s in shards:
+        if "own block keys" in s:
+            try:
+                labels = s["labels"]
+                if isinstance(labels, HeldLabels):
+                    labels = [dask_worker.data[key] for key in labels.keys]
+                s = {**s, "own rows": [dask_worker.data[key] for key in s["own block keys"]],
+                     "labels": labels}
+            except KeyError as exc:
+                return {"refused": "moved", "message": f"block {exc} is no longer on worker "
+                                                        f"{dask_worker.address}"}
+            del s["own block keys"]
+        mine.append(s)
+    return await asyncio.to_thread(fit_on_leader, mine, problem, dask_worker)

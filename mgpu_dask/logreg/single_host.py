@@ -1,5 +1,6 @@
-"""The single-host fit, from the client: one task on the worker with the most rows, which
-maps every shard of its host and runs the whole L-BFGS (:mod:`.leader`).
+"""The single-host fit, from the client: the worker with the most rows, asked straight
+(:mod:`mgpu_dask.parallel.direct`), maps every shard of its host and runs the whole
+L-BFGS (:mod:`.leader`).
 
 Also the labels that live beside their rows (``shard(y, client, like=X)``):
 the leader reads them where they are, finds their classes and encodes them on
@@ -17,7 +18,7 @@ import numpy as np
 
 from ..exceptions import DataError
 from ..parallel import labels as labels_mod
-from ..parallel import peer_views, placement, plugins, results
+from ..parallel import direct, peer_views, placement, plugins, results
 from ..parallel.by_name import WorkerFunction
 from ..parallel.workers import alive_workers
 from .kept_levels import ReleaseLevels
@@ -25,6 +26,12 @@ from .problem import NOT_FINITE, HeldLabels, Problem
 
 FIT_ON_LEADER = WorkerFunction("mgpu_dask.logreg.leader.fit_on_leader")
 """The leader's task, named: the client never imports the leader's kernels and L-BFGS."""
+FIT_HERE = WorkerFunction("mgpu_dask.logreg.leader.fit_here")
+"""The leader's fit asked of it straight (:func:`~mgpu_dask.parallel.direct.from_client`)."""
+
+LOSS_SECONDS = 10.0
+"""How long a broken connection to the leader may take to show as a lost worker on the
+scheduler before it is raised as it is."""
 
 Holders = tuple[list[Any], list[str]]
 """The futures of an array's row blocks and the worker that holds each."""
@@ -76,17 +83,32 @@ def keeping_levels(client: Any) -> bool:
     return plugins.register_once(client, ReleaseLevels.name, ReleaseLevels) is None
 
 
+def _as_task_inputs(shard: dict[str, Any], futures: list[Any], labels: Any,
+                    idx: list[int]) -> dict[str, Any]:
+    """The leader's shard as a task's inputs (its blocks' futures, which Dask resolves
+    where the task runs) instead of by key; other shards as they are."""
+    if "own block keys" not in shard:
+        return shard
+    shard = {k: v for k, v in shard.items() if k != "own block keys"}
+    shard["own rows"] = [futures[i] for i in idx]
+    if isinstance(shard["labels"], HeldLabels):
+        shard["labels"] = [labels[i] for i in idx]
+    return shard
+
+
 def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeout: float,
                     problem: Problem, strict: bool) -> Outcome:
     """The whole L-BFGS in one worker that maps every shard of its host.
 
     ``rows`` are X's row futures and holders; ``labels`` the class indices of
     every row (NumPy, sent with the task) or the futures of label blocks
-    beside the rows (read there).  The leader asks each other holder to
+    beside the rows (read there).  The client asks the leader straight (no
+    task, no scheduler in between; a task where the leader's blocks moved
+    on).  The leader asks each other holder to
     export its rows and labels by CUDA IPC / shared memory, exports its own in
     place, evaluates every shard on its own GPU with no Dask message per step,
-    and has the holders release their exports before it returns: one Dask
-    round trip per fit.  Where that cannot be done here (shards on several
+    and has the holders release their exports before it returns: one round
+    trip per fit.  Where that cannot be done here (shards on several
     hosts, GPUs the leader does not see) or a worker was lost, the outcome
     has no result and says why, unless ``strict``: then it raises.
     """
@@ -102,29 +124,36 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
     if not held:
         labels = label_codes(labels, problem.n_classes)
     leader = max(sizes, key=sizes.get)
-    # The leader's own blocks are the task's inputs (they are there); the others
-    # are named by their keys and exported by their holders when the leader asks:
-    # nothing but the exports' small descriptions travels.
+    # The leader reads its own blocks where they are; the others are named by
+    # their keys and exported by their holders when the leader asks: nothing but
+    # the exports' small descriptions travels.
     shards: list[Any] = []
     for worker, idx in by_worker.items():
+        keys = [futures[i].key for i in idx]
         if held:
-            codes = ([labels[i] for i in idx] if worker == leader
-                     else HeldLabels([labels[i].key for i in idx]))
+            codes = HeldLabels([labels[i].key for i in idx])
         else:
             codes = np.concatenate([labels[starts[i]:starts[i + 1]] for i in idx])
         if worker == leader:
-            shards.append({"own rows": [futures[i] for i in idx], "labels": codes,
-                           "token": token,
-                           "own keys": [futures[i].key for i in idx] if keep else None})
+            shards.append({"own block keys": keys, "labels": codes, "token": token,
+                           "own keys": keys if keep else None})
         else:
-            shards.append({"address": worker, "keys": [futures[i].key for i in idx],
-                           "labels": codes, "token": token, "keep": keep})
-    fit = client.submit(FIT_ON_LEADER, shards, problem, workers=[leader],
-                        allow_other_workers=True, pure=False, key=f"logreg-fit-{token[:12]}")
+            shards.append({"address": worker, "keys": keys, "labels": codes, "token": token,
+                           "keep": keep})
     started, submitted = time.perf_counter(), time.time()
     exporters: set[str] | None = None
     try:
-        result = results.gather(client, [fit], timeout, where=[leader])[0]
+        # Asked of the leader straight (no scheduler in between: one message each
+        # way, where a task costs four and a fetch); a leader whose blocks moved on
+        # refuses, and the fit goes as a task, its own blocks its inputs.
+        result = direct.from_client(client, leader, FIT_HERE, shards, problem, timeout=timeout)
+        if result.get("refused") == "moved":
+            as_task = [_as_task_inputs(s, futures, labels, by_worker[leader]) for s in shards]
+            fit = client.submit(FIT_ON_LEADER, as_task, problem, workers=[leader],
+                                allow_other_workers=True, pure=False,
+                                key=f"logreg-fit-{token[:12]}")
+            submitted = time.time()
+            result = results.gather(client, [fit], timeout, where=[leader])[0]
         arrived = time.time()
         exporters = set(result.pop("exporters")) - set(result.pop("released"))
         if "refused" in result:
@@ -142,8 +171,14 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
     except (DataError, TimeoutError):
         raise
     except Exception as exc:
-        alive = set(client.run_on_scheduler(alive_workers))
-        lost = not set(by_worker) <= alive
+        # A leader that died mid-call breaks the connection at once; the scheduler
+        # may take a moment longer to count it gone.
+        deadline = time.monotonic() + (LOSS_SECONDS if isinstance(exc, OSError) else 0.0)
+        while True:
+            lost = not set(by_worker) <= set(client.run_on_scheduler(alive_workers))
+            if lost or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
         if not lost and (strict or not isinstance(exc, peer_views.PeerUnavailable)):
             raise
         # Shards that cannot be mapped from one worker, or a worker lost

@@ -15,7 +15,6 @@ map (another host, a GPU this process does not see) with
 
 from __future__ import annotations
 
-import concurrent.futures
 import itertools
 import os
 import socket
@@ -161,34 +160,6 @@ def export(token: str, groups: list[list[Any]], in_place: bool = False, owned: b
     return {"token": token, "id": export_id, "host": _hostname(), "pid": os.getpid(),
             "address": address, "pci_bus_id": pci, "rows": int(arrays[0].shape[0]),
             "finite": finite, "arrays": entries, "info": info or {}}
-
-
-def call(address: str, function: Any, *args: Any) -> "concurrent.futures.Future[Any]":
-    """Run ``function(*args)`` on the Dask worker at ``address``, straight from the worker
-    this runs on (a task's): the ``run`` handler that ``Client.run`` reaches through the
-    scheduler, reached here with one message each way and no scheduler in between.
-
-    Returns at once with a future of the result (an exception raised there is raised by
-    ``result()``).  ``function`` may be a coroutine function; one that takes
-    ``dask_worker`` gets the worker it runs on.
-    """
-    import asyncio
-
-    from distributed import get_worker
-    from distributed.core import clean_exception
-    from distributed.protocol import pickle
-
-    worker = get_worker()
-
-    async def run() -> Any:
-        response = await worker.rpc(address).run(function=pickle.dumps(function),
-                                                 args=pickle.dumps(args), wait=True)
-        if response.get("status") != "OK":
-            _, exc, tb = clean_exception(**response)
-            raise exc.with_traceback(tb)
-        return response["result"]
-
-    return asyncio.run_coroutine_threadsafe(run(), worker.loop.asyncio_loop)
 
 
 def release(token: str) -> int:

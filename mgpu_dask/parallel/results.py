@@ -72,7 +72,7 @@ async def _gather_pinned(client: Any, futures: list[Any], where: list[str]) -> l
 
     await _wait(futures)
     data: dict[Key, Any] = {}
-    if all(f.status == "finished" for f in futures) and await _reachable(client, where):
+    if all(f.status == "finished" for f in futures) and await reachable(client, where):
         try:
             data, *_ = await gather_from_workers({f.key: [w] for f, w in zip(futures, where)},
                                                  rpc=client.rpc)
@@ -94,12 +94,13 @@ has them)."""
 def _unreachable(scheduler: str, worker: str) -> None:
     _UNREACHABLE.add((scheduler, worker))
 
+
 CONNECT_SECONDS = 1.0
 """How long a pinned worker may take to accept a connection before the scheduler is asked
 instead (Dask's own connect timeout, 30 s, would stall a gather on a worker that died)."""
 
 
-async def _reachable(client: Any, where: list[str]) -> bool:
+async def reachable(client: Any, where: list[str]) -> bool:
     """Whether every worker in ``where`` accepts a connection within CONNECT_SECONDS (a
     pooled one is taken at once and put back for the gather)."""
     for address in set(where):
