@@ -191,6 +191,25 @@ def test_a_lost_worker_is_forgotten_where_blocks_are_remembered(process_client, 
     assert (process_client.scheduler.address, victim) in results._UNREACHABLE
 
 
+def test_a_task_submitted_to_a_lost_worker_runs_elsewhere(process_client):
+    """``submit_pinned`` to a worker that died after it was located still runs (a plain
+    ``submit(..., workers=[w])`` would wait for w forever)."""
+    import os
+    import signal
+    import time
+
+    from mgpu_dask.parallel import placement
+
+    victim = sorted(process_client.run(os.getpid))[0]
+    os.kill(process_client.run(os.getpid)[victim], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while victim in process_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.workers)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    future = placement.submit_pinned(process_client, sum, [1, 2], worker=victim)
+    assert future.result(timeout=30) == 3
+
+
 def test_placement_problems_name_every_extra_holder():
     from mgpu_dask.data import ShardInfo
     from mgpu_dask.data.sharding import placement_problems

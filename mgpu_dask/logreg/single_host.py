@@ -71,7 +71,7 @@ def labels_beside(X: Any, y: Any, rows: Holders | None, client: Any) -> Holders 
 def held_classes(client: Any, held: Holders, declared: Any) -> np.ndarray:
     """The classes of label blocks that live on the workers (one round trip: each holder
     names the values its block holds)."""
-    parts = client.gather([client.submit(labels_mod.present, f, workers=[w], pure=False)
+    parts = client.gather([placement.submit_pinned(client, labels_mod.present, f, worker=w)
                            for f, w in zip(*held)])
     return labels_mod.classes_from(parts, declared)
 

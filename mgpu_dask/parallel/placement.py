@@ -228,6 +228,18 @@ def persist(client: Any, array: da.Array) -> da.Array:
     return client.persist(array, optimize_graph=False)
 
 
+def submit_pinned(client: Any, function: Any, *args: Any, worker: str, **kwargs: Any) -> Any:
+    """``client.submit(function, *args)`` on ``worker``, pinned as our graphs' tasks are: a
+    strict restriction that :class:`~.recovery.PinRecovery` drops should the worker be
+    gone (a loose one where it cannot be installed), never waiting for it forever."""
+    import dask
+
+    loose = not ensure_recovery(client)
+    with dask.annotate(**{PIN: True}):
+        return client.submit(function, *args, workers=[worker], allow_other_workers=loose,
+                             pure=False, **kwargs)
+
+
 def carrying_data() -> Any:
     """A context for submitting graphs that carry their rows on purpose: the rows are
     the lineage a lost worker's block is rebuilt from, so Dask's large-graph advice
