@@ -110,7 +110,8 @@ def test_objective_matches_sklearn_on_digits(client, C, comm):
 
 def test_single_host_fit_is_asked_of_the_leader_straight_or_as_a_task(client, monkeypatch):
     """The leader is asked straight (no task); where its blocks moved on it refuses, and
-    the same fit goes as a task whose inputs are its blocks."""
+    where this client cannot reach it it is not asked: the same fit then goes as a task
+    whose inputs are its blocks."""
     from mgpu_dask.logreg import leader, single_host
 
     s = split(*digits_xy(), seed=3)
@@ -134,6 +135,14 @@ def test_single_host_fit_is_asked_of_the_leader_straight_or_as_a_task(client, mo
     again = LogisticRegression(C=0.5, max_iter=300, tol=1e-7, comm="single-host").fit(X, y)
     assert again.comm_ == "single-host" and again.loss_ == one.loss_
     assert submitted.count(single_host.FIT_ON_LEADER) == 1
+
+    def unreachable(*args, **kwargs):  # a leader this client cannot connect to
+        raise single_host.direct.WorkerUnreachable("no route")
+
+    monkeypatch.setattr(single_host.direct, "from_client", unreachable)
+    third = LogisticRegression(C=0.5, max_iter=300, tol=1e-7, comm="single-host").fit(X, y)
+    assert third.comm_ == "single-host" and third.loss_ == one.loss_
+    assert submitted.count(single_host.FIT_ON_LEADER) == 2
     assert exports_held() == 0
 
     class Worker:

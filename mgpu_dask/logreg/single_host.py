@@ -104,7 +104,7 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
     every row (NumPy, sent with the task) or the futures of label blocks
     beside the rows (read there).  The client asks the leader straight (no
     task, no scheduler in between; a task where the leader's blocks moved
-    on).  The leader asks each other holder to
+    on or the client cannot reach it).  The leader asks each other holder to
     export its rows and labels by CUDA IPC / shared memory, exports its own in
     place, evaluates every shard on its own GPU with no Dask message per step,
     and has the holders release their exports before it returns: one round
@@ -144,9 +144,15 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
     exporters: set[str] | None = None
     try:
         # Asked of the leader straight (no scheduler in between: one message each
-        # way, where a task costs four and a fetch); a leader whose blocks moved on
-        # refuses, and the fit goes as a task, its own blocks its inputs.
-        result = direct.from_client(client, leader, FIT_HERE, shards, problem, timeout=timeout)
+        # way, where a task costs four and a fetch).  A leader whose blocks moved on
+        # refuses, and one this client cannot reach (lost, or across a network only
+        # the scheduler crosses) is not asked: the fit goes as a task, its own
+        # blocks its inputs, which Dask runs where they are.
+        try:
+            result = direct.from_client(client, leader, FIT_HERE, shards, problem,
+                                        timeout=timeout)
+        except direct.WorkerUnreachable:
+            result = {"refused": "moved"}
         if result.get("refused") == "moved":
             as_task = [_as_task_inputs(s, futures, labels, by_worker[leader]) for s in shards]
             fit = client.submit(FIT_ON_LEADER, as_task, problem, workers=[leader],

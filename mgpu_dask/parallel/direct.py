@@ -22,6 +22,11 @@ from typing import Any
 from . import results
 
 
+class WorkerUnreachable(OSError):
+    """The worker did not accept the caller's connection (lost, or behind a network the
+    caller cannot cross): what was asked did not start there."""
+
+
 async def _run(rpc: Any, function: Any, args: tuple) -> Any:
     from distributed.core import clean_exception
     from distributed.protocol import pickle
@@ -56,12 +61,12 @@ def from_client(client: Any, address: str, function: Any, *args: Any,
     return its result.
 
     A worker that does not accept a connection within
-    ``results.CONNECT_SECONDS`` raises ``OSError`` (Dask's own bound is 30 s);
-    past ``timeout`` seconds in all, ``TimeoutError``.
+    ``results.CONNECT_SECONDS`` raises :class:`WorkerUnreachable` (Dask's own
+    bound is 30 s); past ``timeout`` seconds in all, ``TimeoutError``.
     """
     async def ask() -> Any:
         if not await results.reachable(client, [address]):
-            raise OSError(f"worker {address} does not accept connections")
+            raise WorkerUnreachable(f"worker {address} does not accept connections")
         return await _run(client.rpc(address), function, args)
 
     return client.sync(ask, callback_timeout=timeout)
