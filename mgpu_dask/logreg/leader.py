@@ -6,9 +6,9 @@ Every holder exports its rows and labels once (CUDA IPC / shared memory,
 whole loop (:func:`fit_on_leader`), evaluating each shard on its own GPU, all
 GPUs at once; with every shard on a GPU the loop's vectors stay on that
 worker's GPU (:mod:`.lbfgs.device`).  One round trip per fit (the client asks
-the leader straight, :func:`fit_here`), whatever the iteration count.  The client's side is :mod:`.single_host`.  This module
-runs on the workers (and the fork server imports it ahead): it imports no
-scikit-learn.
+the leader straight, :func:`fit_here`), whatever the iteration count.  The
+client's side is :mod:`.single_host`.  This module runs on the workers (and the
+fork server imports it ahead): it imports no scikit-learn.
 """
 
 from __future__ import annotations
@@ -272,12 +272,20 @@ def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = Fal
 async def export_held(token: str, keys: list[Any], labels: Any, levels: bool,
                        scale: float | None = None, discover: bool = False, keep: bool = False,
                        dask_worker: Any = None) -> dict[str, Any]:
-    """On a holder, asked by the leader (:func:`.direct.from_worker`): export the blocks it holds
-    under ``keys`` (``export_rows``; labels held here come as :class:`HeldLabels`), in a
-    thread of its own, not on the event loop; ``keep``: its levels are kept under
+    """On a holder, asked by the leader (:func:`.direct.from_worker`): export the blocks it
+    holds under ``keys`` (``export_rows``; labels held here come as :class:`HeldLabels`),
+    in a thread of its own, not on the event loop; ``keep``: its levels are kept under
     ``keys`` for the next fit)."""
     import asyncio
 
+    blocks, labels = _held(dask_worker, keys, labels)
+    return await asyncio.to_thread(export_rows, token, blocks, labels, False, levels, scale,
+                                   discover, keys if keep else None)
+
+
+def _held(dask_worker: Any, keys: list[Any], labels: Any) -> tuple[list[Any], Any]:
+    """The blocks this worker holds under ``keys``, and ``labels`` read here where they are
+    :class:`HeldLabels`; ``PeerUnavailable`` where one is no longer here."""
     try:
         blocks = [dask_worker.data[key] for key in keys]
         if isinstance(labels, HeldLabels):
@@ -285,8 +293,7 @@ async def export_held(token: str, keys: list[Any], labels: Any, levels: bool,
     except KeyError as exc:
         raise peer_views.PeerUnavailable(f"block {exc} is no longer on worker "
                                          f"{dask_worker.address}") from None
-    return await asyncio.to_thread(export_rows, token, blocks, labels, False, levels, scale,
-                                   discover, keys if keep else None)
+    return blocks, labels
 
 
 async def fit_here(shards: list[dict[str, Any]], problem: Problem,
@@ -302,14 +309,10 @@ async def fit_here(shards: list[dict[str, Any]], problem: Problem,
     for s in shards:
         if "own block keys" in s:
             try:
-                labels = s["labels"]
-                if isinstance(labels, HeldLabels):
-                    labels = [dask_worker.data[key] for key in labels.keys]
-                s = {**s, "own rows": [dask_worker.data[key] for key in s["own block keys"]],
-                     "labels": labels}
-            except KeyError as exc:
-                return {"refused": "moved", "message": f"block {exc} is no longer on worker "
-                                                        f"{dask_worker.address}"}
-            del s["own block keys"]
+                blocks, labels = _held(dask_worker, s["own block keys"], s["labels"])
+            except peer_views.PeerUnavailable as exc:
+                return {"refused": "moved", "message": str(exc)}
+            s = {k: v for k, v in s.items() if k != "own block keys"}
+            s["own rows"], s["labels"] = blocks, labels
         mine.append(s)
     return await asyncio.to_thread(fit_on_leader, mine, problem, dask_worker)
