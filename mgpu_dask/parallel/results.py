@@ -60,8 +60,7 @@ def gather(client: Any, futures: Sequence[Any], timeout: float | None = None,
     scheduler = client.scheduler.address
     if where is None:
         where = [_PINNED_AT.get((scheduler, f.key)) for f in futures]
-    if (not futures or any(w is None for w in where)
-            or any((scheduler, w) in _UNREACHABLE for w in where)):
+    if not futures or any(w is None for w in where) or not _may_reach(scheduler, where):
         return client.sync(client._gather, futures, callback_timeout=timeout)
     return client.sync(_gather_pinned, client, futures, list(where), callback_timeout=timeout)
 
@@ -100,9 +99,16 @@ CONNECT_SECONDS = 1.0
 instead (Dask's own connect timeout, 30 s, would stall a gather on a worker that died)."""
 
 
+def _may_reach(scheduler: str, where: Sequence[str]) -> bool:
+    return not any((scheduler, w) in _UNREACHABLE for w in where)
+
+
 async def reachable(client: Any, where: list[str]) -> bool:
     """Whether every worker in ``where`` accepts a connection within CONNECT_SECONDS (a
-    pooled one is taken at once and put back for the gather)."""
+    pooled one is taken at once and put back for the gather); False at once for one that
+    left the cluster or refused before."""
+    if not _may_reach(client.scheduler.address, where):
+        return False
     for address in set(where):
         try:
             comm = await client.rpc.connect(address, timeout=CONNECT_SECONDS)
