@@ -7,8 +7,8 @@ for the interval to pass.  The intervals are fixed in ``distributed``:
 scheduler and scheduler -> client.  A warm predict is one task per GPU and
 one gather, and its messages come in bursts (the previous result released,
 then the new graph; a worker's old keys freed, then its new task), so each
-hop tends to pay its full interval: most of a warm MNIST predict was once spent
-waiting on these timers, not computing (docs/performance-history.md).
+hop tends to pay its full interval, which is long beside a warm predict's
+computation (what it cost: docs/performance-history.md).
 
 :func:`tighten` sets every interval of a client's cluster (the client's own
 connection, the scheduler's connections to every worker and client, each

@@ -17,8 +17,8 @@ the host looks (``advance``).  Otherwise the host runs the scalar line search
 trial step, then commits the last one.  A direction along which no step is
 found drops the curvature pairs and goes downhill instead.
 
-Why not SciPy's L-BFGS-B: its bound-constrained machinery costs milliseconds
-per iteration at 7,850 unknowns (docs/performance-history.md), and our problem
+Why not SciPy's L-BFGS-B: its bound-constrained machinery is host work on
+every iteration (what it cost: docs/performance-history.md), and our problem
 has no bounds.
 """
 
