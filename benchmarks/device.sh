@@ -23,6 +23,9 @@
 #            .ab's package and the working tree alternating, every cache empty each time
 #   workers  knn and logreg with NWORKERS (1 2 4) workers sharing GPU 0
 #            (tests/shared_gpu.py: a LocalCluster, CUDA_VISIBLE_DEVICES=0 per nanny)
+#   workers-ab  the same, .ab's package and the working tree alternating (ROUNDS, ORDER)
+#   gpus     knn and logreg with --workers in NGPUS (1 2), one per GPU, at FRACTIONS and
+#            on deformed MNIST (COPIES): a machine with several GPUs
 #   none     the stack only (a call that carries one more part)
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
@@ -169,6 +172,31 @@ workers)
       --quiet --json "$R/workers_${task}_n$n.json" > "$R/workers_${task}_n$n.log" 2>&1
     grep -E "^accuracy|^warm|^error|^note" "$R/workers_${task}_n$n.log" | cut -c1-300 | tee -a "$OUT/summary.log"
   done; done
+  ;;
+workers-ab)
+  top=$PWD; base=$PYTHONPATH
+  for i in $(seq ${ROUNDS:-2}); do for code in ${ORDER:-old new}; do
+    where=$top; [ "$code" = old ] && where=$top/.ab
+    for n in ${NWORKERS:-1 2 4}; do for task in ${TASKS:-knn logreg}; do
+      name=workers_${task}_${code}_n${n}_$i
+      log "$name: tests/shared_gpu.py $n -- python -m mgpu_dask.run $task --repeats 10 ($where)"
+      (cd "$where" && PYTHONPATH=$where:$base timeout 280 python3 "$top/tests/shared_gpu.py" $n \
+        -- python3 -m mgpu_dask.run $task --repeats 10 --quiet --json "$R/$name.json" \
+        > "$R/$name.log" 2>&1)
+      grep -E "^accuracy|^warm|^error|^note" "$R/$name.log" | cut -c1-300 | tee -a "$OUT/summary.log"
+    done; done
+  done; done
+  ;;
+gpus)
+  for n in ${NGPUS:-1 2}; do
+    for f in ${FRACTIONS:-1 4}; do
+      cli "gpus_knn_f${f}_n$n" knn --workers $n --fraction $f --repeats 10 --quiet
+      cli "gpus_logreg_f${f}_n$n" logreg --workers $n --fraction $f --repeats 5 --quiet
+    done
+    [ "${COPIES:-155}" = 0 ] && continue
+    cli "gpus_knn_deformed_n$n" knn --dataset mnist-deformed --copies ${COPIES:-155} --workers $n --repeats 3 --quiet
+    cli "gpus_logreg_deformed_n$n" logreg --dataset mnist-deformed --copies ${COPIES:-155} --workers $n --repeats 3 --quiet
+  done
   ;;
 none) ;;
 *) log "unknown phase $phase"; exit 2 ;;

@@ -1,6 +1,8 @@
 """Every multi-worker path with 2 and 4 Dask workers sharing one GPU (``shared_gpu``):
 KNN's replicate and shard plans predict what one worker predicts, and every
-logistic-regression fit route reaches one worker's objective."""
+logistic-regression fit route reaches one worker's objective.  Predictions asked for
+on the host come straight from their holders (``parallel.direct.run_held``) where
+they can, and equal the task path's."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ def _run(n_workers: int, split) -> dict:
     from mgpu_dask.data import shard, shard_locations
     from mgpu_dask.knn import KNeighborsClassifier
     from mgpu_dask.logreg import LogisticRegression, kept_levels
+    from mgpu_dask.parallel import placement
     from mgpu_dask.parallel.inputs import to_host
 
     s, out = split, {}
@@ -39,6 +42,9 @@ def _run(n_workers: int, split) -> dict:
             clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
             assert clf.plan_ == plan
             out[plan] = to_host(clf.predict(Q))
+            host = clf.predict(Q, on_host=True)  # the replicate plan's come straight
+            out[plan, "straight"] = placement.blocks_in_hand(host) is not None
+            out[plan, "host"] = to_host(host)
         X = shard(s.X_train, client)                      # uint8 pixels, scaled as read
         y = shard(s.y_train, client, like=X)              # labels beside their rows
         for comm, optimizer, precision in ROUTES:
@@ -55,6 +61,9 @@ def _run(n_workers: int, split) -> dict:
                                    optimizer="device", precision="int8").fit(X, y)
         out["int8 again"] = again.loss_
         out["join kept"] = again.fit_profile_.get("join kept", False)
+        host = again.predict(Q, on_host=True)
+        out["lr straight"] = placement.blocks_in_hand(host) is not None
+        out["lr host"], out["lr device"] = to_host(host), to_host(again.predict(Q))
         out["kept while the rows live"] = sum(client.run(kept_levels.kept).values())
         del X, y, lr, again
         deadline = time.monotonic() + 30
@@ -86,6 +95,11 @@ def test_workers_sharing_one_gpu_match_one_worker(n_workers, split, one_worker):
     got = _run(n_workers, split)
     for plan in ("replicate", "shard"):
         np.testing.assert_array_equal(got[plan], one_worker[plan])
+        np.testing.assert_array_equal(got[plan, "host"], one_worker[plan])
+    assert got["replicate", "straight"] and one_worker["replicate", "straight"]
+    assert not got["shard", "straight"]  # its candidates are merged across workers: tasks
+    assert got["lr straight"] and one_worker["lr straight"]
+    np.testing.assert_array_equal(got["lr host"], got["lr device"])
     for route in ROUTES:
         assert abs(got[route] - one_worker[route]) <= 1e-4 * one_worker[route], route
     # the device L-BFGS copies the shards that share its GPU into one

@@ -29,7 +29,7 @@ from ..data.sharding import meta_for
 from ..exceptions import DataError
 from ..kernels import knn as kernels
 from ..kernels.launch import all_entries_finite, array_module, finished
-from ..parallel import placement
+from ..parallel import direct, placement
 from ..parallel.placement import Pinned
 from .layout import TrainLayout, placed_rows
 
@@ -136,6 +136,9 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int,
     query block votes and the result is the predictions (``classes[code]``
     where ``classes`` is given; NumPy when ``host``).  With a client the
     result is persisted (the work is under way); without one it is lazy.
+    Host predictions under the replicate plan, every query block beside a
+    copy, are asked of their workers straight (:func:`.placement.run_straight`:
+    no task, and the predictions come back with the answer).
     """
     Q, queries, where = _query_blocks(client, Q, timeout)
     loose = client is not None and not placement.ensure_recovery(client)
@@ -145,6 +148,11 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int,
         dtype = vote[2].dtype if vote[2] is not None else np.int32
         meta = np.empty(0, dtype) if vote[3] else meta_for(layout.device, 1, dtype)
         chunks: tuple = (Q.chunks[0],)
+        if vote[3] and client is not None and layout.plan == "replicate":
+            done = _predict_straight(client, name, layout, queries, where, opts, vote,
+                                     chunks, meta, timeout)
+            if done is not None:
+                return done
     else:
         meta = meta_for(layout.device, 3, np.float64)
         chunks = (Q.chunks[0], (k,), (3,))
@@ -159,6 +167,21 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int,
     result = placement.pinned_array(name, tasks, chunks=chunks, meta=meta,
                                     inputs=inputs if client is not None else [Q], loose=loose)
     return result if client is None else placement.persist(client, result)
+
+
+def _predict_straight(client: Client, name: str, layout: TrainLayout, queries: list,
+                      where: list, opts: dict, vote: tuple, chunks: tuple, meta: Any,
+                      timeout: float) -> da.Array | None:
+    """Host predictions of every query block, asked of its holder straight; None where a
+    block has no copy beside it (it must travel: tasks) or the workers could not be asked."""
+    copies = {w: j for j, w in enumerate(layout.workers)}
+    if not all(hasattr(q, "key") and w in copies for q, w in zip(queries, where)):
+        return None
+    fn = functools.partial(_replicated_block, vote=vote, **opts)
+    calls = [(w, fn, (direct.Held(q.key), direct.Held(layout.ref("X", copies[w])),
+                      direct.Held(layout.ref("y", copies[w]))))
+             for q, w in zip(queries, where)]
+    return placement.run_straight(client, name, calls, chunks, meta, timeout)
 
 
 def _replicate_tasks(layout: TrainLayout, qref: list, where: list, out: list, name: str,

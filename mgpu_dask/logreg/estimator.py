@@ -329,7 +329,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                                     name=placement.fresh_name(name),
                                     chunks=(X.chunks[0], *columns),
                                     meta=meta_for("cpu" if host else device_of(X),
-                                                  1 + len(columns), dtype))
+                                                  1 + len(columns), dtype), straight=host)
 
     def predict(self, X: Any, *, on_host: bool = False) -> Any:
         """Most probable class per row, in the type of ``X``.

@@ -7,17 +7,18 @@ worker the scheduler when it is done, the scheduler the client, and the
 client then fetches the result (``docs/performance-history.md`` has the
 figures).  Used where one worker is asked for one small answer that it
 computes from data it holds: a holder's export for the leader of a fit, and
-the leader's fit for the client.  What runs this way is not a task: the
-scheduler does not see it, and a lost worker loses the call (the caller
-handles that).  ``function`` may be a coroutine function; one that takes
-``dask_worker`` gets the worker it runs on.
+the leader's fit for the client, and predictions from the blocks their
+workers hold (:func:`run_held`).  What runs this way is not a task: the
+scheduler does not see it (nor the dashboard), and a lost worker loses the
+call (the caller handles that).  ``function`` may be a coroutine function;
+one that takes ``dask_worker`` gets the worker it runs on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import results
 
@@ -70,3 +71,67 @@ def from_client(client: Any, address: str, function: Any, *args: Any,
         return await _run(client.rpc(address), function, args)
 
     return client.sync(ask, callback_timeout=timeout)
+
+
+class Held(NamedTuple):
+    """An argument of a call in :func:`run_held`: the block its worker holds under ``key``."""
+
+    key: Any
+
+
+def _call_all(calls: list[tuple[Any, list[Any]]]) -> list[Any]:
+    return [function(*args) for function, args in calls]
+
+
+async def held_calls(calls: list[tuple[Any, tuple]], dask_worker: Any = None) -> dict[str, Any]:
+    """On a worker, asked by :func:`run_held`: every ``(function, args)`` of ``calls``, its
+    :class:`Held` arguments read from this worker's blocks, one after another in the
+    worker's own task thread (where its tasks keep their GPU buffers), not on the event
+    loop.  ``{"results": [...]}``, or ``{"refused": "moved"}`` where a block is no longer
+    here (nothing ran)."""
+    try:
+        resolved = [(function, [dask_worker.data[a.key] if isinstance(a, Held) else a
+                                for a in args]) for function, args in calls]
+    except KeyError as exc:
+        return {"refused": "moved", "message": f"block {exc} is no longer on worker "
+                                               f"{dask_worker.address}"}
+    executor = getattr(dask_worker, "executors", {}).get("default")
+    answers = await asyncio.get_running_loop().run_in_executor(executor, _call_all, resolved)
+    return {"results": answers}
+
+
+def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
+             timeout: float | None = None) -> dict[str, list[Any]] | None:
+    """Run each worker's calls on the blocks it holds, every worker asked at once, straight.
+
+    ``calls`` maps a worker's address to its ``(function, args)`` pairs;
+    arguments that are :class:`Held` stand for the block that worker holds
+    under that key.  Each worker runs its calls one after another in its task
+    thread, and the answers come back with one message each way: no task, no
+    scheduler in between, no fetch after.  For small answers (predictions on
+    the host): an answer is pickled back to this client.
+
+    Returns each worker's results, in the order of its calls; None where a
+    worker does not accept a connection, no longer holds a block, or is lost
+    on the way (nothing is kept from the others: the caller then submits the
+    same work as tasks, which Dask reruns wherever the blocks now are).  An
+    exception raised by a call is raised here.  Past ``timeout`` seconds,
+    ``TimeoutError``.
+    """
+    workers = list(calls)
+
+    async def ask() -> dict[str, list[Any]] | None:
+        if not await results.reachable(client, workers):
+            return None
+        answers = await asyncio.gather(*(_run(client.rpc(w), held_calls, (calls[w],))
+                                         for w in workers))
+        if any("refused" in a for a in answers):
+            return None
+        return {w: a["results"] for w, a in zip(workers, answers)}
+
+    try:
+        return client.sync(ask, callback_timeout=timeout)
+    except TimeoutError:  # an OSError too, but no reason to start again
+        raise
+    except OSError:  # a worker lost on the way (Dask's CommClosedError is an OSError)
+        return None

@@ -40,7 +40,7 @@ import dask.array as da
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .. import config
-from . import results
+from . import direct, results
 from .recovery import PIN, ensure_recovery, on_loss
 from .workers import scheduler_workers
 
@@ -249,15 +249,65 @@ def carrying_data() -> Any:
     return dask.config.set({"distributed.admin.large-graph-warning-threshold": "64GiB"})
 
 
+def in_hand(name: str, blocks: Sequence[Any], chunks: tuple, meta: Any) -> da.Array:
+    """A dask array of row blocks already in this process (answers brought back straight,
+    :func:`.direct.run_held`): computing it runs nothing anywhere."""
+    tail = (0,) * (len(chunks) - 1)
+    layer = MaterializedLayer({(name, i, *tail): block for i, block in enumerate(blocks)})
+    return da.Array(HighLevelGraph({name: layer}, {name: set()}), name, chunks, meta=meta)
+
+
+def blocks_in_hand(array: da.Array) -> list[Any] | None:
+    """The row blocks of an array made by :func:`in_hand` (None for any other array)."""
+    layers = array.__dask_graph__().layers
+    layer = layers.get(array.name)
+    if len(layers) != 1 or not isinstance(layer, MaterializedLayer):
+        return None
+    keys = array.__dask_keys__()
+    while keys and isinstance(keys[0], list):
+        keys = [k[0] for k in keys]
+    if any(n != 1 for n in array.numblocks[1:]):
+        return None
+    blocks = [layer.mapping.get(key) for key in keys]
+    return blocks if all(hasattr(b, "__array__") for b in blocks) else None
+
+
+def run_straight(client: Any, name: str, calls: Sequence[tuple[str, Any, tuple]],
+                 chunks: tuple, meta: Any, timeout: float | None = None) -> da.Array | None:
+    """Each row block's ``(worker, function, args)`` asked of its worker straight
+    (:func:`.direct.run_held`; :class:`.direct.Held` arguments are blocks the worker
+    holds): the answers come back as an array in hand.  None where that could not be
+    done (a worker unreachable, a block moved on): the caller submits tasks instead."""
+    by_worker: dict[str, list[tuple[Any, tuple]]] = {}
+    order: list[tuple[str, int]] = []
+    for worker, function, args in calls:
+        by_worker.setdefault(worker, []).append((function, args))
+        order.append((worker, len(by_worker[worker]) - 1))
+    answers = direct.run_held(client, by_worker, timeout)
+    if answers is None:
+        return None
+    return in_hand(name, [answers[w][i] for w, i in order], chunks, meta)
+
+
 def map_blocks(client: Any, fn: Callable[..., Any], array: da.Array, *args: Any, name: str,
-               chunks: tuple, meta: Any) -> da.Array:
+               chunks: tuple, meta: Any, straight: bool = False) -> da.Array:
     """``fn(block, *args)`` for every row block of a persisted ``array``, on the block's holder.
 
     Lazy ``map_blocks`` where there is no client or ``array`` is not persisted.
     Returns the (persisted, where there is a client) result.  Holders found
     before are not asked for again (every warm predict maps the same blocks).
+    ``straight``: ``fn`` returns small host arrays, asked of every holder straight
+    (:func:`run_straight`, no task) and returned in hand; as tasks where that
+    cannot be done.
     """
     placed = locate(client, array, remembered=True) if client is not None else None
+    if placed is not None and straight:
+        futures, where = placed
+        calls = [(w, fn, (direct.Held(f.key), *args)) for f, w in zip(futures, where)]
+        done = run_straight(client, name, calls, chunks, meta,
+                            config.seconds("cluster.compute-timeout"))
+        if done is not None:
+            return done
     if placed is None:
         axes = {}
         if len(chunks) < array.ndim:

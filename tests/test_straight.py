@@ -1,0 +1,194 @@
+"""Host predictions asked of their holders straight (``parallel.direct.run_held``).
+
+A warm predict whose answer comes back to the client asks each worker holding a
+query block for its predictions in one message, with no task; the answers come
+back as an array already in hand.  These tests check that the straight path is
+taken where it can be, that it answers exactly what the task path answers, and
+that every way it can fail (a block moved, a worker gone, a call that raises)
+ends in the task path or in the call's own error, never in a wrong answer.
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from conftest import digits_xy
+from distributed import futures_of, wait
+
+from mgpu_dask.data import shard, split
+from mgpu_dask.knn import KNeighborsClassifier
+from mgpu_dask.logreg import LogisticRegression
+from mgpu_dask.parallel import direct, placement
+from mgpu_dask.parallel.inputs import to_host
+
+
+@pytest.fixture(scope="module")
+def parts():
+    return split(*digits_xy(), seed=3)
+
+
+@pytest.fixture
+def straight_calls(monkeypatch):
+    """Counts the straight asks and what each answered (None: fell back to tasks)."""
+    seen: list = []
+    real = placement.run_straight
+
+    def counted(*args, **kwargs):
+        answer = real(*args, **kwargs)
+        seen.append(answer)
+        return answer
+
+    monkeypatch.setattr(placement, "run_straight", counted)
+    return seen
+
+
+def _no_straight(monkeypatch):
+    monkeypatch.setattr(placement, "run_straight", lambda *a, **k: None)
+
+
+def _estimators(parts, client):
+    X = shard(parts.X_train, client, dtype=np.float32, scale=1 / 16)
+    return {"knn": KNeighborsClassifier(3, plan="replicate").fit(parts.X_train, parts.y_train),
+            "logreg": LogisticRegression(max_iter=20).fit(X, parts.y_train)}
+
+
+@pytest.mark.parametrize("task", ["knn", "logreg"])
+def test_host_predictions_come_straight_and_equal_the_task_path(task, client, parts,
+                                                                straight_calls, monkeypatch):
+    Q = shard(parts.X_test if task == "knn" else parts.X_test / 16, client, dtype=np.float32)
+    clf = _estimators(parts, client)[task]
+    straight = clf.predict(Q, on_host=True)
+    assert len(straight_calls) == 1 and straight_calls[0] is not None
+    assert placement.blocks_in_hand(straight) is not None  # nothing left to run
+    got = to_host(straight)
+    _no_straight(monkeypatch)
+    tasks = clf.predict(Q, on_host=True)
+    assert placement.blocks_in_hand(tasks) is None
+    np.testing.assert_array_equal(got, to_host(tasks))
+    np.testing.assert_array_equal(got, straight.compute())  # a plain compute agrees
+    assert (got == parts.y_test).mean() > 0.85
+
+
+@pytest.mark.parametrize("task", ["knn", "logreg"])
+def test_several_blocks_per_worker_come_back_in_row_order(task, client, parts, straight_calls,
+                                                          monkeypatch):
+    X = parts.X_test if task == "knn" else parts.X_test / 16
+    Q = client.persist(da.from_array(X.astype(np.float32), chunks=(37, -1)))
+    wait(futures_of(Q))
+    assert Q.numblocks[0] > 2 * len(client.scheduler_info()["workers"])
+    clf = _estimators(parts, client)[task]
+    got = to_host(clf.predict(Q, on_host=True))
+    assert straight_calls and straight_calls[-1] is not None
+    _no_straight(monkeypatch)
+    np.testing.assert_array_equal(got, to_host(clf.predict(Q, on_host=True)))
+
+
+def test_knn_straight_matches_scikit_learn(client, parts, straight_calls):
+    from sklearn.neighbors import KNeighborsClassifier as Reference
+
+    Q = shard(parts.X_test, client, dtype=np.float32)
+    ours = KNeighborsClassifier(3, plan="replicate").fit(parts.X_train, parts.y_train)
+    got = to_host(ours.predict(Q, on_host=True))
+    assert straight_calls and straight_calls[-1] is not None
+    ref = Reference(3, weights="distance", algorithm="brute").fit(parts.X_train, parts.y_train)
+    np.testing.assert_array_equal(got, ref.predict(parts.X_test))
+
+
+def test_device_predictions_stay_tasks(client, parts, straight_calls):
+    """Predictions kept on the workers (``on_host=False``) are never brought back straight."""
+    Q = shard(parts.X_test, client, dtype=np.float32)
+    clf = KNeighborsClassifier(3, plan="replicate").fit(parts.X_train, parts.y_train)
+    pred = clf.predict(Q)
+    assert straight_calls == [] and futures_of(pred)
+
+
+def test_a_block_no_longer_held_is_refused_and_nothing_runs(client):
+    Q = client.persist(da.from_array(np.arange(12.0).reshape(6, 2), chunks=(3, 2)))
+    wait(futures_of(Q))
+    futures, where = placement.locate(client, Q)
+    ran = []
+    calls = {where[0]: [(ran.append, (direct.Held(futures[0].key),)),
+                        (ran.append, (direct.Held("no-such-block"),))]}
+    assert direct.run_held(client, calls, timeout=30) is None
+    assert ran == []
+    calls = {where[0]: [(np.sum, (direct.Held(futures[0].key),))]}
+    assert direct.run_held(client, calls, timeout=30) == {where[0]: [np.arange(6.0).sum()]}
+
+
+def test_a_call_that_raises_raises_here(client):
+    Q = client.persist(da.from_array(np.arange(6.0), chunks=3))
+    wait(futures_of(Q))
+    futures, where = placement.locate(client, Q)
+
+    def broken(block):
+        raise ValueError("bad block")
+
+    with pytest.raises(ValueError, match="bad block"):
+        direct.run_held(client, {where[0]: [(broken, (direct.Held(futures[0].key),))]}, 30)
+
+
+def test_moved_blocks_fall_back_to_tasks(client, parts, straight_calls, monkeypatch):
+    """Holders remembered from an earlier predict that no longer hold their blocks: the
+    workers refuse, and the same predictions come from tasks."""
+    Q = shard(parts.X_test, client, dtype=np.float32)
+    clf = KNeighborsClassifier(3, plan="replicate").fit(parts.X_train, parts.y_train)
+    first = to_host(clf.predict(Q, on_host=True))
+    real = direct.held_calls
+
+    async def moved(calls, dask_worker=None):
+        return {"refused": "moved", "message": "test"}
+
+    monkeypatch.setattr(direct, "held_calls", moved)
+    again = clf.predict(Q, on_host=True)
+    assert straight_calls[-1] is None and placement.blocks_in_hand(again) is None
+    np.testing.assert_array_equal(to_host(again), first)
+    monkeypatch.setattr(direct, "held_calls", real)
+
+
+def test_an_unreachable_worker_falls_back(client, monkeypatch):
+    from mgpu_dask.parallel import results
+
+    async def unreachable(client, workers):
+        return False
+
+    monkeypatch.setattr(results, "reachable", unreachable)
+    assert direct.run_held(client, {"tcp://nowhere:1": [(len, ([],))]}, 5) is None
+
+
+def test_blocks_in_hand_only_for_arrays_made_in_hand(monkeypatch):
+    from mgpu_dask.parallel import inputs
+
+    blocks = [np.arange(3), np.arange(3, 5)]
+    held = placement.in_hand("answers-x", blocks, ((3, 2),), np.empty(0, int))
+    assert [b.tolist() for b in placement.blocks_in_hand(held)] == [[0, 1, 2], [3, 4]]
+    with monkeypatch.context() as m:  # answers in hand: no client is asked
+        m.setattr(inputs, "active_client", lambda: pytest.fail("a client was asked"))
+        np.testing.assert_array_equal(to_host(held), np.arange(5))
+    np.testing.assert_array_equal(held.compute(scheduler="sync"), np.arange(5))
+    assert placement.blocks_in_hand(held + 1) is None  # derived: computed the usual way
+    np.testing.assert_array_equal(to_host(held + 1), np.arange(1, 6))
+    assert placement.blocks_in_hand(da.arange(5, chunks=2)) is None
+    two = placement.in_hand("answers-y", [np.ones((2, 3)), np.zeros((1, 3))],
+                            ((2, 1), (3,)), np.empty((0, 0)))
+    np.testing.assert_array_equal(to_host(two), np.vstack([np.ones((2, 3)), np.zeros((1, 3))]))
+
+
+@pytest.mark.slow
+def test_a_lost_holder_falls_back_to_tasks(process_client, parts):
+    """A worker killed after the holders were remembered: the predict still answers right."""
+    import os
+    import signal
+    import time
+
+    Q = shard(parts.X_test, process_client, dtype=np.float32)
+    clf = KNeighborsClassifier(3, plan="replicate").fit(parts.X_train, parts.y_train)
+    first = to_host(clf.predict(Q, on_host=True))
+    _, where = placement.locate(process_client, Q, remembered=True)
+    os.kill(process_client.run(os.getpid)[where[0]], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while where[0] in process_client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.workers)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    np.testing.assert_array_equal(to_host(clf.predict(Q, on_host=True), timeout=120), first)
