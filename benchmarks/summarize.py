@@ -5,7 +5,8 @@ usage: python benchmarks/summarize.py RUNS_DIR OUT_DIR --commit SHA --made-by "P
 Each CLI JSON of RUNS_DIR is copied to OUT_DIR with the commit it ran and the
 device call that made it added; ``summary.json`` holds, per file, the figures
 the README cites (warm medians, accuracy, what ran; ``host_fit.py``'s medians),
-and the A/B ratios where ``ab_*`` files are present.  The tables print as Markdown.
+and the A/B ratios where ``ab_*`` files are present (``workers_*``: the means over
+rounds per worker count, and their ratios to one worker).  The tables print as Markdown.
 """
 
 from __future__ import annotations
@@ -51,6 +52,27 @@ def ab_ratios(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def worker_means(summary: dict[str, Any]) -> dict[str, float]:
+    """Means over rounds of ``workers_TASK_CODE_nN_I`` (``PHASE=workers-ab``), ms, and each
+    count's ratio to one worker of the same code."""
+    import re
+
+    runs: dict[tuple[str, str, int], list[float]] = {}
+    for name, s in summary.items():
+        m = re.fullmatch(r"workers_(knn|logreg)_(old|new)_n(\d+)_\d+", name)
+        if m and s.get("warm_seconds") is not None:
+            runs.setdefault((m[1], m[2], int(m[3])), []).append(1e3 * s["warm_seconds"])
+    out: dict[str, float] = {}
+    for (task, code, n), times in sorted(runs.items()):
+        out[f"{task}, {n} workers on one GPU, {code}"] = round(statistics.mean(times), 1)
+    for (task, code, n), times in sorted(runs.items()):
+        one = runs.get((task, code, 1))
+        if n > 1 and one:
+            out[f"{task}, {n} workers / 1 worker, {code} (ratio)"] = round(
+                statistics.mean(times) / statistics.mean(one), 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path)
@@ -69,6 +91,9 @@ def main() -> None:
         machine = machine or result.get("machine")
     payload = {"machine": machine, "commit": args.commit, "made_by": args.made_by,
                "runs": summary, "ab": ab_ratios(summary)}
+    means = worker_means(summary)
+    if means:
+        payload["means_of_two_rounds_ms"] = means
     (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
     for name, s in summary.items():
         if "walls" in s:
@@ -90,6 +115,8 @@ def main() -> None:
         else:
             print(f"{name}: {s['task']} accuracy {s['accuracy']:.4f}, warm "
                   f"{1e3 * s['warm_seconds']:.1f} ms ({s['precision']})")
+    for what, ms in means.items():
+        print(f"{what}: {ms}")
     for task, r in payload["ab"].items():
         print(f"A/B {task}: old {1e3 * r['old_median']:.1f} ms, new {1e3 * r['new_median']:.1f} ms"
               f" ({r['new_over_old']:.3f}x)")
