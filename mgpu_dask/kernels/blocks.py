@@ -41,3 +41,41 @@ def _block_reduce(combine):
 
 block_sum = _block_reduce(_add)   # sum of ``value`` over the block
 block_max = _block_reduce(_larger)  # largest ``value`` over the block
+
+
+LANES = 8
+"""Threads that share one row of :func:`row_sums` (a power of 2)."""
+
+
+def _row_reduce(combine):
+    """A device function ``f(parts, rows, scratch, out)``: ``out[r]`` = ``combine`` over
+    ``parts[r, :]`` for every ``r < rows``, by the whole block, in a fixed order (the same
+    bits every time); ``scratch`` and ``out`` are shared arrays of at least
+    ``rows * LANES`` and ``rows`` slots.  Each row's entries are read by LANES threads side
+    by side, not by one thread in a chain of dependent loads."""
+
+    @inlined_device
+    def reduce(parts, rows, scratch, out):
+        tid = cuda.threadIdx.x
+        nt = cuda.blockDim.x
+        chunks = parts.shape[1]
+        for e in range(tid, rows * LANES, nt):
+            r = e // LANES
+            lane = e - r * LANES
+            total = parts[r, lane] if lane < chunks else parts[r, 0]
+            for q in range(lane + LANES, chunks, LANES):
+                total = combine(total, parts[r, q])
+            scratch[e] = total
+        cuda.syncthreads()
+        for r in range(tid, rows, nt):
+            total = scratch[r * LANES]
+            for lane in range(1, min(LANES, chunks)):
+                total = combine(total, scratch[r * LANES + lane])
+            out[r] = total
+        cuda.syncthreads()
+
+    return reduce
+
+
+row_sums = _row_reduce(_add)      # sum of each row of ``parts``
+row_maxes = _row_reduce(_larger)  # largest entry of each row of ``parts``

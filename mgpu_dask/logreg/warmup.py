@@ -73,9 +73,11 @@ def _kernels(fit: Fit) -> list[Any]:
         used = [cuda.softmax_xent_rows]
     if fit.optimizer != "host":
         from ..kernels.lbfgs import cuda as lbfgs
+        from ..kernels.lbfgs import finish
 
         used += [lbfgs.dots, lbfgs.direction, lbfgs.trial, lbfgs.gram_parts, lbfgs.gram_sum,
-                 lbfgs.set_trial, lbfgs.forget, lbfgs.arm, lbfgs.finish]
+                 lbfgs.set_trial, lbfgs.forget, lbfgs.arm, finish.assemble, finish.finish,
+                 finish.apply]
     return used
 
 

@@ -13,12 +13,9 @@ the host per iteration is all the loop reads.
   trial step, and the trial point written as the float32 parameters the
   evaluation reads).
 * :func:`set_trial`: the trial point at a step the host chose (line search).
-* :func:`finish`: sums the shards' partial gradients and losses into the
-  objective (mean cross-entropy plus the L2 penalty on the coefficients,
-  the intercept unpenalised) at the trial point, and, by ``mode``: keeps it
-  as the start point (INIT), keeps it when both strong-Wolfe conditions hold
-  (AUTO), only reports value and slope (PROBE), or keeps the last probed
-  point (COMMIT).  Keeping a point stores the new curvature pair;
+* :mod:`.finish`: the objective at the trial point from the shards' sums and,
+  by ``mode``, whether to keep it (three launches: ``assemble``, ``finish``,
+  ``apply``).  Keeping a point stores the new curvature pair;
   :func:`gram_parts` and :func:`gram_sum` then add its products with the
   other pairs to ``SY`` and ``YY``.
 * :func:`forget`: drops the curvature pairs.
@@ -35,33 +32,33 @@ nothing.  ``scal[DONE]`` counts the steps kept since ``arm``.
 
 The recursion's products are independent, so they are taken over many
 blocks at once and the recursion itself is scalar work (in one block it
-would be a chain of dependent sweeps, each waiting on memory in one SM).
-``finish`` (three sweeps) runs in one block: each thread owns the entries
-``j = tid (mod threads)`` and needs no barrier but the block reductions.  No
+would be a chain of dependent sweeps, each waiting on memory in one SM).  No
 warp shuffles: the kernels also run in the CUDA simulator.
 """
 
 from __future__ import annotations
 
-import math
 
 from numba import cuda, float32, float64, int32
 
-from ..blocks import block_max, block_sum
+from ..blocks import LANES, block_sum, row_sums
 from ..jitable import inlined_device
-from .rules import acceptable, first_step
+from .rules import first_step
 
-THREADS = 512      # threads of the one block (a power of 2; fewer in the simulator)
 SWEEP = 256        # threads per block of the many-block kernels (a power of 2)
 MAX_CHUNKS = 64    # blocks along a vector in those kernels
 MAX_MEMORY = 32    # curvature pairs at most
 VECS = 65          # 2 * MAX_MEMORY + 1 (literal: Numba needs constant shared shapes)
 GRAM = 1024        # MAX_MEMORY ** 2
+PAIR_ROWS = 96     # 3 * MAX_MEMORY: gram_parts' rows
+VECS_LANES = 520   # VECS * blocks.LANES: scratch of the row sums
+PAIR_LANES = 768   # PAIR_ROWS * blocks.LANES
+assert VECS_LANES == VECS * LANES and PAIR_LANES == PAIR_ROWS * LANES
 
 # Indices into ``scal``.
 (F, F_PREV, SLOPE0, STEP, VALUE, SLOPE, STATUS, GMAX, DECREASE, PAIRS, HEAD,
- ACTIVE, DONE, GTOL, FTOL, STORED) = range(16)
-N_SCALARS = 16  # the host copies all of them once per look
+ ACTIVE, DONE, GTOL, FTOL, STORED, APPLY, SLOT) = range(18)
+N_SCALARS = 18  # the host copies all of them once per look
 # Modes of ``finish``.
 INIT, AUTO, PROBE, COMMIT = 0, 1, 2, 3
 # Values of ``scal[STATUS]`` (the host loop's ACCEPTED, SEARCH, NOT_DESCENT).
@@ -70,8 +67,12 @@ ACCEPTED, SEARCH, NOT_DESCENT = 0, 1, 2
 
 @inlined_device
 def _slot(head, age, memory):
-    """Ring slot of the pair ``age`` steps old (0: the newest)."""
-    return (head - 1 - age + memory) % memory
+    """Ring slot of the pair ``age`` steps old (0: the newest; ``age < memory``).  No
+    modulo: a 64-bit integer one is a long software routine on the GPU."""
+    slot = head - 1 - age
+    if slot < 0:
+        slot += memory
+    return slot
 
 
 @cuda.jit(cache=True)
@@ -130,7 +131,7 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     c = cuda.blockIdx.x
-    chunks = pparts.shape[0]
+    chunks = pparts.shape[1]
     memory = S.shape[0]
     pairs = int32(scal[PAIRS])
     head = int32(scal[HEAD])
@@ -139,25 +140,28 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
     sy = cuda.shared.array(GRAM, float64)
     yy = cuda.shared.array(GRAM, float64)
     sh = cuda.shared.array(SWEEP, float64)
-    for v in range(tid, 2 * pairs + 1, nt):
-        total = float64(0.0)
-        for q in range(chunks):
-            total += parts[v, q]
-        d[v] = total
+    slots = cuda.shared.array(MAX_MEMORY, int32)  # each age's ring slot, found once
+    rh = cuda.shared.array(MAX_MEMORY, float64)
+    alpha = cuda.shared.array(MAX_MEMORY, float64)
+    beta = cuda.shared.array(MAX_MEMORY, float64)
+    for i in range(tid, pairs, nt):
+        slot = _slot(head, i, memory)
+        slots[i] = slot
+        rh[i] = rho[slot]
+    scratch = cuda.shared.array(VECS_LANES, float64)
+    row_sums(parts, 2 * pairs + 1, scratch, d)  # dots' products, over the chunks
     for e in range(tid, pairs * pairs, nt):
-        a = _slot(head, e // pairs, memory)
-        b = _slot(head, e % pairs, memory)
+        a = slots[e // pairs]
+        b = slots[e % pairs]
         sy[e] = SY[a, b]
         yy[e] = YY[a, b]
     cuda.syncthreads()
     if tid == 0:
-        alpha = cuda.local.array(MAX_MEMORY, float64)
-        beta = cuda.local.array(MAX_MEMORY, float64)
         for i in range(pairs):  # newest first: q_i = g - sum_{j newer} alpha_j y_j
             t = d[i]
             for j in range(i):
                 t -= alpha[j] * sy[i * pairs + j]
-            alpha[i] = rho[_slot(head, i, memory)] * t
+            alpha[i] = rh[i] * t
         gamma = float64(1.0)
         if pairs > 0:  # initial Hessian: (s.y / y.y) I of the newest pair
             gamma = sy[0] / yy[0]
@@ -168,7 +172,7 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
             t *= gamma
             for j in range(i + 1, pairs):
                 t += (alpha[j] - beta[j]) * sy[j * pairs + i]
-            beta[i] = rho[_slot(head, i, memory)] * t
+            beta[i] = rh[i] * t
         for i in range(pairs):
             coef[i] = beta[i] - alpha[i]
             coef[pairs + i] = gamma * alpha[i]
@@ -178,13 +182,13 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
     for j in range(c * nt + tid, g.shape[0], chunks * nt):
         pj = coef[2 * pairs] * g[j]
         for i in range(pairs):
-            idx = _slot(head, i, memory)
+            idx = slots[i]
             pj += coef[i] * S[idx, j] + coef[pairs + i] * Y[idx, j]
         p[j] = pj
         part += g[j] * pj
     total = block_sum(part, sh)
     if tid == 0:
-        pparts[c] = total
+        pparts[0, c] = total
 
 
 @cuda.jit(cache=True)
@@ -192,9 +196,10 @@ def trial(x, p, scal, pparts, params):
     """The slope along ``p``, the first step and the float32 trial parameters (any block count)."""
     if scal[ACTIVE] == 0.0:
         return
-    slope0 = float64(0.0)
-    for q in range(pparts.shape[0]):  # every thread sums the chunks in the same order
-        slope0 += pparts[q]
+    scratch = cuda.shared.array(LANES, float64)
+    total = cuda.shared.array(1, float64)
+    row_sums(pparts, 1, scratch, total)  # direction's chunks of g . p
+    slope0 = total[0]
     step = first_step(scal[F], scal[F_PREV], slope0)
     nt = cuda.blockDim.x
     for j in range(cuda.blockIdx.x * nt + cuda.threadIdx.x, x.shape[0], cuda.gridDim.x * nt):
@@ -244,10 +249,11 @@ def gram_sum(scal, parts, SY, YY):
         return
     memory = SY.shape[0]
     new = _slot(int32(scal[HEAD]), 0, memory)
+    scratch = cuda.shared.array(PAIR_LANES, float64)
+    totals = cuda.shared.array(PAIR_ROWS, float64)
+    row_sums(parts, 3 * memory, scratch, totals)
     for v in range(cuda.threadIdx.x, 3 * memory, cuda.blockDim.x):
-        total = float64(0.0)
-        for q in range(parts.shape[1]):
-            total += parts[v, q]
+        total = totals[v]
         o = v % memory
         if v < memory:
             SY[new, o] = total
@@ -287,114 +293,3 @@ def arm(scal, gtol, ftol):
         scal[DONE] = 0.0
         scal[GTOL] = gtol
         scal[FTOL] = ftol
-
-
-@cuda.jit(cache=True)
-def finish(parts, psums, x, p, g, gt, S, Y, rho, scal, inv_n, penalty, mode):
-    """Objective and gradient at the trial point from the shards' sums, then as ``mode`` says.
-
-    ``parts[s]``: shard ``s``'s coefficient gradient (rows x classes, flat,
-    float32, unscaled); ``psums[s]``: its intercept gradient and, last, its
-    summed cross-entropy.
-    """
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
-    m = x.shape[0]
-    dk = parts.shape[1]
-    n_parts = parts.shape[0]
-    k = psums.shape[1] - 1
-    memory = S.shape[0]
-    sh = cuda.shared.array(THREADS, float64)
-    f = scal[F]
-    step = scal[STEP]
-    slope0 = scal[SLOPE0]
-    pairs = int32(scal[PAIRS])
-    head = int32(scal[HEAD])
-    value = scal[VALUE]
-    slope = scal[SLOPE]
-    if mode == AUTO and scal[ACTIVE] == 0.0:  # queued behind a step not kept, or a stop
-        return
-    gtol = scal[GTOL]
-    ftol = scal[FTOL]
-    cuda.syncthreads()  # every thread has read scal before thread 0 writes it
-    if mode != COMMIT:
-        w2 = float64(0.0)
-        gtp = float64(0.0)
-        for j in range(tid, m, nt):
-            xt = x[j] + step * p[j]
-            total = float64(0.0)
-            if j < dk:
-                for s in range(n_parts):
-                    total += float64(parts[s, j])
-                v = total * inv_n + penalty * xt
-                w2 += xt * xt
-            else:
-                for s in range(n_parts):
-                    total += psums[s, j - dk]
-                v = total * inv_n
-            gt[j] = v
-            gtp += v * p[j]
-        loss = float64(0.0)
-        for s in range(n_parts):
-            loss += psums[s, k]
-        value = loss * inv_n + 0.5 * penalty * block_sum(w2, sh)
-        slope = block_sum(gtp, sh)
-    descent = slope0 < 0
-    keep = mode == INIT or mode == COMMIT or (
-        mode == AUTO and descent and acceptable(value, slope, step, f, slope0))
-    status = ACCEPTED if keep else (NOT_DESCENT if mode == AUTO and not descent else SEARCH)
-    if keep and mode == INIT:
-        part = float64(0.0)
-        top = float64(0.0)
-        for j in range(tid, m, nt):
-            g[j] = gt[j]
-            part += gt[j] * gt[j]
-            top = max(top, abs(gt[j]))
-        norm = math.sqrt(block_sum(part, sh))
-        top = block_max(top, sh)
-        if tid == 0:
-            scal[F] = value
-            scal[F_PREV] = value + norm / 2  # first trial step of about unit length
-            scal[GMAX] = top
-            scal[DECREASE] = math.inf
-    elif keep:
-        sy = float64(0.0)
-        yy = float64(0.0)
-        for j in range(tid, m, nt):
-            s_j = step * p[j]
-            y_j = gt[j] - g[j]
-            sy += s_j * y_j
-            yy += y_j * y_j
-        sy = block_sum(sy, sh)
-        yy = block_sum(yy, sh)
-        store = sy > 1e-10 * yy
-        top = float64(0.0)
-        for j in range(tid, m, nt):
-            s_j = step * p[j]
-            if store:
-                S[head, j] = s_j
-                Y[head, j] = gt[j] - g[j]
-            x[j] += s_j
-            g[j] = gt[j]
-            top = max(top, abs(gt[j]))
-        top = block_max(top, sh)
-        if tid == 0:
-            if store:
-                scal[STORED] = 1.0  # gram_parts / gram_sum bring SY and YY up to date
-                rho[head] = 1.0 / sy
-                scal[HEAD] = (head + 1) % memory
-                scal[PAIRS] = min(pairs + 1, memory)
-            decrease = (f - value) / max(abs(f), abs(value), 1.0)
-            scal[F_PREV] = f
-            scal[F] = value
-            scal[GMAX] = top
-            scal[DECREASE] = decrease
-            if mode == AUTO:
-                scal[DONE] += 1.0
-                scal[ACTIVE] = 1.0 if top > gtol and decrease > ftol else 0.0
-    if tid == 0:
-        if mode == AUTO and not keep:
-            scal[ACTIVE] = 0.0
-        scal[VALUE] = value
-        scal[SLOPE] = slope
-        scal[STATUS] = status

@@ -13,9 +13,10 @@ waiting:
    parameters in (a peer copy over NVLink where the shard is on another GPU),
    evaluates its rows (cuBLAS, our softmax kernel, cuBLAS) and copies its
    partial gradient and sums into its slot on the leader -- then an event;
-3. ``finish`` on the leader, after every shard's event: the objective and
-   gradient at the trial point, the strong-Wolfe test, and the update of the
-   point and the curvature pairs when the step is kept;
+3. the end of the iteration on the leader, after every shard's event
+   (:mod:`mgpu_dask.kernels.lbfgs.finish`): the objective and gradient at
+   the trial point, the strong-Wolfe test, and the update of the point and
+   the curvature pairs when the step is kept;
 4. one copy of a dozen scalars to the host, the only wait of the iteration.
 
 Steps 1-3 are the same launches every iteration (the same buffers, the
@@ -47,10 +48,12 @@ from typing import Any
 
 import numpy as np
 
-from ...kernels.launch import Launcher, capture_allowed
+from ...kernels.launch import capture_allowed
 from ...kernels.lbfgs import cuda as K
+from ...kernels.lbfgs import finish as Fin
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
+from .launches import launches
 from .loop import Step
 from .pace import RunAhead
 
@@ -130,7 +133,7 @@ class DeviceBackend:
             self.stream = cupy.cuda.Stream(non_blocking=True)
             self._scal_h = cupyx.empty_pinned(K.N_SCALARS, dtype=np.float64)
             self._enable_peers()
-            threads = K.THREADS
+            threads = Fin.THREADS
         else:
             xp, self.device, self.stream = np, None, None
             threads = SIMULATOR_THREADS
@@ -143,32 +146,15 @@ class DeviceBackend:
             self.parts = z(len(shards), dk, dtype=np.float32)
             self.psums = z(len(shards), k + 1)
             sweep = K.SWEEP if self.gpu else SIMULATOR_THREADS
-            per_thread = 4 if self.gpu else 1  # several chunks in the simulator's small tests
-            chunks = max(1, min(K.MAX_CHUNKS, -(-m // (per_thread * sweep))))
+            # One entry per thread: the sweeps wait on memory side by side, not in a chain
+            chunks = max(1, min(K.MAX_CHUNKS, -(-m // sweep)))
             self.SY, self.YY = z(memory, memory), z(memory, memory)
-            self.dparts, self.pparts = z(2 * memory + 1, chunks), z(chunks)
+            self.dparts, self.pparts = z(2 * memory + 1, chunks), z(1, chunks)
             self.gparts = z(3 * memory, chunks)
-            self._propose_launches = [
-                (Launcher(K.dots, [self.S, self.Y, self.g, self.scal, self.dparts], sweep,
-                          self.stream), (2 * memory + 1) * chunks),
-                (Launcher(K.direction, [self.S, self.Y, self.g, self.rho, self.SY, self.YY,
-                                        self.scal, self.dparts, self.p, self.pparts], sweep,
-                          self.stream), chunks),
-                (Launcher(K.trial, [self.x, self.p, self.scal, self.pparts, self.params],
-                          sweep, self.stream), chunks)]
-            self._gram_launches = [
-                (Launcher(K.gram_parts, [self.S, self.Y, self.scal, self.gparts], sweep,
-                          self.stream), 3 * memory * chunks),
-                (Launcher(K.gram_sum, [self.scal, self.gparts, self.SY, self.YY], sweep,
-                          self.stream), 1)]
-            self._k_finish = Launcher(K.finish, [self.parts, self.psums, self.x, self.p, self.g,
-                                               self.gt, self.S, self.Y, self.rho, self.scal,
-                                               1.0 / n_rows, float(penalty), K.INIT], threads,
-                                    self.stream)
-            self._k_trial = Launcher(K.set_trial, [self.x, self.p, self.scal, self.params, 0.0],
-                                   256, self.stream)
-            self._k_forget = Launcher(K.forget, [self.scal], 1, self.stream)
-            self._k_arm = Launcher(K.arm, [self.scal, 0.0, 0.0], 1, self.stream)
+            self.fparts = z(Fin.N_PARTS, chunks)
+            (self._propose_launches, self._finish_launches, self._gram_launches, self._k_trial,
+             self._k_forget, self._k_arm) = launches(self, memory, chunks, sweep, threads,
+                                                     1.0 / n_rows, float(penalty))
             self._trial_blocks = -(-m // 256)
             if self.gpu:
                 self._ready = cupy.cuda.Event(disable_timing=True)
@@ -225,9 +211,12 @@ class DeviceBackend:
             self.psums[i, k] = loss
 
     def _finish(self, mode: int) -> None:
-        self._k_finish.set(12, mode)
+        (assemble, _), (finish, _), _ = self._finish_launches
+        assemble.set(10, mode)
+        finish.set(6, mode)
         with self._leader():
-            self._k_finish(1)
+            for launcher, grid in self._finish_launches:
+                launcher(grid)
             if mode in (K.AUTO, K.COMMIT):  # a pair may have been stored
                 for launcher, grid in self._gram_launches:
                     launcher(grid)
@@ -325,8 +314,9 @@ class DeviceBackend:
         """Why the loop's kernels (or a shard's) go through Numba's own launch (GPU only)."""
         if not self.gpu:
             return None
-        launchers = [launcher for launcher, _ in self._propose_launches + self._gram_launches]
-        launchers += [self._k_finish, self._k_trial, self._k_forget, self._k_arm]
+        launchers = [launcher for launcher, _ in
+                     self._propose_launches + self._finish_launches + self._gram_launches]
+        launchers += [self._k_trial, self._k_forget, self._k_arm]
         slow = [launcher.why for launcher in launchers if not launcher.fast]
         if slow:
             return f"the L-BFGS kernels are launched through Numba's own launch, slower ({slow[0]})"

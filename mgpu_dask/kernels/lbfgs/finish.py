@@ -1,0 +1,199 @@
+"""Numba CUDA kernels that end an L-BFGS iteration on the device: the objective at the
+trial point and whether to keep it (float64; the state of :mod:`.cuda`).
+
+Three launches, so that only scalar work runs in one block and every sweep
+over the ``d * k + k`` entries runs over many:
+
+* :func:`assemble` (many blocks): the gradient at the trial point from the
+  shards' partial sums (mean cross-entropy plus the L2 penalty on the
+  coefficients, the intercept unpenalised) into ``gt``, and each block's
+  parts of the sums the decision needs (``fparts``: the penalty's squared
+  norm, the slope, ``gt . gt``, the largest ``|gt|``, and the new curvature
+  pair's ``s . y`` and ``y . y``).
+* :func:`finish` (one block): adds those parts in a fixed order and, by
+  ``mode``, keeps the point as the start point (INIT), keeps it when both
+  strong-Wolfe conditions hold (AUTO), only reports value and slope (PROBE),
+  or keeps the last probed point (COMMIT); it writes the scalars and, in
+  ``scal[APPLY]``, what :func:`apply` is to do.
+* :func:`apply` (many blocks): ``g = gt``, and for a step kept ``x += s``
+  and, where the pair is stored, its ``s`` and ``y`` into ring slot
+  ``scal[SLOT]``.
+
+In one block the three sweeps were each a chain of dependent loads per
+thread; spread over many blocks they wait on memory side by side
+(``docs/performance-history.md``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float64, int32
+
+from ..blocks import LANES, block_max, block_sum, row_maxes, row_sums
+from .cuda import (ACCEPTED, ACTIVE, APPLY, AUTO, COMMIT, DECREASE, DONE, F, F_PREV, FTOL,
+                   GMAX, GTOL, HEAD, INIT, NOT_DESCENT, PAIRS, SEARCH, SLOPE,
+                   SLOPE0, SLOT, STATUS, STEP, STORED, SWEEP, VALUE)
+from .rules import acceptable
+
+THREADS = 128  # threads of finish's one block (a power of 2; fewer in the simulator)
+# Rows of ``fparts`` (one column per block of assemble).
+W2, GTP, GG, TOP, SY, YY = range(6)
+N_PARTS = 6
+PARTS_LANES = 48  # N_PARTS * blocks.LANES (literal: a shared array's shape)
+assert PARTS_LANES == N_PARTS * LANES
+# Values of ``scal[APPLY]``.
+NOTHING, GRADIENT, STEP_KEPT, PAIR_STORED = 0, 1, 2, 3
+
+
+@cuda.jit(cache=True)
+def assemble(parts, psums, x, p, g, gt, scal, fparts, inv_n, penalty, mode):
+    """``gt`` at the trial point ``x + step p`` (COMMIT: ``gt`` as the last probe left it),
+    and this block's parts of the decision's sums in ``fparts[:, block]``.
+
+    ``parts[s]``: shard ``s``'s coefficient gradient (rows x classes, flat,
+    float32, unscaled); ``psums[s]``: its intercept gradient and, last, its
+    summed cross-entropy.
+    """
+    if mode == AUTO and scal[ACTIVE] == 0.0:  # queued behind a step not kept, or a stop
+        return
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    c = cuda.blockIdx.x
+    chunks = cuda.gridDim.x
+    m = x.shape[0]
+    dk = parts.shape[1]
+    n_parts = parts.shape[0]
+    step = scal[STEP]
+    sh = cuda.shared.array(SWEEP, float64)
+    w2 = float64(0.0)
+    gtp = float64(0.0)
+    gg = float64(0.0)
+    top = float64(0.0)
+    sy = float64(0.0)
+    yy = float64(0.0)
+    for j in range(c * nt + tid, m, chunks * nt):
+        pj = p[j]
+        if mode == COMMIT:
+            v = gt[j]
+        else:
+            xt = x[j] + step * pj
+            total = float64(0.0)
+            if j < dk:
+                for s in range(n_parts):
+                    total += float64(parts[s, j])
+                v = total * inv_n + penalty * xt
+                w2 += xt * xt
+            else:
+                for s in range(n_parts):
+                    total += psums[s, j - dk]
+                v = total * inv_n
+            gt[j] = v
+        gtp += v * pj
+        gg += v * v
+        top = max(top, abs(v))
+        y_j = v - g[j]
+        sy += step * pj * y_j
+        yy += y_j * y_j
+    w2 = block_sum(w2, sh)
+    gtp = block_sum(gtp, sh)
+    gg = block_sum(gg, sh)
+    top = block_max(top, sh)
+    sy = block_sum(sy, sh)
+    yy = block_sum(yy, sh)
+    if tid == 0:
+        fparts[W2, c] = w2
+        fparts[GTP, c] = gtp
+        fparts[GG, c] = gg
+        fparts[TOP, c] = top
+        fparts[SY, c] = sy
+        fparts[YY, c] = yy
+
+
+@cuda.jit(cache=True)
+def finish(psums, rho, scal, fparts, inv_n, penalty, mode):
+    """The objective and slope at the trial point from ``assemble``'s parts, and what
+    ``mode`` makes of them (one block; ``apply`` carries it out over the vectors)."""
+    tid = cuda.threadIdx.x
+    if mode == AUTO and scal[ACTIVE] == 0.0:
+        if tid == 0:
+            scal[APPLY] = NOTHING
+        return
+    scratch = cuda.shared.array(PARTS_LANES, float64)
+    sums = cuda.shared.array(N_PARTS, float64)
+    tops = cuda.shared.array(N_PARTS, float64)
+    row_sums(fparts, N_PARTS, scratch, sums)  # in a fixed order: the same bits every time
+    row_maxes(fparts, N_PARTS, scratch, tops)
+    if tid != 0:
+        return
+    k = psums.shape[1] - 1
+    memory = rho.shape[0]
+    f = scal[F]
+    step = scal[STEP]
+    slope0 = scal[SLOPE0]
+    pairs = int32(scal[PAIRS])
+    head = int32(scal[HEAD])
+    value = scal[VALUE]
+    slope = scal[SLOPE]
+    if mode != COMMIT:
+        loss = float64(0.0)
+        for s in range(psums.shape[0]):
+            loss += psums[s, k]
+        value = loss * inv_n + 0.5 * penalty * sums[W2]
+        slope = sums[GTP]
+    descent = slope0 < 0
+    keep = mode == INIT or mode == COMMIT or (
+        mode == AUTO and descent and acceptable(value, slope, step, f, slope0))
+    status = ACCEPTED if keep else (NOT_DESCENT if mode == AUTO and not descent else SEARCH)
+    todo = NOTHING
+    if keep and mode == INIT:
+        scal[F] = value
+        scal[F_PREV] = value + math.sqrt(sums[GG]) / 2  # first trial step of about unit length
+        scal[GMAX] = tops[TOP]
+        scal[DECREASE] = math.inf
+        todo = GRADIENT
+    elif keep:
+        todo = STEP_KEPT
+        sy = sums[SY]
+        if sy > 1e-10 * sums[YY]:
+            todo = PAIR_STORED
+            scal[STORED] = 1.0  # gram_parts / gram_sum bring SY and YY up to date
+            scal[SLOT] = head
+            rho[head] = 1.0 / sy
+            scal[HEAD] = (head + 1) % memory
+            scal[PAIRS] = min(pairs + 1, memory)
+        top = tops[TOP]
+        decrease = (f - value) / max(abs(f), abs(value), 1.0)
+        scal[F_PREV] = f
+        scal[F] = value
+        scal[GMAX] = top
+        scal[DECREASE] = decrease
+        if mode == AUTO:
+            scal[DONE] += 1.0
+            scal[ACTIVE] = 1.0 if top > scal[GTOL] and decrease > scal[FTOL] else 0.0
+    if mode == AUTO and not keep:
+        scal[ACTIVE] = 0.0
+    scal[VALUE] = value
+    scal[SLOPE] = slope
+    scal[STATUS] = status
+    scal[APPLY] = todo
+
+
+@cuda.jit(cache=True)
+def apply(x, p, g, gt, S, Y, scal):
+    """What ``finish`` decided, over the vectors (any grid): ``g = gt``; for a step kept
+    ``x += step p``; for a stored pair ``S[slot] = step p``, ``Y[slot] = gt - g``."""
+    todo = scal[APPLY]
+    if todo == NOTHING:
+        return
+    step = scal[STEP]
+    slot = int32(scal[SLOT])
+    for j in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+        if todo >= STEP_KEPT:
+            s_j = step * p[j]
+            if todo == PAIR_STORED:
+                S[slot, j] = s_j
+                Y[slot, j] = gt[j] - g[j]
+            x[j] += s_j
+        g[j] = gt[j]
+
