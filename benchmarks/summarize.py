@@ -26,6 +26,11 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
     if "warm_fit_median_ms" in result:  # benchmarks/host_fit.py: fits from host NumPy
         return {k: result[k] for k in ("dataset", "n_train", "workers", "warm_fit_median_ms",
                                        "warm_shard_median_ms", "predictions_equal", "accuracy")}
+    if "knn search" in result:  # benchmarks/kernel_profile.py: kernels without Dask
+        return {name: {"wall_ms_median": result[name]["wall_ms_median"],
+                       "device_ms_total": result[name]["device_ms_total"],
+                       "largest": result[name]["kernels"][:8]}
+                for name in ("logreg fit", "knn search")}
     if "backends" in result:  # --backend ...: one row per backend
         return {"task": result["task"], "n_train": result["n_train"], "n_test": result["n_test"],
                 "rows": {r["backend"]: {k: r.get(k) for k in
@@ -109,6 +114,10 @@ def main() -> None:
                     continue
                 print(f"| {backend} | {r['accuracy']:.4f} | {1e3 * r['warm']['fit']:.1f} ms | "
                       f"{1e3 * r['warm']['predict']:.1f} ms | {r.get('timed') or ''} |")
+        elif "knn search" in s:
+            print(f"{name}: " + ", ".join(f"{what} wall {r['wall_ms_median']} ms, kernels "
+                                          f"{r['device_ms_total']} ms" for what, r in s.items()
+                                          if isinstance(r, dict)))
         elif "warm_fit_median_ms" in s:
             print(f"{name}: {s['workers']} workers, warm fit from host NumPy (ms) "
                   f"{s['warm_fit_median_ms']}, shard {s['warm_shard_median_ms']}")
