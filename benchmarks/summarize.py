@@ -6,7 +6,8 @@ Each CLI JSON of RUNS_DIR is copied to OUT_DIR with the commit it ran and the
 device call that made it added; ``summary.json`` holds, per file, the figures
 the README cites (warm medians, accuracy, what ran; ``host_fit.py``'s medians),
 and the A/B ratios where ``ab_*`` files are present (``workers_*``: the means over
-rounds per worker count, and their ratios to one worker).  The tables print as Markdown.
+rounds per worker count, and their ratios to one worker; ``gpus_*``: the means per
+GPU count, and the speed-ups over one GPU).  The tables print as Markdown.
 """
 
 from __future__ import annotations
@@ -78,6 +79,27 @@ def worker_means(summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def gpu_means(summary: dict[str, Any]) -> dict[str, float]:
+    """Means over rounds of ``gpus_TASK_SIZE_nN_I`` (``PHASE=gpus``, one worker per GPU),
+    ms, and each size's speed-up on N GPUs over one."""
+    import re
+
+    runs: dict[tuple[str, str, int], list[float]] = {}
+    for name, s in summary.items():
+        m = re.fullmatch(r"gpus_(knn|logreg)_(f\d+|deformed)_n(\d+)_\d+", name)
+        if m and s.get("warm_seconds") is not None:
+            runs.setdefault((m[1], m[2], int(m[3])), []).append(1e3 * s["warm_seconds"])
+    out: dict[str, float] = {}
+    for (task, size, n), times in sorted(runs.items()):
+        out[f"{task} {size}, {n} GPUs"] = round(statistics.mean(times), 1)
+    for (task, size, n), times in sorted(runs.items()):
+        one = runs.get((task, size, 1))
+        if n > 1 and one:
+            out[f"{task} {size}, speed-up on {n} GPUs (ratio)"] = round(
+                statistics.mean(one) / statistics.mean(times), 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path)
@@ -96,7 +118,7 @@ def main() -> None:
         machine = machine or result.get("machine")
     payload = {"machine": machine, "commit": args.commit, "made_by": args.made_by,
                "runs": summary, "ab": ab_ratios(summary)}
-    means = worker_means(summary)
+    means = {**worker_means(summary), **gpu_means(summary)}
     if means:
         payload["means_of_two_rounds_ms"] = means
     (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
