@@ -11,6 +11,7 @@ Skipped where no chromium is installed (.ci/run installs it).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,9 @@ def test_status_page_metrics_and_report_show_our_tasks(tmp_path):
     run = subprocess.Popen(
         [sys.executable, "-m", "mgpu_dask.run", "knn", "--dataset", "digits",
          "--scheduler-address", cluster.lines["scheduler"], "--repeats", "40", "--quiet",
-         "--report", str(report)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+         "--report", str(report)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+        # predictions as tasks, which the dashboard draws (straight ones it does not see)
+        env={**os.environ, "DASK_MGPU_DASK__CLUSTER__STRAIGHT_PREDICTIONS": "false"})
     try:
         time.sleep(4)  # the run is placing shards and predicting
         status = _chromium("--dump-dom", dashboard)

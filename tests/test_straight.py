@@ -84,6 +84,19 @@ def test_several_blocks_per_worker_come_back_in_row_order(task, client, parts, s
     np.testing.assert_array_equal(got, to_host(clf.predict(Q, on_host=True)))
 
 
+def test_straight_predictions_can_be_turned_off_for_the_dashboard(client, parts):
+    """``mgpu-dask.cluster.straight-predictions: false``: every predict is a task again."""
+    import dask
+
+    Q = shard(parts.X_test, client, dtype=np.float32)
+    clf = KNeighborsClassifier(3, plan="replicate").fit(parts.X_train, parts.y_train)
+    straight = to_host(clf.predict(Q, on_host=True))
+    with dask.config.set({"mgpu-dask.cluster.straight-predictions": False}):
+        tasks = clf.predict(Q, on_host=True)
+        assert placement.blocks_in_hand(tasks) is None and futures_of(tasks)
+    np.testing.assert_array_equal(to_host(tasks), straight)
+
+
 def test_knn_straight_matches_scikit_learn(client, parts, straight_calls):
     from sklearn.neighbors import KNeighborsClassifier as Reference
 

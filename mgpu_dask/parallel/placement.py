@@ -277,7 +277,11 @@ def run_straight(client: Any, name: str, calls: Sequence[tuple[str, Any, tuple]]
     """Each row block's ``(worker, function, args)`` asked of its worker straight
     (:func:`.direct.run_held`; :class:`.direct.Held` arguments are blocks the worker
     holds): the answers come back as an array in hand.  None where that could not be
-    done (a worker unreachable, a block moved on): the caller submits tasks instead."""
+    done (a worker unreachable, a block moved on) or is not wanted
+    (``mgpu-dask.cluster.straight-predictions`` false: tasks, which the dashboard
+    shows): the caller submits tasks instead."""
+    if not config.get("cluster.straight-predictions", True):
+        return None
     by_worker: dict[str, list[tuple[Any, tuple]]] = {}
     order: list[tuple[str, int]] = []
     for worker, function, args in calls:
