@@ -58,46 +58,43 @@ def ab_ratios(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def worker_means(summary: dict[str, Any]) -> dict[str, float]:
-    """Means over rounds of ``workers_TASK_CODE_nN_I`` (``PHASE=workers-ab``), ms, and each
-    count's ratio to one worker of the same code."""
+def _round_means(summary: dict[str, Any], pattern: str, label: Any, ratio_label: Any,
+                 ratio: Any) -> dict[str, float]:
+    """Means over rounds, ms, of the runs whose names match ``pattern`` (groups: task, kind,
+    count), labelled ``label(task, kind, n)``; then, for each count above one,
+    ``ratio(mean, mean of count 1)`` labelled ``ratio_label(task, kind, n)``."""
     import re
 
     runs: dict[tuple[str, str, int], list[float]] = {}
     for name, s in summary.items():
-        m = re.fullmatch(r"workers_(knn|logreg)_(old|new)_n(\d+)_\d+", name)
+        m = re.fullmatch(pattern, name)
         if m and s.get("warm_seconds") is not None:
             runs.setdefault((m[1], m[2], int(m[3])), []).append(1e3 * s["warm_seconds"])
-    out: dict[str, float] = {}
-    for (task, code, n), times in sorted(runs.items()):
-        out[f"{task}, {n} workers on one GPU, {code}"] = round(statistics.mean(times), 1)
-    for (task, code, n), times in sorted(runs.items()):
-        one = runs.get((task, code, 1))
+    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
+    out = {label(*key): round(mean, 1) for key, mean in means.items()}
+    for (task, kind, n), mean in means.items():
+        one = means.get((task, kind, 1))
         if n > 1 and one:
-            out[f"{task}, {n} workers / 1 worker, {code} (ratio)"] = round(
-                statistics.mean(times) / statistics.mean(one), 2)
+            out[ratio_label(task, kind, n)] = round(ratio(mean, one), 2)
     return out
+
+
+def worker_means(summary: dict[str, Any]) -> dict[str, float]:
+    """Means over rounds of ``workers_TASK_CODE_nN_I`` (``PHASE=workers-ab``), ms, and each
+    count's ratio to one worker of the same code."""
+    return _round_means(summary, r"workers_(knn|logreg)_(old|new)_n(\d+)_\d+",
+                        lambda task, code, n: f"{task}, {n} workers on one GPU, {code}",
+                        lambda task, code, n: f"{task}, {n} workers / 1 worker, {code} (ratio)",
+                        lambda mean, one: mean / one)
 
 
 def gpu_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``gpus_TASK_SIZE_nN_I`` (``PHASE=gpus``, one worker per GPU),
     ms, and each size's speed-up on N GPUs over one."""
-    import re
-
-    runs: dict[tuple[str, str, int], list[float]] = {}
-    for name, s in summary.items():
-        m = re.fullmatch(r"gpus_(knn|logreg)_(f\d+|deformed)_n(\d+)_\d+", name)
-        if m and s.get("warm_seconds") is not None:
-            runs.setdefault((m[1], m[2], int(m[3])), []).append(1e3 * s["warm_seconds"])
-    out: dict[str, float] = {}
-    for (task, size, n), times in sorted(runs.items()):
-        out[f"{task} {size}, {n} GPUs"] = round(statistics.mean(times), 1)
-    for (task, size, n), times in sorted(runs.items()):
-        one = runs.get((task, size, 1))
-        if n > 1 and one:
-            out[f"{task} {size}, speed-up on {n} GPUs (ratio)"] = round(
-                statistics.mean(one) / statistics.mean(times), 2)
-    return out
+    return _round_means(summary, r"gpus_(knn|logreg)_(f\d+|deformed)_n(\d+)_\d+",
+                        lambda task, size, n: f"{task} {size}, {n} GPUs",
+                        lambda task, size, n: f"{task} {size}, speed-up on {n} GPUs (ratio)",
+                        lambda mean, one: one / mean)
 
 
 def main() -> None:
