@@ -38,7 +38,6 @@ warp shuffles: the kernels also run in the CUDA simulator.
 
 from __future__ import annotations
 
-
 from numba import cuda, float32, float64, int32
 
 from ..blocks import LANES, block_sum, row_sums
