@@ -26,6 +26,8 @@
 #   workers-ab  the same, .ab's package and the working tree alternating (ROUNDS, ORDER)
 #   gpus     knn and logreg with --workers in NGPUS (1 2), one per GPU, at FRACTIONS and
 #            on deformed MNIST (COPIES): a machine with several GPUs
+#   precisions  knn with each of PRECISIONS (bf16 auto) at FRACTIONS (0: none) and deformed
+#            (COPIES), alternating ROUNDS times: the tile loop against the fused search
 #   none     the stack only (a call that carries one more part)
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
@@ -197,6 +199,19 @@ gpus)
     cli "gpus_knn_deformed_n$n" knn --dataset mnist-deformed --copies ${COPIES:-155} --workers $n --repeats 3 --quiet
     cli "gpus_logreg_deformed_n$n" logreg --dataset mnist-deformed --copies ${COPIES:-155} --workers $n --repeats 3 --quiet
   done
+  ;;
+precisions)
+  # knn with each of PRECISIONS (bf16: the tile loop; auto: int8, the fused search) at
+  # FRACTIONS and on deformed MNIST (COPIES; 0 skips it), alternating, ROUNDS times
+  for i in $(seq ${ROUNDS:-2}); do for p in ${PRECISIONS:-bf16 auto}; do
+    for f in ${FRACTIONS:-1 4}; do
+      [ "$f" = 0 ] && continue
+      cli "precision_knn_${p}_f${f}_$i" knn --precision $p --workers 1 --fraction $f --repeats 10 --quiet
+    done
+    [ "${COPIES:-155}" = 0 ] && continue
+    cli "precision_knn_${p}_deformed_$i" knn --precision $p --dataset mnist-deformed \
+      --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet
+  done; done
   ;;
 none) ;;
 *) log "unknown phase $phase"; exit 2 ;;

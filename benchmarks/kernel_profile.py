@@ -79,7 +79,7 @@ def main() -> None:
     out["logreg fit"]["profile"] = {k: v for k, v in fits[-1]["profile"].items()
                                     if isinstance(v, (int, float, str, bool))}
     Q, index = cupy.asarray(Xte), cupy.arange(n, dtype=np.int64)
-    train = operands.prepare_train(X, "bf16", True, 128)  # what auto picks for 8-bit rows
+    train = operands.prepare_train(X, "int8", True, 128)  # what auto picks for 8-bit rows
     out["knn search"] = profiled(lambda: local_candidates(Q, train, labels, index, 3))
     for name in ("logreg fit", "knn search"):
         r = out[name]

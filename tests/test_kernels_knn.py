@@ -185,7 +185,7 @@ def test_vote_matches_reference(target, weights):
 
 
 @pytest.mark.parametrize("requested, eight_bit, capability, expected", [
-    ("auto", True, (9, 0), ("bf16", None)),
+    ("auto", True, (9, 0), ("int8", None)),
     ("auto", True, (7, 5), ("int8", None)),
     ("auto", False, (9, 0), ("tf32", None)),
     ("auto", True, None, ("int8", None)),

@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bulk distances by BLAS/cuBLAS product or our tiled kernel")
     p.add_argument("--precision", choices=tuple(Precision), default="auto",
                    help="arithmetic of the distance product. 8-bit data (MNIST pixels) are exact "
-                        "in every precision; auto takes bf16 tensor cores for them (int8 before "
-                        "Ampere) and tf32 for "
+                        "in every precision; auto takes int8 tensor cores for them (one fused "
+                        "product and top-k kernel from Ampere on) and tf32 for "
                         "float data, whose ranking is re-ranked in float64 and certified by an "
                         "error bound (rows it cannot certify are recomputed): no precision "
                         "changes a neighbour. int8 needs 8-bit integer data")

@@ -57,8 +57,9 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
     precision : {"auto", "int8", "bf16", "tf32", "fp32"}, default "auto"
         Arithmetic of the distance product (``mgpu_dask.kernels.knn_precision``).
         8-bit integer data (uint8 pixels) are exact in every precision, so
-        ``"auto"`` takes the fastest tensor cores for them (``"bf16"``;
-        ``"int8"`` on a GPU older than Ampere); other data take ``"tf32"``
+        ``"auto"`` takes int8 tensor cores for them (from Ampere on, one
+        kernel that folds the products straight into each row's top-k,
+        ``mgpu_dask.kernels.knn.fused``); other data take ``"tf32"``
         (``"fp32"`` on a CPU or an older GPU), and every precision's
         ranking is re-ranked in float64 and certified by an error bound, rows
         it cannot certify recomputed: the neighbours are exact in every

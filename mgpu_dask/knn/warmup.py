@@ -42,6 +42,18 @@ def _rows(search: Search) -> np.ndarray:
     return rng.standard_normal((ROWS, search.n_features)).astype(search.dtype)
 
 
+def _fused(search: Search, exact: bool, K: int) -> bool:
+    """Whether the search runs the fused kernel (CuPy's, not Numba's) instead of a scan."""
+    from ..kernels.knn import fused
+    from ..kernels.knn.operands import padded_shape
+
+    asked = Precision.parse(search.precision)
+    chosen, _ = precisions.choose(asked if exact or asked is not Precision.INT8 else
+                                  Precision.AUTO, exact, gpu_capability())
+    return fused.usable_for(K, chosen, exact, search.method,
+                            padded_shape(1, search.n_features)[1])
+
+
 def _kernels(search: Search) -> list[Any]:
     """The Numba kernels such a search runs."""
     if search.gpu:
@@ -51,10 +63,10 @@ def _kernels(search: Search) -> list[Any]:
     exact = precisions.eight_bit_of(np.dtype(search.dtype)).exact and search.method == "gemm"
     K = min(kernels.MAX_K, search.k if exact else search.k + search.margin, ROWS)
     names = ["vote_rows"]
-    if search.gpu:
+    if search.gpu and not _fused(search, exact, K):
         names.append("scan_tile_short" if K <= module.SHORT_K else
                      "scan_tile" if K <= module.SCAN_K else "scan_tile_long")
-    else:
+    elif not search.gpu:
         names.append("scan_tile")
     if not exact:
         names.append("refine_rows")

@@ -115,9 +115,9 @@ def choose(requested: Precision | str, eight_bit: bool,
     if requested is Precision.AUTO:
         if capability is None:  # CPU: emulated, and fp32 is the honest label for float data
             return (Precision.INT8 if eight_bit else Precision.FP32), None
-        # 8-bit data: bf16 tensor cores where there are some (exact, and faster than
-        # cuBLAS's int8 products at these shapes), else int8, else fp32.
-        order = ((Precision.BF16, Precision.INT8, Precision.FP32) if eight_bit
+        # 8-bit data: int8 tensor cores (exact; from compute capability 8.0 the fused
+        # search of .fused, which never writes the distances), else fp32.
+        order = ((Precision.INT8, Precision.FP32) if eight_bit
                  else (Precision.TF32, Precision.FP32))
         return next(p for p in order if capability >= p.needs), None
     if capability is not None and capability < requested.needs:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..launch import Launcher, array_module, capture_allowed, on_gpu
+from . import fused
 from . import precision as precisions
 from .distances import INT_MAX, MAX_K, _cuda_target, refine
 from .operands import operand_dtype, padded_shape, prepare_queries
@@ -107,7 +108,9 @@ class Scan:
 class TileLoop:
     """The product-and-scan loop over every tile, for one training block and m query rows.
 
-    Its buffers (the padded query operand, the product tile, the running
+    On 8-bit data with int8 operands on a GPU that can (:func:`.fused.usable`)
+    the loop is one fused kernel that never writes a product tile.  Its
+    buffers (the padded query operand, the product tile, the running
     lists) are made once and kept with the training block, so a repeated
     predict of the same size allocates nothing.  On a GPU the loop runs on
     its own stream and its launches (one cuBLAS product and one scan per
@@ -131,11 +134,16 @@ class TileLoop:
             else:
                 self.q = xp.zeros(padded_shape(m, train.d),
                                   dtype=operand_dtype(train.precision, self.gpu))
-            tq, tn = _tile_shape(self.q.shape[0], train.operand.shape[0], self.gpu, tile_bytes)
-            self.tiles = (tq, tn)
-            self.product = TileProduct(self.q, train, tq * tn)
-            self.scan = Scan(m, K, xp, cuda, self.product.out, 1.0 if direct else -2.0,
-                             train.norms, not direct, train.n)
+            self.fused = None
+            if self.gpu and cuda and fused.usable(train, K):
+                self.fused = self.scan = fused.FusedTopK(self.q, train, m, K)
+            else:
+                tq, tn = _tile_shape(self.q.shape[0], train.operand.shape[0], self.gpu,
+                                     tile_bytes)
+                self.tiles = (tq, tn)
+                self.product = TileProduct(self.q, train, tq * tn)
+                self.scan = Scan(m, K, xp, cuda, self.product.out, 1.0 if direct else -2.0,
+                                 train.norms, not direct, train.n)
         self.graph = None
         self.graph_note = None
         if self.gpu and cuda:
@@ -159,6 +167,9 @@ class TileLoop:
         return self.stream if self.stream is not None else contextlib.nullcontext()
 
     def _tiles(self) -> None:
+        if self.fused is not None:
+            self.fused()
+            return
         tq, tn = self.tiles
         m_pad, n_pad, m = self.q.shape[0], self.train.operand.shape[0], self.m
         for q0 in range(0, m, tq):
@@ -183,8 +194,9 @@ class TileLoop:
     def __call__(self, Q: Any) -> Any:
         """Prepare ``Q`` into the loop's buffer and run every tile; returns the prepared queries."""
         queries = prepare_queries(Q, self.train, out=self.q)
-        self.scan.keys.fill(np.inf)
-        self.scan.cols.fill(INT_MAX)
+        if self.fused is None:  # the fused kernels write every entry
+            self.scan.keys.fill(np.inf)
+            self.scan.cols.fill(INT_MAX)
         if self.graph is not None:
             self.graph.launch(self.stream)
         else:

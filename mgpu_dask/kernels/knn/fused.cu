@@ -1,0 +1,312 @@
+// KNN on 8-bit data in one pass: int8 tensor-core products and each query row's
+// running top-K, without writing the distance matrix.  See fused.py.
+//
+// A block owns BM query rows and one split of the training rows, which it walks
+// BN rows at a time.  Its 8 warps (2 x 4) each compute a 64 x 64 piece of the
+// BM x BN product with mma.sync m16n8k32 (int8 in, int32 out: exact), the
+// operands streaming through a STAGES-deep cp.async ring in shared memory.  A
+// product becomes a key |t|^2 - 2 q.t (exact int32) and is compared with the
+// row's current K-th key; the rare key that can enter goes through a small
+// per-row queue into the row's sorted list in shared memory.  Lists hold
+// key * 2^32 + column, so one comparison orders by key, then by the smaller
+// column.  Each split writes its rows' lists; fused_merge keeps the K best of
+// the splits.
+
+#define BM 128
+#ifndef BN
+#define BN 128           // training rows per tile: 4 warps of BN / 4 columns each
+#endif
+#define BK 64            // bytes of a row per pipeline stage
+#ifndef STAGES
+#define STAGES 3
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 2
+#endif
+#define THREADS 256
+#define NT (BN / 32)     // n8 tiles of a warp
+#define LK 64            // longest list (MAX_K); a block's lists take BM * K entries
+#define QCAP 32          // queue entries per row and round
+#define EMPTY 0x7fffffffffffffffLL
+#define NO_KEY 0x7fffffff
+#define OPEN_KEY 0x7ffffffe   // threshold of a list not yet full: every real key passes
+#define CLOSED_KEY (-0x7fffffff - 1)   // threshold of a padding row: nothing passes
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3,
+                                            unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_s8(int* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Byte offset of 16-byte chunk c (0..3) of row r in a stage: rows of BK bytes, chunks
+// swizzled so that the 8 rows one ldmatrix reads fall in 8 different bank groups.
+__device__ __forceinline__ int swz(int r, int c) { return r * BK + ((c ^ ((r >> 1) & 3)) << 4); }
+
+__device__ __forceinline__ long long pack(int key, int col) {
+    return (long long)key * 4294967296LL + (long long)col;
+}
+
+__device__ __forceinline__ int key_of(long long p) { return (int)(p >> 32); }
+
+// Insert p into the ascending list of K entries (nothing if it is not better than the last).
+__device__ __forceinline__ void insert(long long* list, int K, long long p) {
+    if (p >= list[K - 1]) return;
+    int j = K - 1;
+    while (j > 0 && list[j - 1] > p) {
+        list[j] = list[j - 1];
+        --j;
+    }
+    list[j] = p;
+}
+
+// Row r's queue into its list (r's thread); whether the queue had overflowed.
+__device__ __forceinline__ bool merge_queue(long long* lists, const long long* queue, int* count,
+                                            int* thr, int r, int K) {
+    const int c = count[r];
+    if (!c) return false;
+    long long* list = lists + r * K;
+    for (int i = 0; i < min(c, QCAP); ++i) insert(list, K, queue[r * QCAP + i]);
+    if (list[K - 1] != EMPTY) thr[r] = key_of(list[K - 1]);
+    count[r] = 0;
+    return c > QCAP;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
+                const signed char* __restrict__ T, int t_rows, int n_valid,
+                const float* __restrict__ norms, int d_pad, int tiles_per_split, int K,
+                long long* __restrict__ out)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    signed char* sA = (signed char*)smem;
+    signed char* sB = sA + STAGES * BM * BK;
+    long long* lists = (long long*)(sB + STAGES * BN * BK);
+    long long* queue = lists + BM * K;
+    int* count = (int*)(queue + BM * QCAP);
+    int* thr = count + BM;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3;
+    const int row0 = blockIdx.x * BM;
+    const int ntiles = (n_valid + BN - 1) / BN;
+    const int tile_begin = blockIdx.y * tiles_per_split;
+    const int tile_end = min(tile_begin + tiles_per_split, ntiles);
+    const int nk = (d_pad + BK - 1) / BK;
+    const int total = tile_end > tile_begin ? (tile_end - tile_begin) * nk : 0;
+
+    for (int i = tid; i < BM * K; i += THREADS) lists[i] = EMPTY;
+    for (int i = tid; i < BM; i += THREADS) {
+        count[i] = 0;
+        thr[i] = row0 + i < m ? OPEN_KEY : CLOSED_KEY;
+    }
+
+    // Each thread copies the same 16-byte chunk c of rows r, r + 64, ... of every stage.
+    const int lr = tid >> 2, lc = tid & 3;
+    int load_tile = tile_begin, load_k0 = 0, load_stage = 0;
+    auto load = [&]() {
+        signed char* a = sA + load_stage * BM * BK;
+        signed char* b = sB + load_stage * BN * BK;
+        const int gk = load_k0 + lc * 16;
+        const bool kin = gk < d_pad;
+#pragma unroll
+        for (int i = 0; i < BM / 64; ++i) {
+            const int r = lr + i * 64, grow = row0 + r;
+            const bool ok = kin && grow < q_rows;
+            cp_async16(smem_u32(a + swz(r, lc)), ok ? Q + (long long)grow * d_pad + gk : Q, ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 64; ++i) {
+            const int r = lr + i * 64, grow = load_tile * BN + r;
+            const bool ok = kin && grow < t_rows;
+            cp_async16(smem_u32(b + swz(r, lc)), ok ? T + (long long)grow * d_pad + gk : T, ok ? 16 : 0);
+        }
+        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+        load_k0 += BK;
+        if (load_k0 >= d_pad) {
+            load_k0 = 0;
+            ++load_tile;
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < total) load();
+        cp_async_commit();
+    }
+
+    int acc[4][NT][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0;
+
+    const int my_row = wm * 64 + (lane >> 2);        // + mt * 16 + h * 8
+    const int my_col = wn * (BN / 4) + (lane & 3) * 2;     // + nt * 8 + (v & 1), within the tile
+
+    int stage = 0, kb = 0, col0 = tile_begin * BN;
+    for (int g = 0; g < total; ++g) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (g + STAGES - 1 < total) load();
+        cp_async_commit();
+
+        const signed char* a = sA + stage * BM * BK;
+        const signed char* b = sB + stage * BN * BK;
+        const int steps = min(2, (d_pad - kb * BK + 31) / 32);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+            if (ks < steps) {
+                unsigned af[4][4];
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+                    const int r = wm * 64 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    ldmatrix_x4(af[mt][0], af[mt][1], af[mt][2], af[mt][3],
+                                smem_u32(a + swz(r, ks * 2 + (lane >> 4))));
+                }
+                unsigned bf[NT][2];
+#pragma unroll
+                for (int np = 0; np < NT / 2; ++np) {
+                    const int r = wn * (BN / 4) + np * 16 + (lane & 7) + (lane >> 4) * 8;
+                    ldmatrix_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1],
+                                smem_u32(b + swz(r, ks * 2 + ((lane >> 3) & 1))));
+                }
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+            }
+        }
+
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+        if (++kb != nk) continue;
+        kb = 0;
+
+        // The tile is done: keys, each compared with its row's K-th as of the last merge;
+        // one that may enter goes to the row's queue (its bit in done).  The lists take
+        // their queues only once one is half full: the thresholds tighten fast, so merges
+        // (and the waits around them) grow rare.  A queue that overflowed is pushed
+        // again, round by round, once the lists have taken what fitted.
+        int th[8];
+#pragma unroll
+        for (int h = 0; h < 8; ++h) th[h] = thr[my_row + (h >> 1) * 16 + (h & 1) * 8];
+        unsigned done[4] = {0u, 0u, 0u, 0u};
+        int full = 0;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = col0 + my_col + nt * 8 + e;
+                const int nrm = col < n_valid ? __float2int_rn(norms[col]) : 0;
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        int& v = acc[mt][nt][h * 2 + e];
+                        v = col < n_valid ? nrm - 2 * v : NO_KEY;
+                        if (v <= th[mt * 2 + h]) {  // rare once the lists have filled
+                            const int r = my_row + mt * 16 + h * 8;
+                            const int slot = atomicAdd(&count[r], 1);
+                            if (slot < QCAP) {
+                                queue[r * QCAP + slot] = pack(v, col);
+                                done[mt] |= 1u << (nt * 4 + h * 2 + e);
+                            }
+                            full |= slot >= QCAP / 2;
+                        }
+                    }
+                }
+            }
+        }
+        if (__syncthreads_or(full)) {
+            while (true) {
+                const int more = tid < BM && merge_queue(lists, queue, count, thr, tid, K);
+                if (!__syncthreads_or(more)) break;
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = my_row + mt * 16 + h * 8;
+                        const int t = thr[r];
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int bit = nt * 4 + h * 2 + e;
+                                const int v = acc[mt][nt][h * 2 + e];
+                                if (!(done[mt] >> bit & 1u) && v <= t) {
+                                    const int slot = atomicAdd(&count[r], 1);
+                                    if (slot < QCAP) {
+                                        queue[r * QCAP + slot] = pack(v, col0 + my_col + nt * 8 + e);
+                                        done[mt] |= 1u << bit;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+        }
+        col0 += BN;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) acc[i][j][v] = 0;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (tid < BM) merge_queue(lists, queue, count, thr, tid, K);  // what the last tiles queued
+    __syncthreads();
+    for (int i = tid; i < BM * K; i += THREADS) {
+        const int r = i / K, j = i % K;
+        if (row0 + r < m) out[((long long)blockIdx.y * m + row0 + r) * K + j] = lists[i];
+    }
+}
+
+// The K best of each row over the splits' lists: keys as float64 (inf where none) and
+// columns (2^31 - 1 where none), as the scan kernels leave them.
+extern "C" __global__ void fused_merge(const long long* __restrict__ parts, int splits, int m, int K,
+                                       double* __restrict__ keys, int* __restrict__ cols)
+{
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= m) return;
+    long long best[LK];
+    for (int j = 0; j < K; ++j) best[j] = EMPTY;
+    for (int s = 0; s < splits; ++s) {
+        const long long* p = parts + ((long long)s * m + row) * K;
+        for (int j = 0; j < K; ++j) {
+            const long long v = p[j];
+            if (v >= best[K - 1]) break;  // each list is ascending
+            insert(best, K, v);
+        }
+    }
+    for (int j = 0; j < K; ++j) {
+        const long long v = best[j];
+        keys[(long long)row * K + j] = v == EMPTY ? __longlong_as_double(0x7ff0000000000000LL)
+                                                  : (double)key_of(v);
+        cols[(long long)row * K + j] = v == EMPTY ? 0x7fffffff : (int)(v & 0xffffffffLL);
+    }
+}

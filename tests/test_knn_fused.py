@@ -1,0 +1,142 @@
+"""The fused int8 KNN search (``kernels/knn/fused``): when it runs, how it splits the
+work, and -- on a GPU -- that it finds exactly the brute-force neighbours."""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from mgpu_dask.kernels.knn import fused
+from mgpu_dask.kernels.precision import Precision
+
+
+def _defines() -> dict[str, int]:
+    text = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
+    return {name: int(value) for name, value in
+            re.findall(r"^#define (\w+) (-?\d+)\b", text, flags=re.MULTILINE)}
+
+
+def test_source_ships_and_agrees_with_the_python_side():
+    """The constants both sides use to size the blocks and shared memory are the same, and
+    the block shape Python passes in is the source's default."""
+    d = _defines()
+    assert (d["BM"], d["BK"], d["THREADS"], d["QCAP"], d["LK"]) == (
+        fused.ROWS, fused.STAGE_BYTES, fused.THREADS, fused.QUEUE, fused.MAX_K)
+    assert (d["BN"], d["STAGES"], d["MIN_BLOCKS"]) == (fused.COLS, fused.STAGES, fused.MIN_BLOCKS)
+    assert fused.COLS % 64 == 0
+
+
+def test_shared_memory_fits_the_gpus_it_is_meant_for():
+    """Lists of any K fit an A100's 163 KiB per block, and k up to 16 a consumer
+    Ampere or Ada GPU's 99 KiB; longer lists take more."""
+    assert fused.shared_bytes(fused.MAX_K) <= 163 * 1024
+    assert fused.shared_bytes(16) <= 99 * 1024
+    assert fused.shared_bytes(2) < fused.shared_bytes(3)
+
+
+@pytest.mark.parametrize("query_blocks, tiles, sms", [
+    (1, 1, 132), (137, 410, 132), (547, 1640, 132), (137, 63574, 132), (3, 7, 108),
+    (1000, 5, 264), (2, 500, 264)])
+def test_splits_fill_the_gpu_without_empty_splits(query_blocks, tiles, sms):
+    s = fused.splits(query_blocks, tiles, sms)
+    assert 1 <= s <= min(tiles, fused.MAX_SPLITS)
+    per = -(-tiles // s)
+    assert (s - 1) * per < tiles  # no split is left without a tile
+    if query_blocks < sms and tiles >= sms:  # a lone wave of few blocks would idle most SMs
+        assert query_blocks * s >= 0.9 * sms   # (short of all: as many tiles per split)
+
+
+@pytest.fixture
+def device(monkeypatch):
+    """Pretend to be a GPU: (opt-in shared memory, SMs, compute capability)."""
+    def pretend(optin=227 * 1024, capability=(9, 0)):
+        monkeypatch.setattr(fused, "_device", lambda: (optin, 132, capability))
+    pretend()
+    return pretend
+
+
+def test_usable_only_for_int8_products_of_8bit_data(device):
+    assert fused.usable_for(3, Precision.INT8, True, "gemm", 784)
+    assert not fused.usable_for(3, Precision.BF16, True, "gemm", 784)
+    assert not fused.usable_for(3, Precision.INT8, False, "gemm", 784)
+    assert not fused.usable_for(3, Precision.INT8, True, "direct", 784)
+    assert not fused.usable_for(0, Precision.INT8, True, "gemm", 784)
+    assert not fused.usable_for(fused.MAX_K + 1, Precision.INT8, True, "gemm", 784)
+    assert not fused.usable_for(3, Precision.INT8, True, "gemm", 50_000)  # keys past int32
+
+
+def test_usable_needs_ampere_and_the_shared_memory(device):
+    device(capability=(7, 5))
+    assert not fused.usable_for(3, Precision.INT8, True, "gemm", 784)
+    device(capability=(8, 0), optin=fused.shared_bytes(10))
+    assert fused.usable_for(10, Precision.INT8, True, "gemm", 784)
+    assert not fused.usable_for(11, Precision.INT8, True, "gemm", 784)
+
+
+# --- on a GPU --------------------------------------------------------------------------
+
+
+def _gpu():
+    cupy = pytest.importorskip("cupy")
+    from mgpu_dask.config.environment import has_gpu
+
+    if not has_gpu() or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.skip("needs a CUDA GPU (not the simulator)")
+    return cupy
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, d, k, levels", [
+    (1, 1, 1, 1, 256), (5, 7, 16, 3, 256), (130, 300, 17, 3, 4), (257, 1000, 100, 10, 256),
+    (129, 777, 64, 64, 3), (1000, 3000, 48, 16, 2), (64, 600, 784, 5, 256),
+    (17, 20000, 33, 7, 256), (300, 4, 784, 9, 256)])
+def test_fused_search_finds_the_brute_force_neighbours(m, n, d, k, levels):
+    """Exact int64 distances, ties to the smaller training row; few levels make many ties,
+    and shapes off every multiple of the block's."""
+    cupy = _gpu()
+    from mgpu_dask.kernels.knn import local_candidates
+    from mgpu_dask.kernels.knn.operands import prepare_train
+
+    rng = np.random.default_rng(m * 7 + n)
+    Q = rng.integers(0, levels, (m, d)).astype(np.uint8)
+    T = rng.integers(0, levels, (n, d)).astype(np.uint8)
+    y = rng.integers(0, 10, n).astype(np.int32)
+    train = prepare_train(cupy.asarray(T), "int8", True, 128)
+    cand = cupy.asnumpy(local_candidates(cupy.asarray(Q), train, cupy.asarray(y),
+                                         cupy.arange(n, dtype=np.int64), k))
+    assert next(iter(train.loops.values())).fused is not None
+    diff = Q[:, None, :].astype(np.int64) - T[None].astype(np.int64)
+    dist = (diff * diff).sum(-1)
+    order = np.argsort(dist, axis=1, kind="stable")[:, :k]
+    kk = min(k, n)
+    np.testing.assert_array_equal(cand[:, :kk, 1], order)
+    np.testing.assert_array_equal(cand[:, :kk, 0], np.take_along_axis(dist, order, 1))
+    np.testing.assert_array_equal(cand[:, :kk, 2], y[order])
+    assert (cand[:, kk:, 1] == -1).all() and np.isinf(cand[:, kk:, 0]).all()
+
+
+@pytest.mark.gpu
+def test_fused_search_equals_the_tile_loop(monkeypatch):
+    """The same candidates as the cuBLAS product and scan on the same int8 operands, a
+    second search of the same size included (its buffers are reused)."""
+    cupy = _gpu()
+    from mgpu_dask.kernels.knn import local_candidates
+    from mgpu_dask.kernels.knn.operands import prepare_train
+
+    rng = np.random.default_rng()
+    T = cupy.asarray(rng.integers(0, 256, (9000, 784)).astype(np.uint8))
+    y = cupy.asarray(rng.integers(0, 10, 9000).astype(np.int32))
+    index = cupy.arange(9000, dtype=np.int64)
+    train = prepare_train(T, "int8", True, 128)
+    searches = [cupy.asarray(rng.integers(0, 256, (700, 784)).astype(np.uint8)) for _ in range(2)]
+    got = [cupy.asnumpy(local_candidates(Q, train, y, index, 3)) for Q in searches]
+    monkeypatch.setattr(fused, "usable", lambda *a: False)
+    tiles = prepare_train(T, "int8", True, 128)
+    want = [cupy.asnumpy(local_candidates(Q, tiles, y, index, 3)) for Q in searches]
+    assert next(iter(tiles.loops.values())).fused is None
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
