@@ -27,7 +27,8 @@ def main():
     from mgpu_dask.kernels.knn.search import local_candidates
 
     usable = fused.usable
-    res = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "checks": []}
+    res = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+           "command": " ".join(["python"] + sys.argv), "checks": []}
 
     def run(Q, T, y, k, precision, allow_fused=True):
         fused.usable = usable if allow_fused else (lambda *a: False)

@@ -7,7 +7,8 @@ device call that made it added; ``summary.json`` holds, per file, the figures
 the README cites (warm medians, accuracy, what ran; ``host_fit.py``'s medians),
 and the A/B ratios where ``ab_*`` files are present (``workers_*``: the means over
 rounds per worker count, and their ratios to one worker; ``gpus_*``: the means per
-GPU count, and the speed-ups over one GPU).  The tables print as Markdown.
+GPU count, and the speed-ups over one GPU; ``precision_*``: the means per precision
+and their ratios to bf16's).  The tables print as Markdown.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
                        "device_ms_total": result[name]["device_ms_total"],
                        "largest": result[name]["kernels"][:8]}
                 for name in ("logreg fit", "knn search")}
+    if "checks" in result:  # benchmarks/knn_fused.py: the search without Dask
+        return {"device": result.get("device"), "mismatches": result.get("mismatches"),
+                **{k: v for k, v in result.items() if k.startswith("fraction_")}}
     if "backends" in result:  # --backend ...: one row per backend
         return {"task": result["task"], "n_train": result["n_train"], "n_test": result["n_test"],
                 "rows": {r["backend"]: {k: r.get(k) for k in
@@ -97,6 +101,25 @@ def gpu_means(summary: dict[str, Any]) -> dict[str, float]:
                         lambda mean, one: one / mean)
 
 
+def precision_means(summary: dict[str, Any]) -> dict[str, float]:
+    """Means over rounds of ``precision_TASK_PRECISION_SIZE_I`` (``PHASE=precisions``), ms,
+    and each precision's time over bf16's (the tile loop) at the same size."""
+    import re
+
+    runs: dict[tuple[str, str, str], list[float]] = {}
+    for name, s in summary.items():
+        m = re.fullmatch(r"precision_(knn|logreg)_([a-z0-9]+)_(f\d+|deformed)_\d+", name)
+        if m and s.get("warm_seconds") is not None:
+            runs.setdefault((m[1], m[3], m[2]), []).append(1e3 * s["warm_seconds"])
+    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
+    out = {f"{task} {size}, {p}": round(mean, 1) for (task, size, p), mean in means.items()}
+    for (task, size, p), mean in means.items():
+        base = means.get((task, size, "bf16"))
+        if p != "bf16" and base:
+            out[f"{task} {size}, {p} / bf16 (ratio)"] = round(mean / base, 3)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path)
@@ -115,9 +138,9 @@ def main() -> None:
         machine = machine or result.get("machine")
     payload = {"machine": machine, "commit": args.commit, "made_by": args.made_by,
                "runs": summary, "ab": ab_ratios(summary)}
-    means = {**worker_means(summary), **gpu_means(summary)}
+    means = {**worker_means(summary), **gpu_means(summary), **precision_means(summary)}
     if means:
-        payload["means_of_two_rounds_ms"] = means
+        payload["means_over_rounds_ms"] = means
     (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
     for name, s in summary.items():
         if "walls" in s:
@@ -137,6 +160,10 @@ def main() -> None:
             print(f"{name}: " + ", ".join(f"{what} wall {r['wall_ms_median']} ms, kernels "
                                           f"{r['device_ms_total']} ms" for what, r in s.items()
                                           if isinstance(r, dict)))
+        elif "mismatches" in s:
+            print(f"{name}: {s['mismatches']} mismatches; " + ", ".join(
+                f"{frac} {label} {r['ms']} ms" for frac, row in s.items()
+                if frac.startswith("fraction_") for label, r in row.items() if isinstance(r, dict)))
         elif "warm_fit_median_ms" in s:
             print(f"{name}: {s['workers']} workers, warm fit from host NumPy (ms) "
                   f"{s['warm_fit_median_ms']}, shard {s['warm_shard_median_ms']}")

@@ -4,7 +4,8 @@ study's "CuPy with custom CUDA C kernels", on the same dask shards as ours.
 Same placement as the CuPy row (the training set prepared once per worker,
 one task per query block on its GPU, :mod:`..on_shards`) and the same
 algorithms as our Numba kernels (:mod:`.kernels`): the table compares the
-frameworks.
+frameworks.  For KNN that is our tile loop (a product per tile, then the scan);
+on 8-bit data ours now runs one fused int8 kernel instead (``kernels/knn/fused``).
 Logistic regression evaluates each shard with the CUDA C softmax between two
 cuBLAS products, driven by our host L-BFGS like the CuPy row.
 """
@@ -30,12 +31,17 @@ from . import kernels as cuda_c
 def prepare_rows(copy: tuple[Any, Any], exact: bool, shift: int) -> tuple[Any, Any]:
     """A worker's training copy from its rows on the device: our prepared block
     (:func:`kernels.knn.prepare_train`) and the class indices.  8-bit data (``exact``,
-    integers ``shift`` away from int8): the precision ours would choose on this GPU (exact
-    keys on tensor cores); other data: fp32 products (NumPy rows on a CPU worker: our
-    operands emulated, for tests)."""
+    integers ``shift`` away from int8): the tile loop's fastest exact product on this GPU,
+    bf16 tensor cores where there are some (cuBLAS's int8 products are slower at these
+    shapes; ours runs int8 only fused with the top-k, which these kernels do not copy),
+    else what ours would choose; other data: fp32 products (NumPy rows on a CPU worker:
+    our operands emulated, for tests)."""
     X, y = copy
+    capability = gpu_capability() if on_gpu(X) else None
     asked = Precision.AUTO if exact else Precision.FP32
-    precision, _ = choose(asked, exact, gpu_capability() if on_gpu(X) else None)
+    if exact and capability is not None and capability >= Precision.BF16.needs:
+        asked = Precision.BF16
+    precision, _ = choose(asked, exact, capability)
     return prepare_train(X, precision, exact, shift), y
 
 
