@@ -24,8 +24,9 @@
 #   workers  knn and logreg with NWORKERS (1 2 4) workers sharing GPU 0
 #            (tests/shared_gpu.py: a LocalCluster, CUDA_VISIBLE_DEVICES=0 per nanny)
 #   workers-ab  the same, .ab's package and the working tree alternating (ROUNDS, ORDER)
-#   gpus     knn and logreg with --workers in NGPUS (1 2), one per GPU, at FRACTIONS and
-#            on deformed MNIST (COPIES): a machine with several GPUs
+#   gpus     TASKS (knn logreg) with --workers in NGPUS (1 2), one per GPU, at FRACTIONS
+#            and on deformed MNIST (COPIES), ROUNDS times (default 1): a machine with
+#            several GPUs
 #   precisions  knn with each of PRECISIONS (bf16 auto) at FRACTIONS (0: none) and deformed
 #            (COPIES), alternating ROUNDS times: the tile loop against the fused search
 #   none     the stack only (a call that carries one more part)
@@ -190,15 +191,15 @@ workers-ab)
   done; done
   ;;
 gpus)
-  for n in ${NGPUS:-1 2}; do
+  for i in $(seq ${ROUNDS:-1}); do for n in ${NGPUS:-1 2}; do for task in ${TASKS:-knn logreg}; do
+    repeats=10; [ $task = logreg ] && repeats=5
     for f in ${FRACTIONS:-1 4}; do
-      cli "gpus_knn_f${f}_n$n" knn --workers $n --fraction $f --repeats 10 --quiet
-      cli "gpus_logreg_f${f}_n$n" logreg --workers $n --fraction $f --repeats 5 --quiet
+      cli "gpus_${task}_f${f}_n${n}_$i" $task --workers $n --fraction $f --repeats $repeats --quiet
     done
     [ "${COPIES:-155}" = 0 ] && continue
-    cli "gpus_knn_deformed_n$n" knn --dataset mnist-deformed --copies ${COPIES:-155} --workers $n --repeats 3 --quiet
-    cli "gpus_logreg_deformed_n$n" logreg --dataset mnist-deformed --copies ${COPIES:-155} --workers $n --repeats 3 --quiet
-  done
+    cli "gpus_${task}_deformed_n${n}_$i" $task --dataset mnist-deformed --copies ${COPIES:-155} \
+      --workers $n --repeats 3 --quiet
+  done; done; done
   ;;
 precisions)
   # knn with each of PRECISIONS (bf16: the tile loop; auto: int8, the fused search) at
