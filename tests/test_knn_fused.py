@@ -140,3 +140,22 @@ def test_fused_search_equals_the_tile_loop(monkeypatch):
     assert next(iter(tiles.loops.values())).fused is None
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype, precision, capability, scan", [
+    ("uint8", "auto", (9, 0), False), ("uint8", "int8", (8, 0), False),
+    ("uint8", "bf16", (9, 0), True), ("uint8", "auto", (7, 5), True),
+    ("float32", "auto", (9, 0), True)])
+def test_warm_up_compiles_the_scan_only_where_the_search_is_not_fused(
+        device, monkeypatch, dtype, precision, capability, scan):
+    """What a worker's warm-up (and its check of Numba's cache) counts on: the scan kernel
+    where the search runs the tile loop, none where it runs fused."""
+    from mgpu_dask.knn import warmup
+
+    device(capability=capability)
+    monkeypatch.setattr(warmup, "gpu_capability", lambda: capability)
+    search = warmup.Search(gpu=True, dtype=dtype, n_features=784, precision=precision,
+                           method="gemm", k=3, margin=8, weights="distance", merge=False)
+    names = [kernel.__name__ if hasattr(kernel, "__name__") else str(kernel)
+             for kernel in warmup._kernels(search)]
+    assert any(name.startswith("scan_tile") for name in names) == scan

@@ -47,9 +47,13 @@ def _fused(search: Search, exact: bool, K: int) -> bool:
     from ..kernels.knn import fused
     from ..kernels.knn.operands import padded_shape
 
-    asked = Precision.parse(search.precision)
-    chosen, _ = precisions.choose(asked if exact or asked is not Precision.INT8 else
-                                  Precision.AUTO, exact, gpu_capability())
+    if not exact:
+        return False
+    try:
+        capability = gpu_capability()
+    except Exception:  # no CuPy or no GPU here: the scan, as on a CPU
+        return False
+    chosen, _ = precisions.choose(Precision.parse(search.precision), exact, capability)
     return fused.usable_for(K, chosen, exact, search.method,
                             padded_shape(1, search.n_features)[1])
 

@@ -70,7 +70,10 @@ def usable_for(K: int, precision: Precision, eight_bit: bool, method: str, d_pad
         return False
     if not 1 <= K <= MAX_K or 3 * d_pad * 128 * 128 >= 2 ** 31:  # keys must fit int32
         return False
-    optin, _, capability = _device()
+    try:
+        optin, _, capability = _device()
+    except Exception:  # no CuPy or no GPU in this process
+        return False
     return capability >= NEEDS and shared_bytes(K) <= optin
 
 
