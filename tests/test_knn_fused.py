@@ -159,3 +159,35 @@ def test_warm_up_compiles_the_scan_only_where_the_search_is_not_fused(
     names = [kernel.__name__ if hasattr(kernel, "__name__") else str(kernel)
              for kernel in warmup._kernels(search)]
     assert any(name.startswith("scan_tile") for name in names) == scan
+
+
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_fused_source_compiles_with_nvrtc_without_warnings(arch):
+    """NVRTC needs no GPU: CI compiles the fused kernels with the options CuPy is given."""
+    import nvrtc_compile
+
+    if nvrtc_compile.library_path() is None:
+        pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
+    source = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
+    ok, log, ptx = nvrtc_compile.compile_source(
+        source, "fused.cu", [f"--gpu-architecture={arch}", *fused._options()])
+    assert ok and not log.strip(), log
+    assert set(re.findall(rb"\.entry (\w+)", ptx)) == {b"fused_int8_topk", b"fused_merge"}
+
+
+def test_fused_kernel_fits_its_registers_without_spilling():
+    """Two blocks of 256 threads per SM leave 128 registers a thread: the search kernel
+    must fit them (spilling to local memory would cost every tile)."""
+    import nvrtc_compile
+
+    if nvrtc_compile.library_path() is None:
+        pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
+    source = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
+    ok, log, _ = nvrtc_compile.compile_source(
+        source, "fused.cu", ["--gpu-architecture=sm_90", *fused._options(), "-Xptxas", "-v"])
+    assert ok, log
+    search = log[log.index("Compiling entry function 'fused_int8_topk'"):]
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", search)
+    registers = re.search(r"Used (\d+) registers", search)
+    assert spills and spills.groups() == ("0", "0"), search[:400]
+    assert registers and int(registers.group(1)) <= 65536 // (fused.THREADS * fused.MIN_BLOCKS)

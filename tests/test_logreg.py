@@ -456,6 +456,74 @@ def test_device_lbfgs_stops_where_the_host_loop_stops(ahead):
     np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+def test_a_kept_device_lbfgs_fits_again_as_a_new_one_would():
+    """The device L-BFGS kept with the rows' blocks (``fit_on_device``'s ``kept_under``):
+    a second fit of the same rows, with other labels, starts from it (the labels copied
+    in, the state zeroed) and takes the host loop's every step on those labels."""
+    from mgpu_dask.kernels.precision import Precision
+    from mgpu_dask.logreg import kept_levels, solvers
+    from mgpu_dask.logreg.lbfgs import loop as lbfgs
+    from mgpu_dask.logreg.problem import Problem
+
+    shards, n, d, k = _two_shard_problem(scale=0.5)
+    penalty = 1.0 / n
+    problem = Problem(n, d, k, penalty, 2, 1e-8, "device", Precision.FP32, None)
+    kept = ([X for X, _ in shards], (("x0", "x1"), "device fit", False, None))
+    try:
+        first = solvers.fit_on_device(shards, problem, kept)
+        relabelled = [(X, (y + 1) % k) for X, y in shards]
+        again = solvers.fit_on_device(relabelled, problem, kept)
+    finally:
+        kept_levels.forget("x0")
+    assert not first["profile"]["state kept"] and again["profile"]["state kept"]
+    for got, rows in ((first, shards), (again, relabelled)):
+        want = lbfgs.minimize_lbfgs(_host_objective(rows, n, d, k, penalty),
+                                    np.zeros(d * k + k), maxiter=2, gtol=1e-8)
+        assert (got["nit"], got["nfev"]) == (want["nit"], want["nfev"])
+        np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-11)
+    assert not np.allclose(again["x"], first["x"])
+
+
+def test_a_kept_device_lbfgs_serves_only_its_rows_and_problem():
+    """Another problem, other row arrays or labels of another length make a new backend
+    (the kept one is let go); the blocks' keys leaving take it along."""
+    from mgpu_dask.kernels.precision import Precision
+    from mgpu_dask.logreg import kept_levels, solvers
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
+    from mgpu_dask.logreg.problem import Problem
+
+    shards, n, d, k = _two_shard_problem(scale=0.5)
+    problem = Problem(n, d, k, 1.0 / n, 2, 1e-8, "device", Precision.FP32, None)
+    fingerprint = solvers._fingerprint(problem)
+    kept = ([X for X, _ in shards], (("y0", "y1"), "device fit", False, None))
+
+    def keep():
+        backend = DeviceBackend(shards, k, n, problem.penalty, precision=problem.precision)
+        kept_levels.keep(*kept, (fingerprint, backend))
+        return backend
+
+    try:
+        backend = keep()
+        assert solvers.kept_backend(kept, fingerprint, shards) is backend
+        assert kept_levels.take(*kept) is kept_levels.MISSING  # taken out while in use
+        keep()
+        other = solvers._fingerprint(problem._replace(penalty=2.0 / n))
+        assert solvers.kept_backend(kept, other, shards) is None
+        assert kept_levels.take(*kept) is kept_levels.MISSING  # let go
+        keep()
+        copies = [(X.copy(), y) for X, y in shards]
+        assert solvers.kept_backend(kept, fingerprint, copies) is None
+        keep()
+        shorter = [(X, y[:-1]) for X, y in shards]
+        assert solvers.kept_backend(kept, fingerprint, shorter) is None
+        keep()
+        kept_levels.forget("y1")  # one of the blocks left the worker
+        assert solvers.kept_backend(kept, fingerprint, shards) is None
+    finally:
+        kept_levels.forget("y0")
+
+
 def test_line_search_finds_strong_wolfe_steps():
     from mgpu_dask.logreg.lbfgs.line_search import C1, C2, strong_wolfe
 

@@ -106,6 +106,16 @@ def _same_labels(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def fit_key(shards: list[dict[str, Any]], levels: bool,
+            scale: float | None) -> tuple[list[Any], tuple] | None:
+    """What the device L-BFGS of a fit of ``shards``' rows as this process keeps them (the
+    leader's own, or their join) is kept under: ``(blocks, entry)`` for
+    :func:`.solvers.fit_on_device`, beside the join; None where some shard's keys are
+    not given."""
+    entry = _entry(shards, levels, scale)
+    return None if entry is None else (_own_blocks(shards), (entry[0], "device fit", *entry[2:]))
+
+
 def keep(shards: list[dict[str, Any]], levels: bool, scale: float | None,
          one: tuple[Any, Any], parts: list[Any] | None, classes: np.ndarray | None) -> None:
     """Keep the join ``one`` of ``shards`` for the next fit on them.

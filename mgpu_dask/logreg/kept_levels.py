@@ -10,7 +10,8 @@ them the moment one of those keys leaves the worker's memory, so no GPU memory
 outlives the rows it was made from.  Levels are made in allocations of their
 own (``peer_views.dedicated``), which serve the leader in place and a peer
 through CUDA IPC alike.  A leader keeps the shards it joined (:mod:`.joined`) here
-too, under every block's key.  Runs on the workers.
+too, under every block's key, and the device L-BFGS it fitted its own rows with
+(:func:`.solvers.fit_on_device`).  Runs on the workers.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any, Callable, Hashable, Sequence
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-KEPT = 4
-"""Sets of levels (and joined shards, :mod:`.joined`) kept per worker at most, least
-recently used dropped first."""
+KEPT = 6
+"""Sets of levels (and joined shards, :mod:`.joined`, and fitted device L-BFGS state)
+kept per worker at most, least recently used dropped first."""
 _KEPT: "collections.OrderedDict[tuple, tuple[list[Any], Any]]" = collections.OrderedDict()
 _LOCK = threading.Lock()
 
@@ -40,6 +41,18 @@ def kept_for(blocks: Sequence[Any], entry: tuple) -> Any:
         if kept is not None and len(kept[0]) == len(blocks) and all(
                 a is b for a, b in zip(kept[0], blocks)):
             _KEPT.move_to_end(entry)
+            return kept[1]
+    return MISSING
+
+
+def take(blocks: Sequence[Any], entry: tuple) -> Any:
+    """:func:`kept_for`, taken out (a value one fit at a time may use: it is kept again
+    after); ``MISSING`` where nothing is kept for these block objects."""
+    with _LOCK:
+        kept = _KEPT.get(entry)
+        if kept is not None and len(kept[0]) == len(blocks) and all(
+                a is b for a, b in zip(kept[0], blocks)):
+            del _KEPT[entry]
             return kept[1]
     return MISSING
 

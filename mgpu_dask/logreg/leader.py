@@ -75,9 +75,11 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
     levels = levels_wanted(problem)
     discover = problem.n_classes is None
     hit = joined.kept(shards, levels, problem.scale, discover, problem.classes)
-    result = _fit_kept_join(*hit, problem, len(shards)) if hit is not None else None
+    kept_under = joined.fit_key(shards, levels, problem.scale)
+    result = (_fit_kept_join(*hit, problem, len(shards), kept_under) if hit is not None
+              else None)
     if result is None:
-        result = _export_and_fit(shards, problem, levels, discover, worker)
+        result = _export_and_fit(shards, problem, levels, discover, worker, kept_under)
     if "profile" in result:  # wall-clock ends, for the client's share of the time
         result["profile"]["leader began at"], result["profile"]["leader ended at"] = (
             began, time.time())
@@ -85,21 +87,23 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
 
 
 def _fit_kept_join(one: tuple[Any, Any], classes: np.ndarray | None, problem: Problem,
-                   n_shards: int) -> dict[str, Any] | None:
+                   n_shards: int, kept_under: tuple[list[Any], tuple] | None,
+                   ) -> dict[str, Any] | None:
     """Fit the shards' join kept from an earlier fit; None where this fit does not run on
     the device (the shards are then exported and mapped as they are)."""
     if classes is not None:
         problem = problem._replace(n_classes=len(classes))
     if not on_device([one], problem):
         return None
-    result = fit_on_device([one], problem)
+    result = fit_on_device([one], problem, kept_under)
     result["profile"] = {**result["profile"], "shards joined": n_shards, "join kept": True}
     found = {"classes": classes} if classes is not None else {}
     return {**result, **found, "exporters": [], "released": []}
 
 
 def _export_and_fit(shards: list[dict[str, Any]], problem: Problem, levels: bool,
-                    discover: bool, worker: Any) -> dict[str, Any]:
+                    discover: bool, worker: Any,
+                    kept_under: tuple[list[Any], tuple] | None) -> dict[str, Any]:
     """Have the holders export their shards, map them all and fit (:func:`fit_on_leader`)."""
     scale = problem.scale
     token = shards[0]["token"] if shards else ""
@@ -128,7 +132,7 @@ def _export_and_fit(shards: list[dict[str, Any]], problem: Problem, levels: bool
         exported = time.perf_counter()
         result = _fit_mapped(described, problem, release_holders,
                              lambda one, parts, classes: joined.keep(
-                                 shards, levels, scale, one, parts, classes))
+                                 shards, levels, scale, one, parts, classes), kept_under)
     finally:
         if shards:
             peer_views.release(token)
@@ -167,11 +171,13 @@ def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
 def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
                 release_holders: Callable[[], None],
                 keep_join: Callable[[tuple[Any, Any], list[Any] | None, Any], None],
-                ) -> dict[str, Any]:
+                kept_under: tuple[list[Any], tuple] | None = None) -> dict[str, Any]:
     """Map the exports and fit; shards that share this GPU are joined into one first
     (:mod:`.joined`), their mappings closed and ``release_holders`` called before the
     L-BFGS, and the join handed to ``keep_join`` with the label values each shard
-    named (where the classes are found here) and the classes found."""
+    named (where the classes are found here) and the classes found.  Where the rows
+    fitted are this process's own (its shard alone, or the join), the device L-BFGS
+    is kept under ``kept_under`` for the next fit (:func:`.solvers.fit_on_device`)."""
     exporters = [s["address"] for s in shards if s["address"] and s["pid"] != os.getpid()]
     if not all(s["finite"] for s in shards):  # refused in the result: no worker traceback
         return {"refused": "not finite", "exporters": exporters}
@@ -198,7 +204,8 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
                 keep_join(one, [s["info"]["classes"] for s in shards] if found else None,
                           found.get("classes"))
             mapped = time.perf_counter()
-            result = fit_on_device(arrays, problem)
+            own = one is not None or all(s["pid"] == os.getpid() for s in shards)
+            result = fit_on_device(arrays, problem, kept_under if own else None)
             result["profile"] = {"map": mapped - started, **result["profile"],
                                  "shards joined": len(shards) if one is not None else 0}
             arrays.clear()

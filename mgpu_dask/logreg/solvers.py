@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import DataError
+from . import kept_levels
 from .lbfgs import device as device_lbfgs
 from .lbfgs import loop
 from .problem import Problem, products
@@ -44,22 +45,63 @@ def on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> bool:
     return possible and problem.optimizer != "host"
 
 
-def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> dict[str, Any]:
-    """The whole L-BFGS on this process's GPU over shards on any GPUs it sees."""
+def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
+                  kept_under: tuple[list[Any], tuple] | None = None) -> dict[str, Any]:
+    """The whole L-BFGS on this process's GPU over shards on any GPUs it sees.
+
+    ``kept_under``: ``(blocks, entry)`` of :mod:`.kept_levels` -- the blocks the rows were
+    made from and what they are kept under -- for a fit of rows this process keeps
+    (its own, or the shards it joined): the L-BFGS's buffers, bound launches and
+    captured graph are then kept with those blocks and the next fit of the same rows
+    and problem starts from them (``profile["state kept"]``), not from new ones.
+    """
     started = time.perf_counter()
-    backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n, problem.penalty,
-                                         precision=problem.precision, scale=problem.scale)
+    fingerprint = _fingerprint(problem)
+    backend = None if kept_under is None else kept_backend(kept_under, fingerprint, arrays)
+    reused = backend is not None
+    if backend is None:
+        backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n,
+                                             problem.penalty, precision=problem.precision,
+                                             scale=problem.scale)
+    keep = False
     try:
         ready = time.perf_counter()
         result = loop.run(backend, maxiter=problem.max_iter, gtol=problem.gtol)
         solved = time.perf_counter()
         details = device_profile(backend, result, solved - ready)
         ran = products(backend.objectives)
+        keep = kept_under is not None
     finally:
-        backend.close()
+        if keep:
+            kept_levels.keep(kept_under[0], kept_under[1], (fingerprint, backend))
+        else:
+            backend.close()
     return {**result, **ran, "optimizer": "device", "graph": details["graph"],
             "graph_note": details["graph note"], "launch_note": details["launch note"],
-            "profile": {"buffers": ready - started, "L-BFGS": solved - ready, **details}}
+            "profile": {"buffers": ready - started, "L-BFGS": solved - ready, **details,
+                        "state kept": reused}}
+
+
+def _fingerprint(problem: Problem) -> tuple:
+    """What a device L-BFGS is made for besides its rows and labels."""
+    return (problem.n_classes, problem.n, problem.penalty, str(problem.precision),
+            problem.scale)
+
+
+def kept_backend(kept_under: tuple[list[Any], tuple], fingerprint: tuple,
+                 arrays: list[tuple[Any, Any]]) -> Any:
+    """The device L-BFGS kept under ``kept_under`` (:func:`fit_on_device`), taken out and
+    ready for ``arrays`` (their labels copied in, its state zeroed) where it was made for
+    this problem (``fingerprint``) and these rows; else None, and one kept for another
+    problem or other rows is let go."""
+    found = kept_levels.take(*kept_under)
+    if found is kept_levels.MISSING:
+        return None
+    made_for, backend = found
+    if made_for == fingerprint and backend.reuse(arrays):
+        return backend
+    backend.close()
+    return None
 
 
 def device_profile(backend: device_lbfgs.DeviceBackend, result: dict[str, Any],

@@ -134,7 +134,8 @@ class ShardObjective:
             self.X = cupy.ascontiguousarray(scaled_rows(self.X, self.scale))
             self.scale = None  # applied
         # Labels may come from the host (a local fit of CuPy rows: NumPy codes).
-        self.labels = cupy.ascontiguousarray(cupy.asarray(self.labels, dtype=np.int32))
+        # A buffer of its own: ``relabel`` writes a later fit's labels into it.
+        self.labels = cupy.array(self.labels, dtype=np.int32, copy=True, order="C")
         # Upload: W (d x k, row-major) then b.  Download, one copy: the
         # coefficient gradient (float32, from cuBLAS), then the float64
         # sums [grad_intercept, loss] at an 8-byte aligned offset.
@@ -234,6 +235,20 @@ class ShardObjective:
 
         cpu.softmax_xent_rows(self.logits, self.labels, self.b, self.resid, self.loss)
         return self.resid, self.loss
+
+    def relabel(self, labels: Any) -> None:
+        """The same rows with other class indices (``labels``, as many): copied into the
+        buffer the evaluations read (on a GPU, in order with them), so everything bound
+        to it stays valid."""
+        if labels.shape != self.labels.shape:
+            raise ValueError(f"{labels.shape[0]} labels for a shard of {self.labels.shape[0]} rows")
+        if not self.gpu:
+            self.labels = labels
+            return
+        import cupy
+
+        with self.device, self.stream:
+            self.labels[...] = cupy.asarray(labels, dtype=np.int32)
 
     def collect(self) -> tuple[float, np.ndarray, np.ndarray]:
         """Wait for the evaluation started by ``launch`` and return its host results."""

@@ -103,6 +103,7 @@ class DeviceBackend:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
         self._ahead = RunAhead(run_ahead)
+        self._run_ahead = run_ahead
         self.gpu = usable(shards)
         self._graph: Any = None
         self.graph_seconds: float | None = None  # host time of the capture
@@ -152,6 +153,9 @@ class DeviceBackend:
             self.dparts, self.pparts = z(2 * memory + 1, chunks), z(1, chunks)
             self.gparts = z(3 * memory, chunks)
             self.fparts = z(Fin.N_PARTS, chunks)
+            self.state = (self.x, self.g, self.gt, self.p, self.S, self.Y, self.rho, self.scal,
+                          self.params, self.parts, self.psums, self.SY, self.YY, self.dparts,
+                          self.pparts, self.gparts, self.fparts)
             (self._propose_launches, self._finish_launches, self._gram_launches, self._k_trial,
              self._k_forget, self._k_arm) = launches(self, memory, chunks, sweep, threads,
                                                      1.0 / n_rows, float(penalty))
@@ -167,6 +171,13 @@ class DeviceBackend:
                 with o.device:
                     self._done.append(cupy.cuda.Event(disable_timing=True))
         self._last = np.zeros(K.N_SCALARS)
+
+    def reuse(self, shards: list[tuple[Any, Any]]) -> bool:
+        """Ready for another fit of the same rows (:func:`.again.ready`); False where
+        ``shards`` are not the rows it was made for."""
+        from .again import ready
+
+        return ready(self, shards)
 
     # -- plumbing ---------------------------------------------------------------------------
     def _leader(self) -> Any:

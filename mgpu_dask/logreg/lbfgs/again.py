@@ -1,0 +1,51 @@
+"""A device L-BFGS made ready for another fit of the same rows.
+
+Making a :class:`.device.DeviceBackend` -- its buffers, every launch bound to
+them, the iteration's CUDA graph -- costs a few milliseconds of host time, a
+tenth of a warm fit on MNIST.  A later fit of the same rows (a grid search,
+warm repetitions) can start from the one it made last time: only the labels
+(which may differ) are copied in and the optimiser's state zeroed; the
+launches and the graph stay bound to the same buffers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...kernels.lbfgs import cuda as K
+from ...kernels.logreg import Levels
+from .pace import RunAhead
+
+
+def _rows(X: Any) -> Any:
+    return X.v if isinstance(X, Levels) else X
+
+
+def ready(backend: Any, shards: list[tuple[Any, Any]]) -> bool:
+    """Ready ``backend`` for a fit of ``shards`` (``(rows, labels)`` as its constructor
+    takes them): the very row arrays it was made for (levels: the same ``v``) and as many
+    labels each, which are copied into its buffers; the state zeroed, queued before
+    anything the fit queues.  False, nothing changed, for other rows."""
+    objectives = backend.objectives
+    if not objectives or len(shards) != len(objectives):
+        return False
+    for o, (X, labels) in zip(objectives, shards):
+        if _rows(o.X) is not _rows(X) or labels.shape != o.labels.shape:
+            return False
+    for o, (_, labels) in zip(objectives, shards):
+        o.relabel(labels)
+    if backend.gpu:
+        with backend.device, backend.stream:
+            for array in backend.state:
+                array.fill(0)
+    else:
+        for array in backend.state:
+            array.fill(0)
+    backend._ahead = RunAhead(backend._run_ahead)
+    backend.evaluations = backend.syncs = backend.graph_launches = 0
+    if backend._graph is not None:
+        backend.graph_seconds = 0.0  # no capture in this fit
+    backend._last = np.zeros(K.N_SCALARS)
+    return True
