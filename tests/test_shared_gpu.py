@@ -62,6 +62,7 @@ def _run(n_workers: int, split) -> dict:
         out["int8 again"] = again.loss_
         out["join kept"] = again.fit_profile_.get("join kept", False)
         out["state kept"] = again.fit_profile_.get("state kept", False)
+        out["rows kept"] = again.fit_profile_.get("rows kept", False)
         host = again.predict(Q, on_host=True)
         out["lr straight"] = placement.blocks_in_hand(host) is not None
         out["lr host"], out["lr device"] = to_host(host), to_host(again.predict(Q))
@@ -115,13 +116,12 @@ def test_int8_levels_and_joins_are_kept_while_the_rows_live(n_workers, split, on
     got = one_worker if n_workers == 1 else _run(n_workers, split)
     first = got["single-host", "device", "int8"]
     assert abs(got["int8 again"] - first) <= 1e-6 * first
-    # each worker's levels; the leader of several also keeps the device routes' two joins
-    # (int8 levels, fp32 rows), and every leader the device L-BFGS of both routes: the
-    # second fit reads its join, asking no holder, and starts from the kept L-BFGS
-    joins = 2 if n_workers > 1 else 0
-    assert got["kept while the rows live"] == n_workers + joins + 2
+    # each worker's levels; the leader keeps the device routes' two joins (int8 levels,
+    # fp32 rows; one worker: its own rows as they are) and their two device L-BFGS: the
+    # second fit reads its rows kept, asking no holder, and starts from the kept L-BFGS
+    assert got["kept while the rows live"] == n_workers + 2 + 2
     assert got["join kept"] == (n_workers > 1)
-    assert got["state kept"]
+    assert got["rows kept"] and got["state kept"]
     assert got["kept after"] == 0
 
 

@@ -145,7 +145,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         syncs and the device time of the fit's first evaluation;
         ``"shards joined"``: how many shards sharing the leader's GPU were
         fitted as one, ``"join kept"``: whether that join came from an earlier
-        fit on the same blocks (no holder asked).
+        fit on the same blocks (no holder asked), ``"rows kept"``: whether the
+        rows fitted (a join, or the leader's own shard alone) came from one,
+        ``"state kept"``: whether the device L-BFGS did.
     n_recoveries_ : int
         Times a lost worker's shards were rebuilt elsewhere during the fit.
     loss_ : float

@@ -12,7 +12,9 @@ they are: there each GPU evaluating its own rows is the point.
 A leader keeps what it joined (:func:`keep`) under the keys of every shard's
 blocks, while its own blocks live (:mod:`.kept_levels` drops it with them): a
 later fit on the same persisted rows (a grid search, warm repetitions) finds
-it (:func:`kept`) and asks no holder for anything.  Dask keys name their
+it (:func:`kept`) and asks no holder for anything.  A leader that holds the only
+shard keeps its rows and class indices the same way, and the next fit of them
+starts from there, exporting and mapping nothing.  Dask keys name their
 values, so a shard held elsewhere under the same key holds the same rows.
 """
 

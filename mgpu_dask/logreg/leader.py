@@ -96,7 +96,8 @@ def _fit_kept_join(one: tuple[Any, Any], classes: np.ndarray | None, problem: Pr
     if not on_device([one], problem):
         return None
     result = fit_on_device([one], problem, kept_under)
-    result["profile"] = {**result["profile"], "shards joined": n_shards, "join kept": True}
+    result["profile"] = {**result["profile"], "shards joined": n_shards if n_shards > 1 else 0,
+                         "join kept": n_shards > 1, "rows kept": True}
     found = {"classes": classes} if classes is not None else {}
     return {**result, **found, "exporters": [], "released": []}
 
@@ -197,12 +198,15 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
         arrays = [_shard_arrays(desc, a, found.get("classes")) for desc, a in zip(shards, opened)]
         if on_device(arrays, problem):
             one = joined.on_leader(arrays)
+            parts = [s["info"]["classes"] for s in shards] if found else None
             if one is not None:  # nothing reads the mapped shards any more
                 arrays = [one]
                 mappings.close()
                 release_holders()
-                keep_join(one, [s["info"]["classes"] for s in shards] if found else None,
-                          found.get("classes"))
+                keep_join(one, parts, found.get("classes"))
+            elif len(shards) == 1 and shards[0]["pid"] == os.getpid():
+                # this worker's own rows as they are: the next fit of them starts here
+                keep_join(arrays[0], parts, found.get("classes"))
             mapped = time.perf_counter()
             own = one is not None or all(s["pid"] == os.getpid() for s in shards)
             result = fit_on_device(arrays, problem, kept_under if own else None)
