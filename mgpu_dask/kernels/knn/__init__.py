@@ -1,5 +1,6 @@
-"""KNN kernels: operands per precision, the tiled search with its running top-k, the
-exact re-rank, the merge of candidate lists and the vote.
+"""KNN kernels: operands per precision, the tiled search with its running top-k (or, for
+int8 operands on a GPU, one fused product and top-k kernel), the exact re-rank, the
+merge of candidate lists and the vote.
 
 Arrays in, arrays out: CuPy arrays run the CUDA kernels (:mod:`.cuda`), NumPy
 arrays their CPU twins (:mod:`.cpu`); ``target="cuda"`` runs the CUDA kernels

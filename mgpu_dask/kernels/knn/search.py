@@ -4,7 +4,9 @@ top-k, then the exact re-rank where keys are approximate.
 :func:`local_candidates` is the whole search on one worker's training block.
 On a GPU the tile loop (one cuBLAS product and one scan per tile) runs on its
 own stream and is captured once as a CUDA graph; each later search of the
-same size replays it with one launch.
+same size replays it with one launch.  Int8 operands of 8-bit data, on a GPU
+that can, run one fused kernel instead (:mod:`.fused`), which never writes a
+product tile.
 """
 
 from __future__ import annotations
