@@ -194,6 +194,7 @@ gpus)
   for i in $(seq ${ROUNDS:-1}); do for n in ${NGPUS:-1 2}; do for task in ${TASKS:-knn logreg}; do
     repeats=10; [ $task = logreg ] && repeats=5
     for f in ${FRACTIONS:-1 4}; do
+      [ "$f" = 0 ] && continue
       cli "gpus_${task}_f${f}_n${n}_$i" $task --workers $n --fraction $f --repeats $repeats --quiet
     done
     [ "${COPIES:-155}" = 0 ] && continue
