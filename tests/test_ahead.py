@@ -112,6 +112,24 @@ def test_the_listed_kernels_exist_and_their_signatures_read_back():
                 assert item["cupy"]["source"] and isinstance(item["cupy"]["options"], list)
 
 
+def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are():
+    """A CuPy kernel of ours that lives in a .cu file of the package is listed with that
+    file's text and the options its loader gives: an edit of the file without recording
+    the list again would compile, ahead, a kernel no run asks for."""
+    from importlib import resources
+
+    from mgpu_dask.kernels.knn import fused
+
+    text = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
+    marker = text.splitlines()[0]
+    listed = [i["cupy"] for items in json.loads(ahead.LIST.read_text())["runs"].values()
+              for i in items if "cupy" in i and i["cupy"]["source"].startswith(marker)]
+    assert listed, "the fused KNN kernel is not in ahead.json"
+    for item in listed:
+        assert item["source"] == text
+        assert all(option in item["options"] for option in fused._options())
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_compiling_ahead_leaves_nothing_for_the_warm_up(tmp_path):
     """With empty caches, the listed kernels compiled ahead (in child processes) leave the

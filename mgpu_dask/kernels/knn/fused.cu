@@ -2,7 +2,7 @@
 // running top-K, without writing the distance matrix.  See fused.py.
 //
 // A block owns BM query rows and one split of the training rows, which it walks
-// BN rows at a time.  Its 8 warps (2 x 4) each compute a 64 x 64 piece of the
+// BN rows at a time.  Its 8 warps (2 x 4) each compute a 64 x BN/4 piece of the
 // BM x BN product with mma.sync m16n8k32 (int8 in, int32 out: exact), the
 // operands streaming through a STAGES-deep cp.async ring in shared memory.  A
 // product becomes a key |t|^2 - 2 q.t (exact int32) and is compared with the

@@ -4,8 +4,8 @@ query row's running top-K, so the distance matrix is never written or read back.
 The tile loop (:mod:`.search`) writes every product tile to memory and scans it
 again: on 8-bit data its two kernels cost about the same.  ``fused.cu`` keeps
 the products in registers instead.  A block of 256 threads owns 128 query rows
-and one *split* of the training rows; for each 256 training rows it computes
-the 128 x 256 products with ``mma.sync`` (int8 in, int32 out, exact: see
+and one *split* of the training rows; for each tile of :data:`COLS` training rows
+it computes the 128 x COLS products with ``mma.sync`` (int8 in, int32 out, exact: see
 :mod:`.precision`), makes them keys ``|t|^2 - 2 q.t`` and compares each with its
 row's current K-th key.  The few keys that pass go through a per-row queue into
 a sorted list in shared memory.  A second kernel keeps the K best over the
