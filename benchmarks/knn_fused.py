@@ -17,7 +17,24 @@ import time
 import numpy as np
 
 REPS = 20
-SHAPES = ((256, 4, 1, ()), (256, 3, 1, ()), (128, 4, 2, ()), (128, 3, 2, ()), (128, 2, 2, ()))
+SHAPES = ((256, 4, 1), (256, 3, 1), (128, 4, 2), (128, 3, 2), (128, 2, 2))
+
+
+def timed(call):
+    """Median and least ms of REPS calls after three warm ones, and a hash of the last
+    one's distances and indices."""
+    import cupy
+
+    for _ in range(3):
+        out = call()
+    cupy.cuda.Device().synchronize()
+    t = []
+    for _ in range(REPS):
+        a = time.perf_counter()
+        out = call()
+        t.append(time.perf_counter() - a)
+    return {"ms": round(1e3 * statistics.median(t), 3), "min": round(1e3 * min(t), 3),
+            "sha": hashlib.sha1(out[:, :, :2].get().tobytes()).hexdigest()[:12]}
 
 
 def main():
@@ -66,48 +83,27 @@ def main():
         for label, precision, allow in (("bf16", "bf16", True), ("int8_tiles", "int8", False),
                                         ("int8_fused", "int8", True), ("bf16_again", "bf16", True)):
             train, call = run(Q, T, y, 3, precision, allow)
-            for _ in range(3):
-                out = call()
-            cupy.cuda.Device().synchronize()
-            t = []
-            for _ in range(REPS):
-                a = time.perf_counter()
-                out = call()
-                t.append(time.perf_counter() - a)
+            row[label] = timed(call)
             loop = next(iter(train.loops.values()))
-            row[label] = {"ms": round(1e3 * statistics.median(t), 3), "min": round(1e3 * min(t), 3),
-                          "sha": hashlib.sha1(out[:, :, :2].get().tobytes()).hexdigest()[:12],
-                          "fused": loop.fused is not None,
-                          "splits": getattr(loop.fused, "splits", None)}
+            row[label].update(fused=loop.fused is not None,
+                              splits=getattr(loop.fused, "splits", None))
             print(frac, label, row[label], flush=True)
             del train, loop
             cupy.get_default_memory_pool().free_all_blocks()
         res[f"fraction_{frac}"] = row
         if "--shapes" in sys.argv:
             shape = (fused.COLS, fused.STAGES, fused.MIN_BLOCKS)
-            options = fused._options
-            for cols, stages, blocks, extra in SHAPES:
+            for cols, stages, blocks in SHAPES:
                 fused.COLS, fused.STAGES, fused.MIN_BLOCKS = cols, stages, blocks
-                fused._options = lambda extra=extra: options() + extra
-                label = f"cols{cols}_stages{stages}_blocks{blocks}" + "".join(extra)
+                label = f"cols{cols}_stages{stages}_blocks{blocks}"
                 try:
                     train, call = run(Q, T, y, 3, "int8")
-                    for _ in range(3):
-                        out = call()
-                    cupy.cuda.Device().synchronize()
-                    t = []
-                    for _ in range(REPS):
-                        a = time.perf_counter()
-                        out = call()
-                        t.append(time.perf_counter() - a)
-                    row[label] = {"ms": round(1e3 * statistics.median(t), 3),
-                                  "sha": hashlib.sha1(out[:, :, :2].get().tobytes()).hexdigest()[:12]}
+                    row[label] = timed(call)
                     del train
                 except Exception as exc:
                     row[label] = f"{type(exc).__name__}: {exc}"[:300]
                 print(frac, label, row[label], flush=True)
             fused.COLS, fused.STAGES, fused.MIN_BLOCKS = shape
-            fused._options = options
     fused.usable = usable
     res["mismatches"] = bad
     open(sys.argv[1], "w").write(json.dumps(res, indent=1))

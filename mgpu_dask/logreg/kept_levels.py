@@ -33,15 +33,21 @@ MISSING = object()
 """What :func:`kept_for` returns where nothing is kept."""
 
 
+def _held(blocks: Sequence[Any], entry: tuple) -> bool:
+    """Whether something is kept under ``entry`` for these very block objects (under
+    the lock)."""
+    kept = _KEPT.get(entry)
+    return kept is not None and len(kept[0]) == len(blocks) and all(
+        a is b for a, b in zip(kept[0], blocks))
+
+
 def kept_for(blocks: Sequence[Any], entry: tuple) -> Any:
     """What is kept under ``entry`` (its first item: the Dask keys it was made from) for
     these very block objects, else ``MISSING``."""
     with _LOCK:
-        kept = _KEPT.get(entry)
-        if kept is not None and len(kept[0]) == len(blocks) and all(
-                a is b for a, b in zip(kept[0], blocks)):
+        if _held(blocks, entry):
             _KEPT.move_to_end(entry)
-            return kept[1]
+            return _KEPT[entry][1]
     return MISSING
 
 
@@ -49,11 +55,8 @@ def take(blocks: Sequence[Any], entry: tuple) -> Any:
     """:func:`kept_for`, taken out (a value one fit at a time may use: it is kept again
     after); ``MISSING`` where nothing is kept for these block objects."""
     with _LOCK:
-        kept = _KEPT.get(entry)
-        if kept is not None and len(kept[0]) == len(blocks) and all(
-                a is b for a, b in zip(kept[0], blocks)):
-            del _KEPT[entry]
-            return kept[1]
+        if _held(blocks, entry):
+            return _KEPT.pop(entry)[1]
     return MISSING
 
 

@@ -68,6 +68,15 @@ __device__ __forceinline__ long long pack(int key, int col) {
 
 __device__ __forceinline__ int key_of(long long p) { return (int)(p >> 32); }
 
+__device__ __forceinline__ void zero(int (&acc)[4][NT][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0;
+}
+
 // Insert p into the ascending list of K entries (nothing if it is not better than the last).
 __device__ __forceinline__ void insert(long long* list, int K, long long p) {
     if (p >= list[K - 1]) return;
@@ -155,12 +164,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     }
 
     int acc[4][NT][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0;
+    zero(acc);
 
     const int my_row = wm * 64 + (lane >> 2);        // + mt * 16 + h * 8
     const int my_col = wn * (BN / 4) + (lane & 3) * 2;     // + nt * 8 + (v & 1), within the tile
@@ -269,12 +273,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
             }
         }
         col0 += BN;
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) acc[i][j][v] = 0;
+        zero(acc);
     }
     cp_async_wait<0>();
     __syncthreads();

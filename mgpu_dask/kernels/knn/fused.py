@@ -2,7 +2,7 @@
 query row's running top-K, so the distance matrix is never written or read back.
 
 The tile loop (:mod:`.search`) writes every product tile to memory and scans it
-again: on 8-bit data its two kernels cost about the same.  ``fused.cu`` keeps
+again (what each costs: docs/performance-history.md).  ``fused.cu`` keeps
 the products in registers instead.  A block of 256 threads owns 128 query rows
 and one *split* of the training rows; for each tile of :data:`COLS` training rows
 it computes the 128 x COLS products with ``mma.sync`` (int8 in, int32 out, exact: see

@@ -1,8 +1,8 @@
 """A device L-BFGS made ready for another fit of the same rows.
 
 Making a :class:`.device.DeviceBackend` -- its buffers, every launch bound to
-them, the iteration's CUDA graph -- costs a few milliseconds of host time, a
-tenth of a warm fit on MNIST.  A later fit of the same rows (a grid search,
+them, the iteration's CUDA graph -- is host time that a warm fit of small rows
+shows (docs/performance-history.md).  A later fit of the same rows (a grid search,
 warm repetitions) can start from the one it made last time: only the labels
 (which may differ) are copied in and the optimiser's state zeroed; the
 launches and the graph stay bound to the same buffers.
@@ -10,6 +10,7 @@ launches and the graph stay bound to the same buffers.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -36,11 +37,7 @@ def ready(backend: Any, shards: list[tuple[Any, Any]]) -> bool:
             return False
     for o, (_, labels) in zip(objectives, shards):
         o.relabel(labels)
-    if backend.gpu:
-        with backend.device, backend.stream:
-            for array in backend.state:
-                array.fill(0)
-    else:
+    with backend._leader(), backend.stream or contextlib.nullcontext():
         for array in backend.state:
             array.fill(0)
     backend._ahead = RunAhead(backend._run_ahead)

@@ -53,6 +53,7 @@ from ...kernels.lbfgs import cuda as K
 from ...kernels.lbfgs import finish as Fin
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
+from . import again
 from .launches import launches
 from .loop import Step
 from .pace import RunAhead
@@ -175,9 +176,7 @@ class DeviceBackend:
     def reuse(self, shards: list[tuple[Any, Any]]) -> bool:
         """Ready for another fit of the same rows (:func:`.again.ready`); False where
         ``shards`` are not the rows it was made for."""
-        from .again import ready
-
-        return ready(self, shards)
+        return again.ready(self, shards)
 
     # -- plumbing ---------------------------------------------------------------------------
     def _leader(self) -> Any:
