@@ -155,6 +155,7 @@ def test_rows_read_back_and_released_files_are_written_over(tmp_path, monkeypatc
     monkeypatch.setattr(shared_rows, "reachable", lambda client, workers: True)
     monkeypatch.setattr(shared_rows, "_kept", [])
     monkeypatch.setattr(shared_rows, "_live", set())
+    monkeypatch.setattr(shared_rows, "_maps", {})
     X = np.arange(2 * shared_rows.MIN_BYTES // 8, dtype=np.float64).reshape(-1, 4)
     shared = shared_rows.share(X, client=None, workers=["w"])
     assert shared is not None and shared.nbytes == X.nbytes
@@ -167,10 +168,20 @@ def test_rows_read_back_and_released_files_are_written_over(tmp_path, monkeypatc
     gc.collect()
     assert not os.path.exists(path) and len(shared_rows._kept) == 1  # kept, under another name
     kept = shared_rows._kept[0]
+    mapping = shared_rows._maps[kept]  # with the mapping it was written through
+    Z = X[::-1] * 3  # the same size: written into the kept mapping
+    same = shared_rows.share(Z, client=None, workers=["w"])
+    assert shared_rows._maps[same.path] is mapping and not os.path.exists(kept)
+    np.testing.assert_array_equal(shared_rows.read(same), Z)
+    path = same.path
+    del same
+    gc.collect()
+    kept = shared_rows._kept[0]
     Y = X[: len(X) // 2] + 0.5  # smaller: written over the kept file, cut to its size
     again = shared_rows.share(Y, client=None, workers=["w"])
     assert shared_rows._kept == [] and not os.path.exists(kept)
-    assert os.path.getsize(again.path) == Y.nbytes
+    assert os.path.getsize(again.path) == Y.nbytes and len(shared_rows._maps[again.path]) == Y.nbytes
+    assert mapping.closed  # the old size's mapping went
     np.testing.assert_array_equal(shared_rows.read(again), Y)
     shared_rows._remove_all()  # the process's end: every file goes, live or kept
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == [] and shared_rows._maps == {}

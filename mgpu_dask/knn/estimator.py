@@ -22,7 +22,7 @@ from ..kernels.knn import MAX_K
 from ..kernels.knn import precision as precisions
 from ..parallel import inputs
 from ..parallel.inputs import NotFittedError, accuracy, to_host
-from ..parallel.workers import detect_device
+from ..parallel.workers import detect_device, one_view
 from . import choices, layout, plans
 
 __all__ = ["KNeighborsClassifier", "NotFittedError", "accuracy", "to_host"]
@@ -200,7 +200,8 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         self._train_source = X
         self._train_codes = encoded
         self.n_samples_fit_ = int(X.shape[0])
-        self._place()
+        with one_view(inputs.active_client()):  # one question for the workers' list
+            self._place()
         return self
 
     def _place(self) -> None:

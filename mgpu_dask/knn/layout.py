@@ -26,7 +26,7 @@ from ..kernels import knn as kernels
 from ..kernels.knn import precision as precisions
 from ..kernels.launch import array_module, as_numpy
 from ..kernels.precision import Precision
-from ..parallel import placement, shared_rows
+from ..parallel import placement, recovery, shared_rows
 from ..parallel.placement import Pinned
 from ..parallel.workers import worker_addresses
 
@@ -141,14 +141,16 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         f"{name}-labels", [Pinned((f"{name}-labels", j), (_to_device, y, device, np.int32), w)
                            for j, w in enumerate(workers)],
         chunks=((n,) * len(workers),), meta=meta_for(device, 1, np.int32), loose=loose)
+    lost = recovery.losses(client)
     with placement.carrying_data():  # NumPy rows travel in the graph: a lost copy is rebuilt
         copies, labels = client.persist([copies, labels], optimize_graph=False)
     _placed_or_raise(futures_of([copies, labels]), n, timeout)
     xs, ys = placement.row_futures(copies), placement.row_futures(labels)
     if shared is not None:
         shared_rows.release_with(xs, shared)
-    return TrainLayout("replicate", xs, ys, placement.holders(client, xs), [0] * len(xs), n,
-                       device, (copies, labels))
+    where = (placement.holders(client, xs) if loose
+             else placement.pinned_holders(client, xs, workers, lost))
+    return TrainLayout("replicate", xs, ys, where, [0] * len(xs), n, device, (copies, labels))
 
 
 def shard_train(X: Any, y: np.ndarray, client: Client | None, device: str,

@@ -41,7 +41,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .. import config
 from . import direct, results
-from .recovery import PIN, ensure_recovery, on_loss
+from .recovery import PIN, ensure_recovery, losses, on_loss
 from .workers import scheduler_workers
 
 Key = Hashable
@@ -117,6 +117,18 @@ def holders(client: Any, futures: Sequence[Any]) -> list[str | None]:
     who_has = client.who_has(present) if present else {}
     return [sorted(who_has.get(f.key, ()))[0] if f is not None and who_has.get(f.key) else None
             for f in futures]
+
+
+def pinned_holders(client: Any, futures: Sequence[Any], pinned: Sequence[str],
+                   losses_before: int) -> list[str | None]:
+    """The holder of each finished block of a strictly pinned graph: the worker it was
+    pinned to, where no worker has left since the graph was submitted
+    (``losses_before``: :func:`.recovery.losses` then) -- no round trip; else
+    :func:`holders`."""
+    if (ensure_recovery(client) and losses(client) == losses_before
+            and all(f.status == "finished" for f in futures)):
+        return list(pinned)
+    return holders(client, futures)
 
 
 def _remembered_holders(client: Any, futures: Sequence[Any]) -> list[str | None]:

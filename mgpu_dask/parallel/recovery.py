@@ -74,6 +74,14 @@ class PinRecovery(SchedulerPlugin):
 
 
 _FORGETTERS: list[Callable[[str, str], None]] = []
+_LOSSES: dict[str, int] = {}  # scheduler address -> workers this process heard leave
+
+
+def losses(client: Any) -> int:
+    """How many workers this process has heard leave ``client``'s cluster (installed by
+    :func:`ensure_recovery`): a block pinned before and finished after, with no change in
+    between, is where it was pinned."""
+    return _LOSSES.get(client.scheduler.address, 0)
 
 
 def on_loss(forget: Callable[[str, str], None]) -> Callable[[str, str], None]:
@@ -85,6 +93,7 @@ def on_loss(forget: Callable[[str, str], None]) -> Callable[[str, str], None]:
 
 
 def _lost(scheduler: str, event: tuple[float, dict[str, Any]]) -> None:
+    _LOSSES[scheduler] = _LOSSES.get(scheduler, 0) + 1
     for forget in _FORGETTERS:
         forget(scheduler, event[1]["worker"])
 

@@ -6,13 +6,18 @@ pickled, through the scheduler and over TCP to each worker (what that costs:
 client's host, :func:`share` writes the rows once into a file of the host's
 shared memory (``/dev/shm``) and the tasks carry only its name (a
 :class:`SharedRows`); each worker reads its rows from there into its own memory,
-or through pinned memory to its GPU (:func:`read`).
+or through pinned memory to its GPU, each range copied on while the next is read
+(:func:`read`).
 
 The file is what a lost block is rebuilt from, as a graph's rows would be: it
 lives while any future of the placed array does (:func:`release_with`).  After
 the last of them, a few files are kept for the next rows to be written over
 (writing into new pages of ``/dev/shm`` costs the kernel's allocation of each),
-the others removed; all are removed when the client's process ends.  Files left
+the others removed; all are removed when the client's process ends.  The client
+writes through a mapping of each file that it keeps with the file: the rows of a
+later fit are copied into pages already mapped, by several threads at once (a
+``write`` into ``/dev/shm`` takes the file's lock, so threads writing one file
+queue).  Files left
 by a process that died are removed by the next one that shares rows.  A worker that
 cannot read the client's files (another host, another ``/dev/shm``) is found once
 per client and worker by a probe file, and the rows travel in the graph to it as
@@ -24,6 +29,8 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
+import ctypes
+import mmap
 import os
 import threading
 import uuid
@@ -41,7 +48,7 @@ MIN_BYTES = 1 << 20
 
 KEPT_FILES = 2
 """Released files kept for reuse (this process's), at most."""
-COPY_THREADS = 4
+COPY_THREADS = max(1, min(8, os.cpu_count() or 1))
 PIECE_BYTES = 4 << 20
 """Rows are written and read in ranges of at least this many bytes, up to
 ``COPY_THREADS`` at once."""
@@ -51,6 +58,7 @@ _same_host: "weakref.WeakKeyDictionary[Any, dict[str, bool]]" = weakref.WeakKeyD
 _swept = False
 _live: set[str] = set()   # files of this process that tasks may name
 _kept: list[str] = []     # released files kept to be written over
+_maps: dict[str, mmap.mmap] = {}  # the mapping this process wrote each of its files through
 _copier: concurrent.futures.ThreadPoolExecutor | None = None
 
 
@@ -77,7 +85,8 @@ def read(shared: SharedRows, start: int | None = None, stop: int | None = None,
          device: str = "cpu") -> Any:
     """Rows ``start:stop`` of ``shared`` (run on a worker): a NumPy array of this
     process's, or on ``device="gpu"`` a CuPy array on the current GPU, read into
-    pinned memory and copied from there at the link's speed."""
+    pinned memory and copied from there at the link's speed (a range as soon as it
+    is read)."""
     dtype = np.dtype(shared.dtype)
     first, last, _ = slice(start, stop).indices(shared.shape[0])
     shape = (max(0, last - first), *shared.shape[1:])
@@ -88,6 +97,8 @@ def read(shared: SharedRows, start: int | None = None, stop: int | None = None,
 
         pinned = cupy.cuda.alloc_pinned_memory(max(1, nbytes))  # CuPy's pool: kept for reuse
         host = np.frombuffer(pinned, dtype=np.uint8, count=nbytes)
+        out = cupy.empty(shape, dtype=dtype)
+        stream, gpu = cupy.cuda.get_current_stream(), cupy.cuda.runtime.getDevice()
     else:
         host = np.empty(nbytes, dtype=np.uint8)
     fd = os.open(shared.path, os.O_RDONLY)
@@ -95,22 +106,25 @@ def read(shared: SharedRows, start: int | None = None, stop: int | None = None,
         view, offset = memoryview(host), first * row
 
         def piece(a: int, b: int) -> None:
+            begin = a
             while a < b:
                 got = os.preadv(fd, [view[a:b]], offset + a)
                 if not got:
                     raise OSError(f"{shared.path} ends {b - a} bytes short")
                 a += got
+            if device == "gpu" and b > begin:  # on to the GPU while other ranges are read
+                cupy.cuda.runtime.setDevice(gpu)
+                cupy.cuda.runtime.memcpyAsync(out.data.ptr + begin, host.ctypes.data + begin,
+                                              b - begin, cupy.cuda.runtime.memcpyHostToDevice,
+                                              stream.ptr)
 
         _in_pieces(piece, nbytes)
     finally:
         os.close(fd)
-    rows = host.view(dtype).reshape(shape)
+        if device == "gpu":
+            stream.synchronize()  # before the pinned block goes back to the pool
     if device != "gpu":
-        return rows
-    out = cupy.empty(shape, dtype=dtype)
-    if nbytes:
-        cupy.cuda.runtime.memcpy(out.data.ptr, host.ctypes.data, nbytes,
-                                 cupy.cuda.runtime.memcpyHostToDevice)
+        return host.view(dtype).reshape(shape)
     return out
 
 
@@ -144,27 +158,51 @@ def share(array: np.ndarray, client: Any, workers: list[str]) -> SharedRows | No
 
 
 def _write(path: str, data: memoryview) -> None:
-    """``data`` as the file ``path``: over a kept file's pages where there is one."""
+    """``data`` as the file ``path``: into a kept file's mapped pages where there is one.
+
+    New pages are allocated before they are mapped: a full ``/dev/shm`` is then
+    an error here, not a SIGBUS on a write through the mapping.
+    """
     with _lock:
         kept = _kept.pop() if _kept else None
+        mapping = _maps.pop(kept, None) if kept is not None else None
     if kept is not None:
         try:
             os.rename(kept, path)
         except OSError:
+            _close(mapping)
             _unlink(kept)
-            kept = None
+            kept = mapping = None
+    nbytes = data.nbytes
     fd = os.open(path, os.O_RDWR if kept is not None else os.O_RDWR | os.O_CREAT | os.O_EXCL,
                  0o600)
     try:
-        os.ftruncate(fd, data.nbytes)
-
-        def piece(a: int, b: int) -> None:
-            while a < b:
-                a += os.pwrite(fd, data[a:b], a)
-
-        _in_pieces(piece, data.nbytes)
+        if mapping is None or len(mapping) != nbytes:
+            _close(mapping)
+            mapping = None
+            os.ftruncate(fd, nbytes)
+            os.posix_fallocate(fd, 0, nbytes)
+            mapping = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except BaseException:
+        _close(mapping)
+        raise
     finally:
         os.close(fd)
+    with _lock:
+        _maps[path] = mapping
+    target = np.frombuffer(mapping, dtype=np.uint8)
+    source = np.frombuffer(data, dtype=np.uint8)
+    try:  # ctypes' memmove lets go of the interpreter: the threads copy at once
+        to, frm = target.ctypes.data, source.ctypes.data
+        _in_pieces(lambda a, b: ctypes.memmove(to + a, frm + a, b - a), nbytes)
+    finally:
+        del target
+
+
+def _close(mapping: mmap.mmap | None) -> None:
+    if mapping is not None:
+        with contextlib.suppress(BufferError, ValueError):  # a view left: it goes with it
+            mapping.close()
 
 
 def _in_pieces(copy: Any, nbytes: int) -> None:
@@ -195,6 +233,8 @@ def _release(path: str) -> None:
             try:
                 os.rename(path, kept)
                 _kept.append(kept)
+                if path in _maps:
+                    _maps[kept] = _maps.pop(path)
                 return
             except OSError:
                 pass
@@ -271,6 +311,9 @@ def _new_path() -> str:
 
 
 def _unlink(path: str) -> None:
+    with _lock:
+        mapping = _maps.pop(path, None)
+    _close(mapping)
     with contextlib.suppress(OSError):
         os.unlink(path)
 

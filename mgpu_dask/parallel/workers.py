@@ -3,27 +3,62 @@ what they have (a GPU, free memory), each asked for when needed."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import weakref
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from .. import config
 from ..config.environment import has_gpu
 from ..exceptions import ClusterError
 
 
+_views = threading.local()
+
+
+@contextlib.contextmanager
+def one_view(client: Any) -> Iterator[None]:
+    """Within: :func:`scheduler_workers` asks the scheduler once, and every later call in
+    this thread (and :func:`fixed_facts`' check of the set) gets that answer.
+
+    A fit's decisions (device, compute capability, memory, the order of the
+    workers) then see the same workers and cost one round trip, not one each.
+    Nested views share the outermost.
+    """
+    held = getattr(_views, "held", None)
+    if held is None:
+        held = _views.held = {}
+    if client is None or id(client) in held:
+        yield
+        return
+    held[id(client)] = None  # asked at the first need
+    try:
+        yield
+    finally:
+        held.pop(id(client), None)
+
+
 def scheduler_workers(client: Any) -> dict[str, dict]:
-    """The scheduler's entry for every worker, asked for now (address -> info).
+    """The scheduler's entry for every worker, asked for now (address -> info), or
+    the answer of this thread's :func:`one_view`.
 
     Not ``client.scheduler_info()["workers"]``: distributed (2025.x and later)
     caches that answer, and the client's periodic refresh (cluster totals, no
     workers) can replace the cache between the fetch and the return, so the
     worker list comes back empty at random (it failed a CI run).
     """
+    held = getattr(_views, "held", None)
+    viewed = held is not None and id(client) in held
+    if viewed and held[id(client)]:
+        return dict(held[id(client)])
     try:
         info = client.sync(client.scheduler.identity, n_workers=-1)
     except TypeError:  # distributed before n_workers: every worker, always
         info = client.sync(client.scheduler.identity)
-    return dict(info["workers"])
+    workers = dict(info["workers"])
+    if viewed and workers:  # none yet: asked again (worker_addresses waits for one)
+        held[id(client)] = workers
+    return dict(workers)
 
 
 def worker_addresses(client: Any) -> list[str]:
@@ -83,8 +118,10 @@ def fixed_facts(client: Any) -> dict[str, Facts]:
     client and set of workers (every fit needs them), again when the set the client
     last heard of differs."""
     known = _FIXED.get(client)
+    held = getattr(_views, "held", None)
     try:
-        current = set(client.scheduler_info()["workers"])
+        current = set(scheduler_workers(client) if held is not None and id(client) in held
+                      else client.scheduler_info()["workers"])
     except Exception:  # no answer cached yet: ask
         current = set()
     if known is None or not current or set(known) != current:
