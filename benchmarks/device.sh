@@ -29,6 +29,13 @@
 #            several GPUs
 #   precisions  knn with each of PRECISIONS (bf16 auto) at FRACTIONS (0: none) and deformed
 #            (COPIES), alternating ROUNDS times: the tile loop against the fused search
+#   sizes-ab TASKS (logreg) at FRACTIONS (0: none) and deformed (COPIES, 0: none), .ab's
+#            package and the working tree alternating (ROUNDS, ORDER): sizes_TASK_SIZE_CODE_I
+#   host-fit-ab  benchmarks/host_fit.py --repeats 15 (one worker), .ab's package and the
+#            working tree alternating (ROUNDS, ORDER): host_fit_CODE_n1_I
+#   profile  benchmarks/kernel_profile.py at FRACTIONS, .ab's package and the working tree
+#   ahead    record the compile-ahead list (python -m mgpu_dask.jobs.ahead --record) into
+#            $OUT/ahead.json and use it in the working tree here
 #   none     the stack only (a call that carries one more part)
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
@@ -94,6 +101,52 @@ ab)
         log "ab_${task}_${code}_$i: did not run the package in $where"
     done
   done; done
+  ;;
+sizes-ab)
+  top=$PWD; base=$PYTHONPATH
+  for i in $(seq ${ROUNDS:-2}); do for code in ${ORDER:-old new}; do
+    where=$top; [ "$code" = old ] && where=$top/.ab
+    for task in ${TASKS:-logreg}; do
+      repeats=10; [ $task = logreg ] && repeats=5
+      for f in ${FRACTIONS:-1 4}; do
+        [ "$f" = 0 ] && continue
+        (cd "$where" && PYTHONPATH=$where:$base cli "sizes_${task}_f${f}_${code}_$i" $task \
+          --workers 1 --fraction $f --repeats $repeats --quiet)
+      done
+      [ "${COPIES:-155}" = 0 ] && continue
+      (cd "$where" && PYTHONPATH=$where:$base cli "sizes_${task}_deformed_${code}_$i" $task \
+        --dataset mnist-deformed --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet)
+    done
+  done; done
+  ;;
+host-fit-ab)
+  top=$PWD; base=$PYTHONPATH
+  for i in $(seq ${ROUNDS:-2}); do for code in ${ORDER:-old new}; do
+    where=$top; [ "$code" = old ] && where=$top/.ab
+    name=host_fit_${code}_n1_$i
+    log "$name: python benchmarks/host_fit.py --repeats 15 ($where)"
+    (cd "$where" && PYTHONPATH=$where:$base timeout 250 python3 "$top/benchmarks/host_fit.py" \
+      "$R/$name.json" --repeats 15 > "$R/$name.log" 2>&1)
+    tail -1 "$R/$name.log" | cut -c1-300 | tee -a "$OUT/summary.log"
+  done; done
+  ;;
+profile)
+  top=$PWD; base=$PYTHONPATH
+  for code in ${ORDER:-old new}; do
+    where=$top; [ "$code" = old ] && where=$top/.ab
+    for f in ${FRACTIONS:-1 4}; do
+      [ "$f" = 0 ] && continue
+      log "profile_${code}_f$f: python benchmarks/kernel_profile.py OUT $f ($where)"
+      (cd "$where" && PYTHONPATH=$where:$base timeout 200 python3 "$top/benchmarks/kernel_profile.py" \
+        "$R/profile_${code}_f$f.json" $f > "$R/profile_${code}_f$f.log" 2>&1)
+      tail -2 "$R/profile_${code}_f$f.log" | cut -c1-300 | tee -a "$OUT/summary.log"
+    done
+  done
+  ;;
+ahead)
+  log "python -m mgpu_dask.jobs.ahead --record"
+  python3 -m mgpu_dask.jobs.ahead --record "$OUT/ahead.json" 2>&1 | tail -2 | tee -a "$OUT/summary.log"
+  [ -s "$OUT/ahead.json" ] && cp "$OUT/ahead.json" mgpu_dask/jobs/ahead.json
   ;;
 tables)
   for f in ${FRACTIONS:-1 4}; do for task in ${TASKS:-knn logreg}; do

@@ -8,7 +8,7 @@ the README cites (warm medians, accuracy, what ran; ``host_fit.py``'s medians),
 and the A/B ratios where ``ab_*`` files are present (``workers_*``: the means over
 rounds per worker count, and their ratios to one worker; ``gpus_*``: the means per
 GPU count, and the speed-ups over one GPU; ``precision_*``: the means per precision
-and their ratios to bf16's).  The tables print as Markdown.
+and their ratios to bf16's; ``sizes_*``: the means per size and code, and new over old).  The tables print as Markdown.
 """
 
 from __future__ import annotations
@@ -101,6 +101,25 @@ def gpu_means(summary: dict[str, Any]) -> dict[str, float]:
                         lambda mean, one: one / mean)
 
 
+def size_means(summary: dict[str, Any]) -> dict[str, float]:
+    """Means over rounds of ``sizes_TASK_SIZE_CODE_I`` (``PHASE=sizes-ab``), ms, and the
+    newer code's time over the older's at each size."""
+    import re
+
+    runs: dict[tuple[str, str, str], list[float]] = {}
+    for name, s in summary.items():
+        m = re.fullmatch(r"sizes_(knn|logreg)_(f\d+|deformed)_(old|new)_\d+", name)
+        if m and s.get("warm_seconds") is not None:
+            runs.setdefault((m[1], m[2], m[3]), []).append(1e3 * s["warm_seconds"])
+    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
+    out = {f"{task} {size}, {code}": round(mean, 1) for (task, size, code), mean in means.items()}
+    for (task, size, code), mean in means.items():
+        old = means.get((task, size, "old"))
+        if code == "new" and old:
+            out[f"{task} {size}, new / old (ratio)"] = round(mean / old, 3)
+    return out
+
+
 def precision_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``precision_TASK_PRECISION_SIZE_I`` (``PHASE=precisions``), ms,
     and each precision's time over bf16's (the tile loop) at the same size."""
@@ -138,7 +157,8 @@ def main() -> None:
         machine = machine or result.get("machine")
     payload = {"machine": machine, "commit": args.commit, "made_by": args.made_by,
                "runs": summary, "ab": ab_ratios(summary)}
-    means = {**worker_means(summary), **gpu_means(summary), **precision_means(summary)}
+    means = {**worker_means(summary), **gpu_means(summary), **precision_means(summary),
+             **size_means(summary)}
     if means:
         payload["means_over_rounds_ms"] = means
     (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")

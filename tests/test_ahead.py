@@ -112,22 +112,27 @@ def test_the_listed_kernels_exist_and_their_signatures_read_back():
                 assert item["cupy"]["source"] and isinstance(item["cupy"]["options"], list)
 
 
-def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are():
-    """A CuPy kernel of ours that lives in a .cu file of the package is listed with that
-    file's text and the options its loader gives: an edit of the file without recording
-    the list again would compile, ahead, a kernel no run asks for."""
+@pytest.mark.parametrize("package", ["mgpu_dask.kernels.knn", "mgpu_dask.kernels.logreg"])
+def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package):
+    """A CuPy kernel of ours that lives in a .cu file of the package is listed with the
+    source its loader gives NVRTC (the shared helpers, then the file) and that loader's
+    options: an edit of either file without recording the list again would compile,
+    ahead, a kernel no run asks for."""
     from importlib import resources
 
-    from mgpu_dask.kernels.knn import fused
+    from mgpu_dask.kernels.cuda_source import source
+    from mgpu_dask.kernels.knn import fused as knn_fused
+    from mgpu_dask.kernels.logreg import fused as logreg_fused
 
-    text = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
-    marker = text.splitlines()[0]
+    options = (knn_fused._options() if package.endswith("knn") else logreg_fused.options(48))
+    text = source(package, "fused.cu")
+    marker = resources.files(package).joinpath("fused.cu").read_text().splitlines()[0]
     listed = [i["cupy"] for items in json.loads(ahead.LIST.read_text())["runs"].values()
-              for i in items if "cupy" in i and i["cupy"]["source"].startswith(marker)]
-    assert listed, "the fused KNN kernel is not in ahead.json"
+              for i in items if "cupy" in i and marker in i["cupy"]["source"]]
+    assert listed, f"{package}'s fused kernel is not in ahead.json"
     for item in listed:
         assert item["source"] == text
-        assert all(option in item["options"] for option in fused._options())
+        assert all(option in item["options"] for option in options)
 
 
 @pytest.mark.gpu

@@ -10,6 +10,7 @@ from importlib import resources
 import numpy as np
 import pytest
 
+from mgpu_dask.kernels import cuda_source
 from mgpu_dask.kernels.knn import fused
 from mgpu_dask.kernels.precision import Precision
 
@@ -168,7 +169,7 @@ def test_fused_source_compiles_with_nvrtc_without_warnings(arch):
 
     if nvrtc_compile.library_path() is None:
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
-    source = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
+    source = cuda_source.source("mgpu_dask.kernels.knn", "fused.cu")
     ok, log, ptx = nvrtc_compile.compile_source(
         source, "fused.cu", [f"--gpu-architecture={arch}", *fused._options()])
     assert ok and not log.strip(), log
@@ -182,7 +183,7 @@ def test_fused_kernel_fits_its_registers_without_spilling():
 
     if nvrtc_compile.library_path() is None:
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
-    source = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
+    source = cuda_source.source("mgpu_dask.kernels.knn", "fused.cu")
     ok, log, _ = nvrtc_compile.compile_source(
         source, "fused.cu", ["--gpu-architecture=sm_90", *fused._options(), "-Xptxas", "-v"])
     assert ok, log

@@ -52,18 +52,21 @@ def _products(fit: Fit) -> Precision:
 
 
 def _kernels(fit: Fit) -> list[Any]:
-    """The Numba kernels such a fit runs."""
+    """The Numba kernels such a fit runs (CuPy's are tracked apart)."""
     if not fit.gpu:
         from ..kernels.logreg import cpu
 
         return [cpu.softmax_xent_rows]
-    from ..kernels.logreg import cuda, cuda_bf16, cuda_int8
+    import cupy
+
+    from ..kernels.logreg import cuda, cuda_bf16, cuda_int8, int8
 
     products = _products(fit)
     if products is Precision.INT8:
-        used = [cuda_int8.transpose_bytes, cuda_int8.split_coef_i8,
-                cuda_int8.softmax_xent_i8_for(fit.n_classes), cuda_int8.sum_block_parts,
+        used = [cuda_int8.transpose_bytes, cuda_int8.split_coef_i8, cuda_int8.sum_block_parts,
                 cuda_int8.combine_i8]
+        if not int8.runs_fused(fit.n_classes, cupy.cuda.Device()):  # else CuPy's kernel
+            used.append(cuda_int8.softmax_xent_i8_for(fit.n_classes))
         if np.dtype(fit.dtype) != np.uint8 or fit.n_features % 4:
             used.append(cuda_int8.to_int8_levels)
     elif products is Precision.BF16:

@@ -16,7 +16,7 @@
 #ifndef BN
 #define BN 128           // training rows per tile: 4 warps of BN / 4 columns each
 #endif
-#define BK 64            // bytes of a row per pipeline stage
+#define BK 64            // bytes of a row per pipeline stage (mma.cuh's swz: 64)
 #ifndef STAGES
 #define STAGES 3
 #endif
@@ -31,36 +31,6 @@
 #define NO_KEY 0x7fffffff
 #define OPEN_KEY 0x7ffffffe   // threshold of a list not yet full: every real key passes
 #define CLOSED_KEY (-0x7fffffff - 1)   // threshold of a padding row: nothing passes
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3,
-                                            unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_s8(int* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Byte offset of 16-byte chunk c (0..3) of row r in a stage: rows of BK bytes, chunks
-// swizzled so that the 8 rows one ldmatrix reads fall in 8 different bank groups.
-__device__ __forceinline__ int swz(int r, int c) { return r * BK + ((c ^ ((r >> 1) & 3)) << 4); }
 
 __device__ __forceinline__ long long pack(int key, int col) {
     return (long long)key * 4294967296LL + (long long)col;

@@ -23,11 +23,11 @@ instructions.
 from __future__ import annotations
 
 import math
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
+from ..cuda_source import source
 from ..precision import Precision
 
 ROWS, STAGE_BYTES, THREADS, QUEUE = 128, 64, 256, 32   # as fused.cu has them
@@ -93,8 +93,7 @@ def _kernels() -> tuple[Any, Any]:
 
     key = (cupy.cuda.Device().id, _options())
     if key not in _MODULES:
-        code = resources.files(__package__).joinpath("fused.cu").read_text()
-        _MODULES[key] = cupy.RawModule(code=code, options=key[1])
+        _MODULES[key] = cupy.RawModule(code=source(__package__, "fused.cu"), options=key[1])
     module = _MODULES[key]
     return module.get_function("fused_int8_topk"), module.get_function("fused_merge")
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..cublas import bound_int8_gemm
 from ..launch import array_module, bound_launch, launch, thread_grid
+from . import fused
 from .levels import Levels, converted_levels, level_steps
 
 ROWS_OUT_FROM = 1 << 20
@@ -24,6 +25,9 @@ ROWS_OUT_FROM = 1 << 20
 cuBLAS's int8 kernels read large shards about twice as fast in that shape,
 while for smaller ones (width x rows) is as fast or faster and lets the
 softmax kernel read it coalesced (docs/performance-history.md)."""
+FUSED = True
+"""Take the forward product and the softmax in one kernel where :func:`.fused.usable`
+(False: cuBLAS's product, then the softmax kernel, as tests compare)."""
 GRADIENT_ROWS = 16384
 """``v^T R`` is one int8 tensor-core product per block of this many
 rows (int32 sums are exact up to ``cuda_int8.I8_MAX_K`` rows; the blocks are
@@ -35,6 +39,13 @@ def term_columns(k: int) -> int:
     from . import cuda_int8 as C
 
     return -(-C.I8_TERMS * k // 16) * 16
+
+
+def runs_fused(k: int, device: Any) -> bool:
+    """Whether an evaluation of ``k`` classes on ``device`` (a ``cupy.cuda.Device``) takes
+    its forward product and softmax in one kernel (:mod:`.fused`)."""
+    cc = str(device.compute_capability)  # "90", "100"
+    return FUSED and fused.usable(k, term_columns(k), (int(cc[:-1]), int(cc[-1])))
 
 
 def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels | None:
@@ -131,9 +142,9 @@ def prepare(obj: Any, n: int, d: int) -> tuple[Any, Any, float] | None:
 
 def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
     """Split coefficients, ``w8 @ v^T`` (int8 tensor cores), softmax with the residual
-    split and per-block sums (added in a fixed order: the same bits every time),
-    ``vt @ resid8^T`` per block of rows, the blocks and terms added (int64, float64) and
-    scaled: see :mod:`.cuda_int8`."""
+    split and per-block sums (added in a fixed order: the same bits every time) -- the
+    two in one kernel where :mod:`.fused` runs --, ``vt @ resid8^T`` per block of rows,
+    the blocks and terms added (int64, float64) and scaled: see :mod:`.cuda_int8`."""
     import cupy
 
     from . import cuda_int8 as C
@@ -147,23 +158,29 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
     obj._step = cupy.asarray([step], dtype=np.float64)
     obj.w8 = cupy.zeros((width, cols), dtype=np.int8)
     obj.colinfo = cupy.zeros(2 * k, dtype=np.float64)
-    if rows > ROWS_OUT_FROM:  # (rows x width), read through its transposed view
-        out = cupy.empty((rows, width), dtype=np.int32)
-        obj.logits, forward = out.T, bound_int8_gemm(out, obj.w8, v, cols, obj.stream)
-    else:
-        obj.logits = cupy.empty((width, rows), dtype=np.int32)
-        forward = bound_int8_gemm(obj.logits, v, obj.w8, cols, obj.stream)
     obj.resid = cupy.zeros((width, rows), dtype=np.int8)
     obj.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
     row_blocks = thread_grid(n, C.THREADS)[0]
     obj.bpart = cupy.empty((row_blocks, k + 1), dtype=np.float64)
+    obj.fused = runs_fused(k, obj.device)
+    if obj.fused:  # the forward product and the softmax in one kernel
+        forward = [fused.bound(v, n, obj.w8, obj.colinfo, obj.labels, obj.resid, obj.bpart,
+                               obj.stream)]
+    else:
+        if rows > ROWS_OUT_FROM:  # (rows x width), read through its transposed view
+            out = cupy.empty((rows, width), dtype=np.int32)
+            obj.logits, product = out.T, bound_int8_gemm(out, obj.w8, v, cols, obj.stream)
+        else:
+            obj.logits = cupy.empty((width, rows), dtype=np.int32)
+            product = bound_int8_gemm(obj.logits, v, obj.w8, cols, obj.stream)
+        forward = [product,
+                   bound_launch(C.softmax_xent_i8_for(k), [obj.logits, obj.labels, obj.colinfo,
+                                                           obj.resid, obj.bpart],
+                                (row_blocks,), C.THREADS, obj.stream)]
     return [
         bound_launch(C.split_coef_i8, [obj.params, obj._step, obj.w8, obj.colinfo],
                      (k,), C.THREADS, obj.stream),
-        forward,
-        bound_launch(C.softmax_xent_i8_for(k), [obj.logits, obj.labels, obj.colinfo,
-                                                obj.resid, obj.bpart],
-                     (row_blocks,), C.THREADS, obj.stream),
+        *forward,
         bound_launch(C.sum_block_parts, [obj.bpart, obj.sums], (k + 1,), C.THREADS,
                      obj.stream),
         bound_int8_gemm(obj.grad32, obj.resid, vt, block, obj.stream, batches=blocks),

@@ -1,0 +1,94 @@
+"""The int8 evaluation's forward product and softmax in one kernel (``kernels/logreg/fused``):
+when it runs, that NVRTC builds it, and -- on a GPU -- that it leaves the unfused kernels'
+bits."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from mgpu_dask.kernels.cuda_source import source
+from mgpu_dask.kernels.logreg import cuda_int8 as C
+from mgpu_dask.kernels.logreg import fused
+from mgpu_dask.kernels.logreg.int8 import term_columns
+
+
+def _defines() -> dict[str, float]:
+    text = resources.files("mgpu_dask.kernels.logreg").joinpath("fused.cu").read_text()
+    return {name: float(value) for name, value in
+            re.findall(r"^#define (\w+) (-?[\d.]+)\b", text, flags=re.MULTILINE)}
+
+
+def test_source_agrees_with_the_python_side_and_the_numba_kernels():
+    d = _defines()
+    assert (d["BM"], d["BK"], d["THREADS"], d["STAGES"]) == (
+        C.THREADS, fused.STAGE_BYTES, fused.THREADS, fused.STAGES)
+    assert fused.ROWS == C.THREADS  # a block's sums are one row of bpart, as unfused
+    assert (d["TERMS"], d["TOP"], d["BASE"], d["LOCAL_K"]) == (
+        C.I8_TERMS, C.I8_TOP, C.I8_BASE, C.I8_LOCAL_K)
+
+
+@pytest.mark.parametrize("k, capability, runs", [
+    (10, (9, 0), True), (10, (8, 0), True), (2, (8, 6), True), (14, (9, 0), True),
+    (10, (7, 5), False),              # no cp.async: cuBLAS and the softmax kernel
+    (C.I8_LOCAL_K + 1, (9, 0), False),  # more classes than a row's local logits hold
+    (15, (9, 0), False)])             # 64 term columns and 16 sums: over 48 KiB
+def test_which_evaluations_run_fused(k, capability, runs):
+    assert fused.usable(k, term_columns(k), capability) is runs
+
+
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+@pytest.mark.parametrize("width", [16, 48, 64])
+def test_source_compiles_with_nvrtc_without_warnings_or_spills(arch, width):
+    """NVRTC needs no GPU: CI compiles the kernel with the options CuPy is given; at four
+    blocks of 256 threads per SM it has 64 registers a thread and must not spill."""
+    import nvrtc_compile
+
+    if nvrtc_compile.library_path() is None:
+        pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
+    code = source("mgpu_dask.kernels.logreg", "fused.cu")
+    ok, log, ptx = nvrtc_compile.compile_source(code, "fused.cu",
+                                                [f"--gpu-architecture={arch}",
+                                                 *fused.options(width)])
+    assert ok and not log.strip(), log
+    assert set(re.findall(rb"\.entry (\w+)", ptx)) == {b"forward_softmax_i8"}
+    ok, log, _ = nvrtc_compile.compile_source(
+        code, "fused.cu", ["--gpu-architecture=sm_90", *fused.options(width), "-Xptxas", "-v"])
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    registers = re.search(r"Used (\d+) registers", log)
+    assert ok and spills and spills.groups() == ("0", "0"), log
+    assert registers and int(registers.group(1)) <= 65536 // (4 * fused.THREADS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, d, k", [(3 * 16384 + 7, 300, 10), (52500, 784, 10), (5, 1000, 3),
+                                     (40000, 31, 7), (3001, 150, 13), (130, 64, 2)])
+def test_on_a_gpu_the_fused_kernel_leaves_the_unfused_bits(monkeypatch, n, d, k):
+    """Loss, coefficient and intercept gradients of the int8 evaluation, fused and unfused,
+    are the same bits, at several points: every residual term and block sum is."""
+    cupy = pytest.importorskip("cupy")
+    from mgpu_dask.config.environment import has_gpu
+
+    if not has_gpu():
+        pytest.skip("no GPU")
+    from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels.logreg import int8
+
+    rng = np.random.default_rng(n)
+    pixels = cupy.asarray(rng.integers(0, 256, (n, d)).astype(np.uint8))
+    y = cupy.asarray(rng.integers(0, k, n).astype(np.int32))
+    made = {}
+    for on in (True, False):
+        monkeypatch.setattr(int8, "FUSED", on)
+        made[on] = L.ShardObjective(pixels, y, k, "int8", scale=1 / 255, strict=True)
+    for _ in range(3):
+        W, b = rng.standard_normal((d, k)) * 0.05, rng.standard_normal(k)
+        fast, slow = made[True](W, b), made[False](W, b)
+        assert made[True].fused and not made[False].fused
+        assert fast[0] == slow[0]
+        np.testing.assert_array_equal(fast[1], slow[1])
+        np.testing.assert_array_equal(fast[2], slow[2])
+    np.testing.assert_array_equal(made[True].resid.get(), made[False].resid.get())
