@@ -12,7 +12,7 @@ It needs ``mma.sync`` and ``cp.async`` (compute capability 8.0 or newer), at mos
 :data:`~.cuda_int8.I8_LOCAL_K` classes and at most 64 term columns; :func:`usable`
 says whether an evaluation qualifies, and cuBLAS and the softmax kernel run
 otherwise.  Plain CUDA C compiled by NVRTC through CuPy once per GPU, process and
-width (CuPy keeps the binary in its cache folder).
+class count (CuPy keeps the binary in its cache folder).
 """
 
 from __future__ import annotations
@@ -23,10 +23,15 @@ import numpy as np
 
 from ..cuda_source import source
 
-ROWS, THREADS, STAGE_BYTES = 128, 256, 64  # as fused.cu has them
-STAGES = 4
+ROWS, THREADS = 128, 256  # as fused.cu has them
+# Passed to fused.cu: bytes of a row per pipeline stage (whole 128-byte lines), the
+# depth of the operand ring, and blocks per SM the registers must allow.
+STAGE_BYTES, STAGES, MIN_BLOCKS = 128, 3, 3
 MAX_WIDTH = 64
 NEEDS = (8, 0)
+SHARED_OPTIN = 99 << 10
+"""Shared memory a block may opt in to on every GPU from compute capability 8.0 (less
+than an A100's or an H100's, as much as consumer Ampere and Ada GPUs allow)."""
 _MODULES: dict[tuple, Any] = {}
 
 
@@ -40,21 +45,26 @@ def shared_bytes(k: int, width: int) -> int:
 
 def usable(k: int, width: int, capability: tuple[int, int]) -> bool:
     """Whether an evaluation of ``k`` classes in ``width`` term columns runs fused on a
-    GPU of ``capability`` (the default dynamic shared memory of a block holds it)."""
+    GPU of ``capability``."""
     from .cuda_int8 import I8_LOCAL_K
 
     return (capability >= NEEDS and 2 <= k <= I8_LOCAL_K and width % 16 == 0
-            and width <= MAX_WIDTH and shared_bytes(k, width) <= 48 << 10)
+            and width <= MAX_WIDTH and shared_bytes(k, width) <= SHARED_OPTIN)
 
 
-def options(width: int) -> tuple[str, ...]:
-    return ("--std=c++17", f"-DWIDTH={width}", f"-DSTAGES={STAGES}")
+def options(k: int) -> tuple[str, ...]:
+    """NVRTC's options for ``k`` classes (a kernel per class count: its loops over the
+    classes unrolled, a row's logits in registers)."""
+    from .int8 import term_columns
+
+    return ("--std=c++17", f"-DCLASSES={k}", f"-DWIDTH={term_columns(k)}",
+            f"-DBK={STAGE_BYTES}", f"-DSTAGES={STAGES}", f"-DMIN_BLOCKS={MIN_BLOCKS}")
 
 
-def _kernel(width: int) -> Any:
+def _kernel(k: int) -> Any:
     import cupy
 
-    key = (cupy.cuda.Device().id, options(width))
+    key = (cupy.cuda.Device().id, options(k))
     if key not in _MODULES:
         _MODULES[key] = cupy.RawModule(code=source(__package__, "fused.cu"), options=key[1])
     return _MODULES[key].get_function("forward_softmax_i8")
@@ -67,11 +77,12 @@ def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, resid8: Any, bpart
     ``w8 @ v^T`` then ``softmax_xent_i8`` leave them.  Call it with the arrays' device
     current; they must stay allocated and in place."""
     width, k = int(w8.shape[0]), int(colinfo.shape[0]) // 2
-    kernel = _kernel(width)
+    kernel = _kernel(k)
     shared = shared_bytes(k, width)
+    kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
     grid = (-(-n // ROWS),)
     args = (v, np.int32(v.shape[0]), np.int32(v.shape[1]), w8, colinfo, labels, np.int32(n),
-            np.int32(k), resid8, np.int64(resid8.shape[1]), bpart)
+            resid8, np.int64(resid8.shape[1]), bpart)
 
     def launch() -> None:
         with stream:
