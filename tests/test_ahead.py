@@ -124,7 +124,7 @@ def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package):
     from mgpu_dask.kernels.knn import fused as knn_fused
     from mgpu_dask.kernels.logreg import fused as logreg_fused
 
-    options = (knn_fused._options() if package.endswith("knn") else logreg_fused.options(10))
+    options = (knn_fused._options() if package.endswith("knn") else logreg_fused.options(10, 48))
     text = source(package, "fused.cu")
     marker = resources.files(package).joinpath("fused.cu").read_text().splitlines()[0]
     listed = [i["cupy"] for items in json.loads(ahead.LIST.read_text())["runs"].values()

@@ -61,11 +61,11 @@ def test_source_compiles_with_nvrtc_without_warnings_or_spills(arch, k):
     code = source("mgpu_dask.kernels.logreg", "fused.cu")
     ok, log, ptx = nvrtc_compile.compile_source(code, "fused.cu",
                                                 [f"--gpu-architecture={arch}",
-                                                 *fused.options(k)])
+                                                 *fused.options(k, term_columns(k))])
     assert ok and not log.strip(), log
     assert set(re.findall(rb"\.entry (\w+)", ptx)) == {b"forward_softmax_i8"}
     ok, log, _ = nvrtc_compile.compile_source(
-        code, "fused.cu", ["--gpu-architecture=sm_90", *fused.options(k), "-Xptxas", "-v"])
+        code, "fused.cu", ["--gpu-architecture=sm_90", *fused.options(k, term_columns(k)), "-Xptxas", "-v"])
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     registers = re.search(r"Used (\d+) registers", log)
     assert ok and spills and spills.groups() == ("0", "0"), log

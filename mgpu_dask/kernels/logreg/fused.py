@@ -52,19 +52,17 @@ def usable(k: int, width: int, capability: tuple[int, int]) -> bool:
             and width <= MAX_WIDTH and shared_bytes(k, width) <= SHARED_OPTIN)
 
 
-def options(k: int) -> tuple[str, ...]:
-    """NVRTC's options for ``k`` classes (a kernel per class count: its loops over the
-    classes unrolled, a row's logits in registers)."""
-    from .int8 import term_columns
-
-    return ("--std=c++17", f"-DCLASSES={k}", f"-DWIDTH={term_columns(k)}",
+def options(k: int, width: int) -> tuple[str, ...]:
+    """NVRTC's options for ``k`` classes in ``width`` term columns (a kernel per class
+    count: its loops over the classes unrolled, a row's logits in registers)."""
+    return ("--std=c++17", f"-DCLASSES={k}", f"-DWIDTH={width}",
             f"-DBK={STAGE_BYTES}", f"-DSTAGES={STAGES}", f"-DMIN_BLOCKS={MIN_BLOCKS}")
 
 
-def _kernel(k: int) -> Any:
+def _kernel(k: int, width: int) -> Any:
     import cupy
 
-    key = (cupy.cuda.Device().id, options(k))
+    key = (cupy.cuda.Device().id, options(k, width))
     if key not in _MODULES:
         _MODULES[key] = cupy.RawModule(code=source(__package__, "fused.cu"), options=key[1])
     return _MODULES[key].get_function("forward_softmax_i8")
@@ -77,7 +75,7 @@ def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, resid8: Any, bpart
     ``w8 @ v^T`` then ``softmax_xent_i8`` leave them.  Call it with the arrays' device
     current; they must stay allocated and in place."""
     width, k = int(w8.shape[0]), int(colinfo.shape[0]) // 2
-    kernel = _kernel(k)
+    kernel = _kernel(k, width)
     shared = shared_bytes(k, width)
     kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
     grid = (-(-n // ROWS),)
