@@ -41,8 +41,8 @@ def test_which_evaluations_run_fused(k, capability, runs):
 
 
 def test_shared_memory_fits_every_gpu_it_runs_on():
-    """Every class count it takes fits 99 KiB a block (consumer Ampere and Ada; A100 and
-    H100 allow more), and three blocks fit an H100's 227 KiB."""
+    """Every class count it takes fits 99 KiB a block (consumer Ampere and Ada; data-centre
+    GPUs allow more), and three blocks fit the 227 KiB of an SM of compute capability 9.0."""
     for k in range(2, C.I8_LOCAL_K + 1):
         assert fused.shared_bytes(k, term_columns(k)) <= fused.SHARED_OPTIN
     assert 3 * fused.shared_bytes(10, term_columns(10)) <= 227 << 10

@@ -30,8 +30,8 @@ STAGE_BYTES, STAGES, MIN_BLOCKS = 128, 3, 3
 MAX_WIDTH = 64
 NEEDS = (8, 0)
 SHARED_OPTIN = 99 << 10
-"""Shared memory a block may opt in to on every GPU from compute capability 8.0 (less
-than an A100's or an H100's, as much as consumer Ampere and Ada GPUs allow)."""
+"""Shared memory a block may opt in to on every GPU from compute capability 8.0 (as much
+as consumer Ampere and Ada GPUs allow; data-centre GPUs allow more)."""
 _MODULES: dict[tuple, Any] = {}
 
 
