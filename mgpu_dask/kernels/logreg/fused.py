@@ -6,7 +6,8 @@ computes a block's 128 rows of sums with ``mma.sync`` (int8 in, exact int32
 out) and keeps them in shared memory, where one thread per row takes the softmax
 as :func:`.cuda_int8.softmax_xent_i8` does, operation for operation: the residual
 terms and the block sums are that kernel's (the GPU tests compare them), so
-everything after it is unchanged.  The rows are read once, at one byte per value.
+everything after it is unchanged.  The forward product and the softmax read the rows
+once, at one byte per value (the gradient's product reads their transposed copy).
 
 It needs ``mma.sync`` and ``cp.async`` (compute capability 8.0 or newer), at most
 :data:`~.cuda_int8.I8_LOCAL_K` classes and at most 64 term columns; :func:`usable`
