@@ -20,8 +20,8 @@ SMALL = 1 << 16
 of sorted and searched."""
 _FEW = 16
 """Up to this many candidate values, NumPy counts each with a comparison pass: no
-int64 copy of the labels, which ``bincount`` makes, and many times faster for a few
-classes (docs/performance-history.md)."""
+int64 copy of the labels, which ``bincount`` makes, and faster for a few classes
+(by how much: docs/performance-history.md)."""
 
 
 def _small_range(labels: Any) -> int | None:

@@ -21,10 +21,10 @@ from . import fused
 from .levels import Levels, converted_levels, level_steps
 
 ROWS_OUT_FROM = 1 << 20
-"""Shards of more rows than this take the forward product as (rows x width):
-cuBLAS's int8 kernels read large shards about twice as fast in that shape,
-while for smaller ones (width x rows) is as fast or faster and lets the
-softmax kernel read it coalesced (docs/performance-history.md)."""
+"""Unfused only: shards of more rows than this take cuBLAS's forward product as
+(rows x width), the shape its int8 kernels read large shards faster in, while
+smaller ones take (width x rows), which the softmax kernel reads coalesced
+(what each costs: docs/performance-history.md)."""
 FUSED = True
 """Take the forward product and the softmax in one kernel where :func:`.fused.usable`
 (False: cuBLAS's product, then the softmax kernel, as tests compare)."""
