@@ -63,30 +63,31 @@ def ab_ratios(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _round_means(summary: dict[str, Any], pattern: str, label: Any, ratio_label: Any,
-                 ratio: Any) -> dict[str, float]:
-    """Means over rounds, ms, of the runs whose names match ``pattern`` (groups: task, kind,
-    count), labelled ``label(task, kind, n)``; then, for each count above one,
-    ``ratio(mean, mean of count 1)`` labelled ``ratio_label(task, kind, n)``."""
+                 ratio: Any, base: str = "1", digits: int = 2) -> dict[str, float]:
+    """Means over rounds, ms, of the runs whose names match ``pattern`` (named groups:
+    ``task``, ``kind`` and ``x``, what is compared), labelled ``label(task, kind, x)``;
+    then, for each ``x`` other than ``base``, ``ratio(mean, mean of base)`` labelled
+    ``ratio_label(task, kind, x)``."""
     import re
 
-    runs: dict[tuple[str, str, int], list[float]] = {}
+    runs: dict[tuple[str, str, str], list[float]] = {}
     for name, s in summary.items():
         m = re.fullmatch(pattern, name)
         if m and s.get("warm_seconds") is not None:
-            runs.setdefault((m[1], m[2], int(m[3])), []).append(1e3 * s["warm_seconds"])
+            runs.setdefault((m["task"], m["kind"], m["x"]), []).append(1e3 * s["warm_seconds"])
     means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
     out = {label(*key): round(mean, 1) for key, mean in means.items()}
-    for (task, kind, n), mean in means.items():
-        one = means.get((task, kind, 1))
-        if n > 1 and one:
-            out[ratio_label(task, kind, n)] = round(ratio(mean, one), 2)
+    for (task, kind, x), mean in means.items():
+        first = means.get((task, kind, base))
+        if x != base and first:
+            out[ratio_label(task, kind, x)] = round(ratio(mean, first), digits)
     return out
 
 
 def worker_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``workers_TASK_CODE_nN_I`` (``PHASE=workers-ab``), ms, and each
     count's ratio to one worker of the same code."""
-    return _round_means(summary, r"workers_(knn|logreg)_(old|new)_n(\d+)_\d+",
+    return _round_means(summary, r"workers_(?P<task>knn|logreg)_(?P<kind>old|new)_n(?P<x>\d+)_\d+",
                         lambda task, code, n: f"{task}, {n} workers on one GPU, {code}",
                         lambda task, code, n: f"{task}, {n} workers / 1 worker, {code} (ratio)",
                         lambda mean, one: mean / one)
@@ -95,7 +96,8 @@ def worker_means(summary: dict[str, Any]) -> dict[str, float]:
 def gpu_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``gpus_TASK_SIZE_nN_I`` (``PHASE=gpus``, one worker per GPU),
     ms, and each size's speed-up on N GPUs over one."""
-    return _round_means(summary, r"gpus_(knn|logreg)_(f\d+|deformed)_n(\d+)_\d+",
+    return _round_means(summary,
+                        r"gpus_(?P<task>knn|logreg)_(?P<kind>f\d+|deformed)_n(?P<x>\d+)_\d+",
                         lambda task, size, n: f"{task} {size}, {n} GPUs",
                         lambda task, size, n: f"{task} {size}, speed-up on {n} GPUs (ratio)",
                         lambda mean, one: one / mean)
@@ -104,39 +106,21 @@ def gpu_means(summary: dict[str, Any]) -> dict[str, float]:
 def size_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``sizes_TASK_SIZE_CODE_I`` (``PHASE=sizes-ab``), ms, and the
     newer code's time over the older's at each size."""
-    import re
-
-    runs: dict[tuple[str, str, str], list[float]] = {}
-    for name, s in summary.items():
-        m = re.fullmatch(r"sizes_(knn|logreg)_(f\d+|deformed)_(old|new)_\d+", name)
-        if m and s.get("warm_seconds") is not None:
-            runs.setdefault((m[1], m[2], m[3]), []).append(1e3 * s["warm_seconds"])
-    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
-    out = {f"{task} {size}, {code}": round(mean, 1) for (task, size, code), mean in means.items()}
-    for (task, size, code), mean in means.items():
-        old = means.get((task, size, "old"))
-        if code == "new" and old:
-            out[f"{task} {size}, new / old (ratio)"] = round(mean / old, 3)
-    return out
+    return _round_means(summary,
+                        r"sizes_(?P<task>knn|logreg)_(?P<kind>f\d+|deformed)_(?P<x>old|new)_\d+",
+                        lambda task, size, code: f"{task} {size}, {code}",
+                        lambda task, size, code: f"{task} {size}, new / old (ratio)",
+                        lambda mean, old: mean / old, base="old", digits=3)
 
 
 def precision_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``precision_TASK_PRECISION_SIZE_I`` (``PHASE=precisions``), ms,
     and each precision's time over bf16's (the tile loop) at the same size."""
-    import re
-
-    runs: dict[tuple[str, str, str], list[float]] = {}
-    for name, s in summary.items():
-        m = re.fullmatch(r"precision_(knn|logreg)_([a-z0-9]+)_(f\d+|deformed)_\d+", name)
-        if m and s.get("warm_seconds") is not None:
-            runs.setdefault((m[1], m[3], m[2]), []).append(1e3 * s["warm_seconds"])
-    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
-    out = {f"{task} {size}, {p}": round(mean, 1) for (task, size, p), mean in means.items()}
-    for (task, size, p), mean in means.items():
-        base = means.get((task, size, "bf16"))
-        if p != "bf16" and base:
-            out[f"{task} {size}, {p} / bf16 (ratio)"] = round(mean / base, 3)
-    return out
+    return _round_means(summary, r"precision_(?P<task>knn|logreg)_(?P<x>[a-z0-9]+)_"
+                                 r"(?P<kind>f\d+|deformed)_\d+",
+                        lambda task, size, p: f"{task} {size}, {p}",
+                        lambda task, size, p: f"{task} {size}, {p} / bf16 (ratio)",
+                        lambda mean, bf16: mean / bf16, base="bf16", digits=3)
 
 
 def main() -> None:
