@@ -33,3 +33,20 @@ __device__ __forceinline__ void mma_s8(int* c, const unsigned* a, unsigned b0, u
 // Byte offset of 16-byte chunk c (0..3) of row r in a stage of 64-byte rows, chunks
 // swizzled so that the 8 rows one ldmatrix reads fall in 8 different bank groups.
 __device__ __forceinline__ int swz(int r, int c) { return r * 64 + ((c ^ ((r >> 1) & 3)) << 4); }
+
+// mma_s8's A fragment: rows r0..r0+15 of a stage at k-step ks (32 bytes), where
+// at(r, c) is the stage's byte offset of 16-byte chunk c of row r.
+template <typename At>
+__device__ __forceinline__ void load_a(unsigned (&a)[4], const signed char* stage, int r0, int ks,
+                                       int lane, At at) {
+    const int r = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    ldmatrix_x4(a[0], a[1], a[2], a[3], smem_u32(stage + at(r, ks * 2 + (lane >> 4))));
+}
+
+// mma_s8's B fragments of two n8 tiles: rows r0..r0+7 into b0, r0+8..r0+15 into b1.
+template <typename At>
+__device__ __forceinline__ void load_b2(unsigned (&b0)[2], unsigned (&b1)[2],
+                                        const signed char* stage, int r0, int ks, int lane, At at) {
+    const int r = r0 + (lane & 7) + (lane >> 4) * 8;
+    ldmatrix_x4(b0[0], b0[1], b1[0], b1[1], smem_u32(stage + at(r, ks * 2 + ((lane >> 3) & 1))));
+}

@@ -154,18 +154,11 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
             if (ks < steps) {
                 unsigned af[4][4];
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) {
-                    const int r = wm * 64 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                    ldmatrix_x4(af[mt][0], af[mt][1], af[mt][2], af[mt][3],
-                                smem_u32(a + swz(r, ks * 2 + (lane >> 4))));
-                }
+                for (int mt = 0; mt < 4; ++mt) load_a(af[mt], a, wm * 64 + mt * 16, ks, lane, swz);
                 unsigned bf[NT][2];
 #pragma unroll
-                for (int np = 0; np < NT / 2; ++np) {
-                    const int r = wn * (BN / 4) + np * 16 + (lane & 7) + (lane >> 4) * 8;
-                    ldmatrix_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1],
-                                smem_u32(b + swz(r, ks * 2 + ((lane >> 3) & 1))));
-                }
+                for (int np = 0; np < NT / 2; ++np)
+                    load_b2(bf[2 * np], bf[2 * np + 1], b, wn * (BN / 4) + np * 16, ks, lane, swz);
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll

@@ -119,15 +119,11 @@ forward_softmax_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
         for (int ks = 0; ks < BK / 32; ++ks) {
             if (ks < steps) {
                 unsigned af[4];
-                const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4(af[0], af[1], af[2], af[3], smem_u32(a + at(r, ks * 2 + (lane >> 4))));
+                load_a(af, a, warp * 16, ks, lane, at);
                 unsigned bf[NT][2];
 #pragma unroll
-                for (int np = 0; np < NT / 2; ++np) {
-                    const int rb = np * 16 + (lane & 7) + (lane >> 4) * 8;
-                    ldmatrix_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1],
-                                smem_u32(b + at(rb, ks * 2 + ((lane >> 3) & 1))));
-                }
+                for (int np = 0; np < NT / 2; ++np)
+                    load_b2(bf[2 * np], bf[2 * np + 1], b, np * 16, ks, lane, at);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) mma_s8(acc[nt], af, bf[nt][0], bf[nt][1]);
             }
