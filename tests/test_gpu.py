@@ -273,6 +273,7 @@ def test_int8_softmax_for_few_classes_gives_the_wide_kernels_bits(monkeypatch):
     from mgpu_dask.kernels.logreg import int8 as logreg_int8
 
     monkeypatch.setattr(logreg_int8, "FUSED", False)  # the fused kernel: test_logreg_fused
+    monkeypatch.setattr(logreg_int8, "ONE_PASS", False)  # and test_logreg_onepass
     rng = np.random.default_rng()
     n = 3 * logreg_int8.GRADIENT_ROWS + 7
     pixels = cupy.asarray(rng.integers(0, 256, (n, 300)).astype(np.uint8))
@@ -315,6 +316,7 @@ def test_int8_forward_layouts_agree(monkeypatch):
     from mgpu_dask.kernels.logreg import int8 as logreg_int8
 
     monkeypatch.setattr(logreg_int8, "FUSED", False)  # the products cuBLAS lays out
+    monkeypatch.setattr(logreg_int8, "ONE_PASS", False)
     rng = np.random.default_rng()
     n = 2 * logreg_int8.GRADIENT_ROWS + 3
     X = cupy.asarray(rng.integers(0, 256, (n, 300)).astype(np.float32) * np.float32(1 / 255))

@@ -90,6 +90,7 @@ def test_on_a_gpu_the_fused_kernel_leaves_the_unfused_bits(monkeypatch, n, d, k)
     pixels = cupy.asarray(rng.integers(0, 256, (n, d)).astype(np.uint8))
     y = cupy.asarray(rng.integers(0, k, n).astype(np.int32))
     made = {}
+    monkeypatch.setattr(int8, "ONE_PASS", False)  # tests/test_logreg_onepass.py has that
     for on in (True, False):
         monkeypatch.setattr(int8, "FUSED", on)
         made[on] = L.ShardObjective(pixels, y, k, "int8", scale=1 / 255, strict=True)

@@ -267,3 +267,23 @@ def combine_i8(g32, step, acc, grad):
             total += float64(s) * scale
             scale /= I8_BASE
         grad[i] = step[0] * (total + I8_SHIFT * acc[c])
+
+
+@cuda.jit(cache=True)
+def combine_i8_once(g64, step, acc, grad):
+    """``combine_i8`` of sums already added over the row blocks (``g64``: d x width, int64,
+    from ``onepass.cu``'s atomic adds), each zeroed as it is read for the next evaluation's
+    adds: the same arithmetic, so the same bits."""
+    i = cuda.grid(1)
+    d = g64.shape[0]
+    k = grad.shape[0] // d
+    if i < d * k:
+        f = i // k
+        c = i - f * k
+        total = float64(0.0)
+        scale = 1.0 / I8_TOP
+        for t in range(I8_TERMS):
+            total += float64(g64[f, t * k + c]) * scale
+            g64[f, t * k + c] = 0
+            scale /= I8_BASE
+        grad[i] = step[0] * (total + I8_SHIFT * acc[c])

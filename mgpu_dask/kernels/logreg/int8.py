@@ -17,7 +17,7 @@ import numpy as np
 
 from ..cublas import bound_int8_gemm
 from ..launch import array_module, bound_launch, launch, thread_grid
-from . import fused
+from . import fused, onepass
 from .levels import Levels, converted_levels, level_steps
 
 ROWS_OUT_FROM = 1 << 20
@@ -28,6 +28,13 @@ smaller ones take (width x rows), which the softmax kernel reads coalesced
 FUSED = True
 """Take the forward product and the softmax in one kernel where :func:`.fused.usable`
 (False: cuBLAS's product, then the softmax kernel, as tests compare)."""
+ONE_PASS = True
+"""Take the whole evaluation in one pass over the rows where :func:`.onepass.usable`
+and the shard has at least ONE_PASS_FROM rows (False: :mod:`.fused` or cuBLAS, then
+cuBLAS's gradient product, as tests compare)."""
+ONE_PASS_FROM = 1 << 20
+"""Shards of fewer rows take :mod:`.fused` and cuBLAS's gradient product, which are
+faster there (what each costs: docs/performance-history.md)."""
 GRADIENT_ROWS = 16384
 """``v^T R`` is one int8 tensor-core product per block of this many
 rows (int32 sums are exact up to ``cuda_int8.I8_MAX_K`` rows; the blocks are
@@ -46,6 +53,15 @@ def runs_fused(k: int, device: Any) -> bool:
     its forward product and softmax in one kernel (:mod:`.fused`)."""
     cc = str(device.compute_capability)  # "90", "100"
     return FUSED and fused.usable(k, term_columns(k), (int(cc[:-1]), int(cc[-1])))
+
+
+def runs_one_pass(k: int, n: int, d_pad: int, device: Any) -> bool:
+    """Whether an evaluation of ``k`` classes over ``n`` rows of ``d_pad`` bytes on
+    ``device`` takes the forward product, the softmax and the gradient's product in one
+    pass over the rows (:mod:`.onepass`)."""
+    cc = str(device.compute_capability)
+    return ONE_PASS and n >= ONE_PASS_FROM and onepass.usable(k, term_columns(k), d_pad, (int(cc[:-1]), int(cc[-1])),
+                                       onepass.shared_optin(device.id))
 
 
 def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels | None:
@@ -158,12 +174,27 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
     obj._step = cupy.asarray([step], dtype=np.float64)
     obj.w8 = cupy.zeros((width, cols), dtype=np.int8)
     obj.colinfo = cupy.zeros(2 * k, dtype=np.float64)
-    obj.resid = cupy.zeros((width, rows), dtype=np.int8)
-    obj.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
     row_blocks = thread_grid(n, C.THREADS)[0]
     obj.bpart = cupy.empty((row_blocks, k + 1), dtype=np.float64)
-    obj.fused = runs_fused(k, obj.device)
-    if obj.fused:  # the forward product and the softmax in one kernel
+    split = bound_launch(C.split_coef_i8, [obj.params, obj._step, obj.w8, obj.colinfo],
+                         (k,), C.THREADS, obj.stream)
+    sums = bound_launch(C.sum_block_parts, [obj.bpart, obj.sums], (k + 1,), C.THREADS,
+                        obj.stream)
+    obj.one_pass = runs_one_pass(k, n, cols, obj.device)
+    obj.fused = obj.one_pass or runs_fused(k, obj.device)
+    if obj.one_pass:  # forward product, softmax and gradient product in one kernel
+        obj.resid = None
+        obj.grad64 = cupy.zeros((cols, width), dtype=np.int64)
+        return [split,
+                onepass.bound(v, n, obj.w8, obj.colinfo, obj.labels, obj.grad64, obj.bpart,
+                              obj.stream),
+                sums,
+                bound_launch(C.combine_i8_once, [obj.grad64[:d], obj._step, obj.sums,
+                                                 obj.grad.reshape(-1)],
+                             (-(-d * k // 256),), 256, obj.stream)]
+    obj.resid = cupy.zeros((width, rows), dtype=np.int8)
+    obj.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
+    if runs_fused(k, obj.device):  # the forward product and the softmax in one kernel
         forward = [fused.bound(v, n, obj.w8, obj.colinfo, obj.labels, obj.resid, obj.bpart,
                                obj.stream)]
     else:
@@ -174,19 +205,15 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
             obj.logits = cupy.empty((width, rows), dtype=np.int32)
             product = bound_int8_gemm(obj.logits, v, obj.w8, cols, obj.stream)
         forward = [product,
-                   bound_launch(C.softmax_xent_i8_for(k), [obj.logits, obj.labels, obj.colinfo,
-                                                           obj.resid, obj.bpart],
+                   bound_launch(C.softmax_xent_i8_for(k),
+                                [obj.logits, obj.labels, obj.colinfo, obj.resid, obj.bpart],
                                 (row_blocks,), C.THREADS, obj.stream)]
-    return [
-        bound_launch(C.split_coef_i8, [obj.params, obj._step, obj.w8, obj.colinfo],
-                     (k,), C.THREADS, obj.stream),
-        *forward,
-        bound_launch(C.sum_block_parts, [obj.bpart, obj.sums], (k + 1,), C.THREADS,
-                     obj.stream),
-        bound_int8_gemm(obj.grad32, obj.resid, vt, block, obj.stream, batches=blocks),
-        bound_launch(C.combine_i8, [obj.grad32[:, :d], obj._step, obj.sums,
-                                    obj.grad.reshape(-1)],
-                     (-(-d * k // 256),), 256, obj.stream)]
+    evaluate = [*forward, sums,
+                bound_int8_gemm(obj.grad32, obj.resid, vt, block, obj.stream, batches=blocks)]
+    return [split, *evaluate,
+            bound_launch(C.combine_i8, [obj.grad32[:, :d], obj._step, obj.sums,
+                                        obj.grad.reshape(-1)],
+                         (-(-d * k // 256),), 256, obj.stream)]
 
 
 def loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
