@@ -18,8 +18,8 @@
 //  through warp shuffles in class order, so every value is softmax_xent_i8's; the residual
 //  goes to shared memory as I8 terms (a column per term, rows in the order the gradient's
 //  fragments read them); a row's k + 1 values are added to the other tile's of its unit of
-//  128 rows as the first step of softmax_xent_i8's reduction, the rest of which one warp
-//  per value takes with shuffles, in the same order, into row `unit` of bpart.
+//  128 rows as the first step of softmax_xent_i8's reduction, the rest of which half a
+//  warp per value takes with shuffles, in the same order, into row `unit` of bpart.
 //  Gradient: warp w takes the features of k-steps w, w + 8, ... (32 each) against every
 //  residual column.  Its A operand is the tile transposed (features x rows), read as words
 //  of four features from four rows and transposed in registers with byte permutes; the
@@ -53,6 +53,8 @@
 #define WROWS (NTG * 8)                // rows of w8 the forward reads
 #define RPITCH (TM + 16)               // bytes per residual column in shared memory
 #define SPITCH (NCOL + 1)              // int32 per row of forward sums
+
+static_assert(K + 1 <= 2 * THREADS / 32, "the block sums' reduction takes half a warp per value");
 
 __device__ __forceinline__ int at(int r, int c) { return r * PITCH + (c << 4); }
 
@@ -283,16 +285,15 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
                         if (col < NCOL) sums[(mt * 16 + g + h * 8) * SPITCH + col] = facc[nt][h * 2 + e];
                     }
         }
-        if (done && !(tile & 1)) {  // tile - 1 ended a unit: the rest of its reduction
-            const int unit = (tile - 1) >> 1;
-            const double* pv = sPart + (unit & 1) * (K + 1) * TM;
-            for (int c = warp; c <= K; c += THREADS / 32) {
-                double a = pv[c * TM + lane] + pv[c * TM + lane + 32];
+        if (done && !(tile & 1)) {  // tile - 1 ended a unit: the rest of its reduction,
+            // half a warp per value: v[i] += v[i + 32], then + 16 (both here), 8, 4, 2, 1
+            const int unit = (tile - 1) >> 1, c = 2 * warp + (lane >> 4), l = lane & 15;
+            const double* pv = sPart + (unit & 1) * (K + 1) * TM + c * TM + l;
+            double a = c <= K ? (pv[0] + pv[32]) + (pv[16] + pv[48]) : 0.0;
 #pragma unroll
-                for (int stride = 16; stride > 0; stride >>= 1)
-                    a += __shfl_down_sync(0xffffffffu, a, stride);
-                if (lane == 0) bpart[(long long)unit * (K + 1) + c] = a;
-            }
+            for (int stride = 8; stride > 0; stride >>= 1)
+                a += __shfl_down_sync(0xffffffffu, a, stride, 16);
+            if (l == 0 && c <= K) bpart[(long long)unit * (K + 1) + c] = a;
         }
         __syncthreads();
 
