@@ -60,8 +60,8 @@ def runs_one_pass(k: int, n: int, d_pad: int, device: Any) -> bool:
     ``device`` takes the forward product, the softmax and the gradient's product in one
     pass over the rows (:mod:`.onepass`)."""
     cc = str(device.compute_capability)
-    return ONE_PASS and n >= ONE_PASS_FROM and onepass.usable(k, term_columns(k), d_pad, (int(cc[:-1]), int(cc[-1])),
-                                       onepass.shared_optin(device.id))
+    return ONE_PASS and n >= ONE_PASS_FROM and onepass.usable(
+        k, term_columns(k), d_pad, (int(cc[:-1]), int(cc[-1])), onepass.shared_optin(device.id))
 
 
 def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels | None:
@@ -160,7 +160,9 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
     """Split coefficients, ``w8 @ v^T`` (int8 tensor cores), softmax with the residual
     split and per-block sums (added in a fixed order: the same bits every time) -- the
     two in one kernel where :mod:`.fused` runs --, ``vt @ resid8^T`` per block of rows,
-    the blocks and terms added (int64, float64) and scaled: see :mod:`.cuda_int8`."""
+    the blocks and terms added (int64, float64) and scaled: see :mod:`.cuda_int8`.  Where
+    :func:`runs_one_pass`, one kernel (:mod:`.onepass`) takes the products and the
+    softmax from one read of the rows (``vt`` unread)."""
     import cupy
 
     from . import cuda_int8 as C
