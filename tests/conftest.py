@@ -210,3 +210,29 @@ class RunningCommand:
         os.killpg(self.proc.pid, signal.SIGINT)
         out, err = self.proc.communicate(timeout=60)
         return self.proc.returncode, out, err
+
+
+def int8_objectives_agree(monkeypatch, n: int, d: int, k: int, fast: dict, slow: dict):
+    """Two int8 ``ShardObjective``s of the same random 8-bit rows, made with
+    ``kernels.logreg.int8``'s flags set as ``fast`` and then as ``slow``, give the same
+    loss and gradients, bit for bit, at three random points.  Returns both (GPU only)."""
+    import cupy
+
+    from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels.logreg import int8
+
+    rng = np.random.default_rng(n)
+    pixels = cupy.asarray(rng.integers(0, 256, (n, d)).astype(np.uint8))
+    y = cupy.asarray(rng.integers(0, k, n).astype(np.int32))
+    made = []
+    for flags in (fast, slow):
+        for name, value in flags.items():
+            monkeypatch.setattr(int8, name, value)
+        made.append(L.ShardObjective(pixels, y, k, "int8", scale=1 / 255, strict=True))
+    for _ in range(3):
+        W, b = rng.standard_normal((d, k)) * 0.05, rng.standard_normal(k)
+        one, other = made[0](W, b), made[1](W, b)
+        assert one[0] == other[0]
+        np.testing.assert_array_equal(one[1], other[1])
+        np.testing.assert_array_equal(one[2], other[2])
+    return made

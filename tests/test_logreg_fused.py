@@ -78,27 +78,14 @@ def test_source_compiles_with_nvrtc_without_warnings_or_spills(arch, k):
 def test_on_a_gpu_the_fused_kernel_leaves_the_unfused_bits(monkeypatch, n, d, k):
     """Loss, coefficient and intercept gradients of the int8 evaluation, fused and unfused,
     are the same bits, at several points: every residual term and block sum is."""
-    cupy = pytest.importorskip("cupy")
+    pytest.importorskip("cupy")
+    from conftest import int8_objectives_agree
+
     from mgpu_dask.config.environment import has_gpu
 
     if not has_gpu():
         pytest.skip("no GPU")
-    from mgpu_dask.kernels import logreg as L
-    from mgpu_dask.kernels.logreg import int8
-
-    rng = np.random.default_rng(n)
-    pixels = cupy.asarray(rng.integers(0, 256, (n, d)).astype(np.uint8))
-    y = cupy.asarray(rng.integers(0, k, n).astype(np.int32))
-    made = {}
-    monkeypatch.setattr(int8, "ONE_PASS", False)  # tests/test_logreg_onepass.py has that
-    for on in (True, False):
-        monkeypatch.setattr(int8, "FUSED", on)
-        made[on] = L.ShardObjective(pixels, y, k, "int8", scale=1 / 255, strict=True)
-    for _ in range(3):
-        W, b = rng.standard_normal((d, k)) * 0.05, rng.standard_normal(k)
-        fast, slow = made[True](W, b), made[False](W, b)
-        assert made[True].fused and not made[False].fused
-        assert fast[0] == slow[0]
-        np.testing.assert_array_equal(fast[1], slow[1])
-        np.testing.assert_array_equal(fast[2], slow[2])
-    np.testing.assert_array_equal(made[True].resid.get(), made[False].resid.get())
+    fast, slow = int8_objectives_agree(  # test_logreg_onepass.py has the one pass
+        monkeypatch, n, d, k, {"ONE_PASS": False, "FUSED": True}, {"FUSED": False})
+    assert fast.fused and not slow.fused
+    np.testing.assert_array_equal(fast.resid.get(), slow.resid.get())

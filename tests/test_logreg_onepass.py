@@ -92,11 +92,11 @@ def test_combine_once_gives_combine_i8s_bits_and_zeroes_its_sums():
     step, sums = np.array([1 / 255]), rng.standard_normal(k + 1)
     want = np.empty(d * k, dtype=np.float32)
     launch(C.combine_i8, -(-d * k // 32), 32, g32, step, sums, want)
-    g64 = g32.astype(np.int64).sum(axis=0)
+    g64 = g32.astype(np.int64).sum(axis=0, keepdims=True)
     got = np.empty(d * k, dtype=np.float32)
     launch(C.combine_i8_once, -(-d * k // 32), 32, g64, step, sums, got)
     np.testing.assert_array_equal(got, want)
-    assert not g64[:, :C.I8_TERMS * k].any()
+    assert not g64[..., :C.I8_TERMS * k].any()
 
 
 @pytest.mark.gpu
@@ -106,27 +106,14 @@ def test_combine_once_gives_combine_i8s_bits_and_zeroes_its_sums():
 def test_on_a_gpu_one_pass_leaves_the_unfused_bits(monkeypatch, n, d, k):
     """Loss, coefficient and intercept gradients of the int8 evaluation in one pass and
     unfused (cuBLAS's products and the softmax kernel) are the same bits at several points."""
-    cupy = pytest.importorskip("cupy")
+    pytest.importorskip("cupy")
+    from conftest import int8_objectives_agree
+
     from mgpu_dask.config.environment import has_gpu
 
     if not has_gpu():
         pytest.skip("no GPU")
-    from mgpu_dask.kernels import logreg as L
-    from mgpu_dask.kernels.logreg import int8
-
-    rng = np.random.default_rng(n)
-    pixels = cupy.asarray(rng.integers(0, 256, (n, d)).astype(np.uint8))
-    y = cupy.asarray(rng.integers(0, k, n).astype(np.int32))
-    made = {}
-    monkeypatch.setattr(int8, "ONE_PASS_FROM", 0)
-    for on in (True, False):
-        monkeypatch.setattr(int8, "ONE_PASS", on)
-        monkeypatch.setattr(int8, "FUSED", on)
-        made[on] = L.ShardObjective(pixels, y, k, "int8", scale=1 / 255, strict=True)
-    assert made[True].one_pass and not made[False].one_pass and not made[False].fused
-    for _ in range(3):
-        W, b = rng.standard_normal((d, k)) * 0.05, rng.standard_normal(k)
-        fast, slow = made[True](W, b), made[False](W, b)
-        assert fast[0] == slow[0]
-        np.testing.assert_array_equal(fast[1], slow[1])
-        np.testing.assert_array_equal(fast[2], slow[2])
+    fast, slow = int8_objectives_agree(
+        monkeypatch, n, d, k, {"ONE_PASS_FROM": 0, "ONE_PASS": True, "FUSED": True},
+        {"ONE_PASS": False, "FUSED": False})
+    assert fast.one_pass and not slow.one_pass and not slow.fused

@@ -67,7 +67,7 @@ WIDE_PITCH = 65  # WIDE_TILE + 1: a column of the shared tile spreads over the b
 def transpose_bytes(v4, vt4):
     """``vt = v.T`` for byte matrices whose sides are multiples of 4, given as uint32 views
     (``v4`` is v's rows of words, ``vt4`` vt's): four bytes per load and per store, through
-    a WIDE_TILE-square shared tile (moving one byte per access took three times as long).
+    a WIDE_TILE-square shared tile (one byte per access is slower: docs/performance-history.md).
     Grid: x over v's row tiles, y over its column tiles; 16 x 16 threads."""
     tile = cuda.shared.array((WIDE_TILE, WIDE_PITCH), uint8)
     r0 = cuda.blockIdx.x * WIDE_TILE
@@ -248,42 +248,44 @@ def sum_block_parts(bpart, acc):
         acc[c] = total
 
 
+@inlined_device
+def _combined(g, f, c, k, step, acc, clear):
+    """Entry (f, c) of the coefficient gradient from the int32 or int64 term sums ``g``
+    (blocks x d x width, added exactly in int64) and the residual sums ``acc[:k]``; with
+    ``clear``, each sum is zeroed as it is read."""
+    total = float64(0.0)
+    scale = 1.0 / I8_TOP
+    for t in range(I8_TERMS):
+        s = int64(0)
+        for b in range(g.shape[0]):
+            s += g[b, f, t * k + c]
+            if clear:
+                g[b, f, t * k + c] = 0
+        total += float64(s) * scale
+        scale /= I8_BASE
+    return step[0] * (total + I8_SHIFT * acc[c])
+
+
 @cuda.jit(cache=True)
 def combine_i8(g32, step, acc, grad):
     """``grad`` (flat d x k, float32) from the row blocks' int32 term sums ``g32`` (blocks x
     d x width; added exactly in int64) and the residual sums ``acc[:k]``."""
     i = cuda.grid(1)
-    blocks, d = g32.shape[0], g32.shape[1]
+    d = g32.shape[1]
     k = grad.shape[0] // d
     if i < d * k:
         f = i // k
-        c = i - f * k
-        total = float64(0.0)
-        scale = 1.0 / I8_TOP
-        for t in range(I8_TERMS):
-            s = int64(0)
-            for b in range(blocks):
-                s += g32[b, f, t * k + c]
-            total += float64(s) * scale
-            scale /= I8_BASE
-        grad[i] = step[0] * (total + I8_SHIFT * acc[c])
+        grad[i] = _combined(g32, f, i - f * k, k, step, acc, False)
 
 
 @cuda.jit(cache=True)
 def combine_i8_once(g64, step, acc, grad):
-    """``combine_i8`` of sums already added over the row blocks (``g64``: d x width, int64,
-    from ``onepass.cu``'s atomic adds), each zeroed as it is read for the next evaluation's
-    adds: the same arithmetic, so the same bits."""
+    """``combine_i8`` of sums already added over the row blocks (``g64``: 1 x d x width,
+    int64, from ``onepass.cu``'s atomic adds), each zeroed as it is read for the next
+    evaluation's adds: the same arithmetic, so the same bits."""
     i = cuda.grid(1)
-    d = g64.shape[0]
+    d = g64.shape[1]
     k = grad.shape[0] // d
     if i < d * k:
         f = i // k
-        c = i - f * k
-        total = float64(0.0)
-        scale = 1.0 / I8_TOP
-        for t in range(I8_TERMS):
-            total += float64(g64[f, t * k + c]) * scale
-            g64[f, t * k + c] = 0
-            scale /= I8_BASE
-        grad[i] = step[0] * (total + I8_SHIFT * acc[c])
+        grad[i] = _combined(g64, f, i - f * k, k, step, acc, True)

@@ -191,12 +191,12 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
                 onepass.bound(v, n, obj.w8, obj.colinfo, obj.labels, obj.grad64, obj.bpart,
                               obj.stream),
                 sums,
-                bound_launch(C.combine_i8_once, [obj.grad64[:d], obj._step, obj.sums,
+                bound_launch(C.combine_i8_once, [obj.grad64[None, :d], obj._step, obj.sums,
                                                  obj.grad.reshape(-1)],
                              (-(-d * k // 256),), 256, obj.stream)]
     obj.resid = cupy.zeros((width, rows), dtype=np.int8)
     obj.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
-    if runs_fused(k, obj.device):  # the forward product and the softmax in one kernel
+    if obj.fused:  # the forward product and the softmax in one kernel
         forward = [fused.bound(v, n, obj.w8, obj.colinfo, obj.labels, obj.resid, obj.bpart,
                                obj.stream)]
     else:
