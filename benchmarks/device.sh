@@ -27,6 +27,9 @@
 #   gpus     TASKS (knn logreg) with --workers in NGPUS (1 2), one per GPU, at FRACTIONS
 #            and on deformed MNIST (COPIES), ROUNDS times (default 1): a machine with
 #            several GPUs
+#   gpus-ab  the same with .ab's package and the working tree alternating (ROUNDS, default
+#            2; ORDER), TASKS (logreg) at NGPUS (1 2): gpus_TASK_SIZE_nN_CODE_I; one GPU runs
+#            the working tree's package only
 #   precisions  knn with each of PRECISIONS (bf16 auto) at FRACTIONS (0: none) and deformed
 #            (COPIES), alternating ROUNDS times: the tile loop against the fused search
 #   sizes-ab TASKS (logreg) at FRACTIONS (0: none) and deformed (COPIES, 0: none), .ab's
@@ -254,6 +257,24 @@ gpus)
     cli "gpus_${task}_deformed_n${n}_$i" $task --dataset mnist-deformed --copies ${COPIES:-155} \
       --workers $n --repeats 3 --quiet
   done; done; done
+  ;;
+gpus-ab)
+  top=$PWD; base=$PYTHONPATH
+  for i in $(seq ${ROUNDS:-2}); do for code in ${ORDER:-old new}; do
+    where=$top; [ "$code" = old ] && where=$top/.ab
+    for n in ${NGPUS:-1 2}; do for task in ${TASKS:-logreg}; do
+      [ "$code" = old ] && [ "$n" = 1 ] && continue
+      repeats=10; [ $task = logreg ] && repeats=5
+      for f in ${FRACTIONS:-1 4}; do
+        [ "$f" = 0 ] && continue
+        (cd "$where" && PYTHONPATH=$where:$base cli "gpus_${task}_f${f}_n${n}_${code}_$i" $task \
+          --workers $n --fraction $f --repeats $repeats --quiet)
+      done
+      [ "${COPIES:-155}" = 0 ] && continue
+      (cd "$where" && PYTHONPATH=$where:$base cli "gpus_${task}_deformed_n${n}_${code}_$i" \
+        $task --dataset mnist-deformed --copies ${COPIES:-155} --workers $n --repeats 3 --quiet)
+    done; done
+  done; done
   ;;
 precisions)
   # knn with each of PRECISIONS (bf16: the tile loop; auto: int8, the fused search) at

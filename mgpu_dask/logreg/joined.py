@@ -92,7 +92,8 @@ def _entry(shards: list[dict[str, Any]], levels: bool, scale: float | None) -> t
     return (tuple(keys), "joined", levels, scale)
 
 
-def _own_blocks(shards: list[dict[str, Any]]) -> list[Any]:
+def own_blocks(shards: list[dict[str, Any]]) -> list[Any]:
+    """The leader's own row blocks among ``shards`` (what it keeps things with)."""
     return [block for s in shards if "own rows" in s for block in s["own rows"]]
 
 
@@ -115,7 +116,7 @@ def fit_key(shards: list[dict[str, Any]], levels: bool,
     :func:`.solvers.fit_on_device`, beside the join; None where some shard's keys are
     not given."""
     entry = _entry(shards, levels, scale)
-    return None if entry is None else (_own_blocks(shards), (entry[0], "device fit", *entry[2:]))
+    return None if entry is None else (own_blocks(shards), (entry[0], "device fit", *entry[2:]))
 
 
 def keep(shards: list[dict[str, Any]], levels: bool, scale: float | None,
@@ -128,7 +129,7 @@ def keep(shards: list[dict[str, Any]], levels: bool, scale: float | None,
     """
     entry = _entry(shards, levels, scale)
     if entry is not None:
-        kept_levels.keep(_own_blocks(shards), entry,
+        kept_levels.keep(own_blocks(shards), entry,
                          (one, [s["labels"] for s in shards], parts, classes))
 
 
@@ -143,20 +144,31 @@ def kept(shards: list[dict[str, Any]], levels: bool, scale: float | None, discov
     entry = _entry(shards, levels, scale)
     if entry is None:
         return None
-    value = kept_levels.kept_for(_own_blocks(shards), entry)
+    value = kept_levels.kept_for(own_blocks(shards), entry)
     if value is kept_levels.MISSING:
         return None
     one, labels, parts, classes = value
+    if not same_labels(shards, labels, parts, classes, discover, declared):
+        return None
+    return one, classes
+
+
+def same_labels(shards: list[dict[str, Any]], labels: list[Any], parts: list[Any] | None,
+                classes: np.ndarray | None, discover: bool, declared: Any) -> bool:
+    """Whether rows kept for a fit of shards whose labels were ``labels`` (as each shard
+    named them), encoded by ``classes`` found from ``parts`` (the label values each shard
+    held; None where the labels came as class indices), serve a fit of ``shards``:
+    the same labels each, the same way of naming classes, the same classes found."""
     if len(labels) != len(shards) or not all(
             _same_labels(a, s["labels"]) for a, s in zip(labels, shards)):
-        return None
+        return False
     if discover != (parts is not None):
-        return None
+        return False
     if discover:
         try:
             now = labels_mod.at_least_two(labels_mod.classes_from(parts, declared))
         except DataError:
-            return None
+            return False
         if classes is None or now.shape != classes.shape or not np.array_equal(now, classes):
-            return None
-    return one, classes
+            return False
+    return True

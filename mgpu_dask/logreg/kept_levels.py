@@ -10,17 +10,24 @@ them the moment one of those keys leaves the worker's memory, so no GPU memory
 outlives the rows it was made from.  Levels are made in allocations of their
 own (``peer_views.dedicated``), which serve the leader in place and a peer
 through CUDA IPC alike.  A leader keeps the shards it joined (:mod:`.joined`) here
-too, under every block's key, and the device L-BFGS it fitted its own rows with
-(:func:`.solvers.fit_on_device`).  Runs on the workers.
+too, under every block's key, the device L-BFGS it fitted its own rows with
+(:func:`.solvers.fit_on_device`), and the shards of other GPUs it keeps mapped
+(:mod:`.kept_peers`).  A value with a ``drop()`` method is told when it goes
+(forgotten with its blocks, the least recently used past :data:`KEPT`, another
+kept under its entry, the worker closing), not when a fit takes it out (:func:`take`).
+Runs on the workers.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from typing import Any, Callable, Hashable, Sequence
 
 from distributed.diagnostics.plugin import WorkerPlugin
+
+logger = logging.getLogger(__name__)
 
 KEPT = 6
 """Sets of levels (and joined shards, :mod:`.joined`, and fitted device L-BFGS state)
@@ -31,6 +38,17 @@ _LOCK = threading.Lock()
 
 MISSING = object()
 """What :func:`kept_for` returns where nothing is kept."""
+
+
+def _let_go(values: list[Any]) -> None:
+    """Tell the values that were dropped (outside the lock: dropping may message workers)."""
+    for value in values:
+        drop = getattr(value, "drop", None)
+        if drop is not None:
+            try:
+                drop()
+            except Exception as exc:  # a worker closing; what it held goes with the process
+                logger.warning("could not let go of a kept value: %s", exc)
 
 
 def _held(blocks: Sequence[Any], entry: tuple) -> bool:
@@ -63,11 +81,16 @@ def take(blocks: Sequence[Any], entry: tuple) -> Any:
 def keep(blocks: Sequence[Any], entry: tuple, value: Any) -> None:
     """Keep ``value`` under ``entry`` (its first item: a tuple of the Dask keys it was made
     from; it goes when one of them leaves this worker's memory) for these block objects."""
+    dropped = []
     with _LOCK:
+        former = _KEPT.get(entry)
+        if former is not None and former[1] is not value:
+            dropped.append(former[1])
         _KEPT[entry] = (list(blocks), value)
         _KEPT.move_to_end(entry)
         while len(_KEPT) > KEPT:
-            _KEPT.popitem(last=False)
+            dropped.append(_KEPT.popitem(last=False)[1][1])
+    _let_go(dropped)
 
 
 def levels_of(blocks: Sequence[Any], keys: Sequence[Hashable] | None, scale: float | None,
@@ -98,8 +121,8 @@ def levels_of(blocks: Sequence[Any], keys: Sequence[Hashable] | None, scale: flo
 def forget(key: Hashable) -> None:
     """Drop everything kept that was made from the block under ``key``."""
     with _LOCK:
-        for entry in [e for e in _KEPT if key in e[0]]:
-            del _KEPT[entry]
+        dropped = [_KEPT.pop(entry)[1] for entry in [e for e in _KEPT if key in e[0]]]
+    _let_go(dropped)
 
 
 def kept() -> int:
@@ -119,4 +142,6 @@ class ReleaseLevels(WorkerPlugin):
 
     def teardown(self, worker: Any) -> None:
         with _LOCK:
+            dropped = [value for _, value in _KEPT.values()]
             _KEPT.clear()
+        _let_go(dropped)

@@ -27,7 +27,7 @@ from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import direct, peer_views
 from ..parallel import labels as labels_mod
-from . import joined, kept_levels
+from . import joined, kept_levels, kept_peers
 from .problem import HeldLabels, Problem, products, sum_parts
 from .solvers import fit_on_device, lbfgs_on_host, on_device
 
@@ -67,7 +67,9 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
     :class:`HeldLabels`); with ``problem.n_classes`` None the leader finds
     the classes from what every shard holds and returns them as
     ``"classes"``.  Shards this worker joined for an earlier fit on the same
-    blocks are fitted from that join (:func:`.joined.kept`), no holder asked.
+    blocks are fitted from that join (:func:`.joined.kept`), no holder asked;
+    shards of other GPUs it mapped for such a fit stay mapped, and are fitted
+    again as they are (:mod:`.kept_peers`).
     ``worker``: this process's Dask worker (by default the one whose task
     runs this).
     """
@@ -78,6 +80,10 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
     kept_under = joined.fit_key(shards, levels, problem.scale)
     result = (_fit_kept_join(*hit, problem, len(shards), kept_under) if hit is not None
               else None)
+    if result is None:
+        mapped = kept_peers.taken(shards, levels, problem.scale, discover, problem.classes)
+        if mapped is not None:
+            result = _fit_kept_mapped(mapped, shards, problem, levels, kept_under, worker)
     if result is None:
         result = _export_and_fit(shards, problem, levels, discover, worker, kept_under)
     if "profile" in result:  # wall-clock ends, for the client's share of the time
@@ -102,6 +108,30 @@ def _fit_kept_join(one: tuple[Any, Any], classes: np.ndarray | None, problem: Pr
     return {**result, **found, "exporters": [], "released": []}
 
 
+def _fit_kept_mapped(mapped: kept_peers.Mapped, shards: list[dict[str, Any]],
+                     problem: Problem, levels: bool,
+                     kept_under: tuple[list[Any], tuple] | None, worker: Any,
+                     ) -> dict[str, Any] | None:
+    """Fit the shards kept mapped from an earlier fit (:mod:`.kept_peers`), and keep them
+    again; None where this fit does not run on the device (they are then exported and
+    mapped as a new fit's are)."""
+    classes = mapped.classes
+    if classes is not None:
+        problem = problem._replace(n_classes=len(classes))
+    try:
+        if not on_device(mapped.arrays, problem):
+            kept_peers.keep(shards, levels, problem.scale, mapped, worker)
+            return None
+        result = fit_on_device(mapped.arrays, problem, kept_under)
+    except BaseException:
+        mapped.drop()
+        raise
+    kept_peers.keep(shards, levels, problem.scale, mapped, worker)
+    result["profile"] = {**result["profile"], "shards joined": 0, "mapped kept": True}
+    found = {"classes": classes} if classes is not None else {}
+    return {**result, **found, "exporters": [], "released": []}
+
+
 def _export_and_fit(shards: list[dict[str, Any]], problem: Problem, levels: bool,
                     discover: bool, worker: Any,
                     kept_under: tuple[list[Any], tuple] | None) -> dict[str, Any]:
@@ -115,9 +145,10 @@ def _export_and_fit(shards: list[dict[str, Any]], problem: Problem, levels: bool
              for i, s in enumerate(shards) if "keys" in s}
     exporters = sorted({address for address, _ in asked.values()})
     released: list[concurrent.futures.Future[Any]] = []
+    kept: list[bool] = []  # the holders' exports kept mapped: released when they go
 
     def release_holders() -> None:  # once: early where the fit no longer maps their rows
-        if not released:
+        if not released and not kept:
             released.extend(direct.from_worker(address, peer_views.release, token,
                                                worker=worker)
                             for address in exporters)
@@ -131,9 +162,18 @@ def _export_and_fit(shards: list[dict[str, Any]], problem: Problem, levels: bool
         described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
                      for i in range(len(shards))]
         exported = time.perf_counter()
+        def keep_mapped(arrays: list[tuple[Any, Any]], mappings: contextlib.ExitStack,
+                        parts: list[Any] | None, classes: np.ndarray | None) -> None:
+            kept.append(True)
+            here = kept_peers.this_worker(worker)
+            kept_peers.keep(shards, levels, scale, kept_peers.Mapped(
+                arrays, mappings, [s["labels"] for s in shards], parts, classes,
+                [(address, token) for address in exporters], here, kept_under), here)
+
         result = _fit_mapped(described, problem, release_holders,
                              lambda one, parts, classes: joined.keep(
-                                 shards, levels, scale, one, parts, classes), kept_under)
+                                 shards, levels, scale, one, parts, classes), kept_under,
+                             keep_mapped)
     finally:
         if shards:
             peer_views.release(token)
@@ -172,13 +212,18 @@ def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
 def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
                 release_holders: Callable[[], None],
                 keep_join: Callable[[tuple[Any, Any], list[Any] | None, Any], None],
-                kept_under: tuple[list[Any], tuple] | None = None) -> dict[str, Any]:
+                kept_under: tuple[list[Any], tuple] | None = None,
+                keep_mapped: Callable[..., None] | None = None) -> dict[str, Any]:
     """Map the exports and fit; shards that share this GPU are joined into one first
     (:mod:`.joined`), their mappings closed and ``release_holders`` called before the
     L-BFGS, and the join handed to ``keep_join`` with the label values each shard
     named (where the classes are found here) and the classes found.  Where the rows
     fitted are this process's own (its shard alone, or the join), the device L-BFGS
-    is kept under ``kept_under`` for the next fit (:func:`.solvers.fit_on_device`)."""
+    is kept under ``kept_under`` for the next fit (:func:`.solvers.fit_on_device`);
+    where they are other processes' mapped shards and ``kept_under`` is given, the
+    device L-BFGS too, and after the fit the shards, their mappings, the label values
+    and the classes are handed to ``keep_mapped`` (:mod:`.kept_peers`) instead of
+    closed."""
     exporters = [s["address"] for s in shards if s["address"] and s["pid"] != os.getpid()]
     if not all(s["finite"] for s in shards):  # refused in the result: no worker traceback
         return {"refused": "not finite", "exporters": exporters}
@@ -209,9 +254,13 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
                 keep_join(arrays[0], parts, found.get("classes"))
             mapped = time.perf_counter()
             own = one is not None or all(s["pid"] == os.getpid() for s in shards)
-            result = fit_on_device(arrays, problem, kept_under if own else None)
+            keeping = not own and keep_mapped is not None and kept_under is not None
+            result = fit_on_device(arrays, problem, kept_under if own or keeping else None)
+            if keeping:
+                keep_mapped(list(arrays), mappings.pop_all(), parts, found.get("classes"))
             result["profile"] = {"map": mapped - started, **result["profile"],
-                                 "shards joined": len(shards) if one is not None else 0}
+                                 "shards joined": len(shards) if one is not None else 0,
+                                 "mapped kept": False}
             arrays.clear()
             return {**result, **found, "exporters": exporters}
         # Levels hold the scale in their step already

@@ -9,7 +9,7 @@ by messages), so the CUDA kernels of the device L-BFGS never load there.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -73,13 +73,24 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
         keep = kept_under is not None
     finally:
         if keep:
-            kept_levels.keep(kept_under[0], kept_under[1], (fingerprint, backend))
+            kept_levels.keep(kept_under[0], kept_under[1], KeptFit(fingerprint, backend))
         else:
             backend.close()
     return {**result, **ran, "optimizer": "device", "graph": details["graph"],
             "graph_note": details["graph note"], "launch_note": details["launch note"],
             "profile": {"buffers": ready - started, "L-BFGS": solved - ready, **details,
                         "state kept": reused}}
+
+
+class KeptFit(NamedTuple):
+    """A device L-BFGS kept for the next fit of the same rows (in :mod:`.kept_levels`)."""
+
+    made_for: tuple
+    backend: Any
+
+    def drop(self) -> None:
+        """Let go of its buffers and graph (it goes from :mod:`.kept_levels`)."""
+        self.backend.close()
 
 
 def _fingerprint(problem: Problem) -> tuple:

@@ -32,6 +32,9 @@ from .stale_files import remove_dead
 # Exports this process keeps alive for its readers: token -> [(export id, arrays, owners)].
 _EXPORTS: dict[str, list[tuple[str, list[Any], list[Any]]]] = {}
 _LOCK = threading.Lock()
+# CUDA exports of other processes mapped here: (device, handle) -> [pointer, readers].
+_OPEN: dict[tuple[int, bytes], list[Any]] = {}
+_OPEN_LOCK = threading.Lock()
 _COUNTER = itertools.count()
 
 
@@ -250,25 +253,53 @@ def opened(descriptions: list[dict[str, Any]]) -> Iterator[list[list[Any]]]:
 
 
 def _open_cuda(entry: dict[str, Any], device: int, closers: list[Any]) -> Any:
+    """Map a CUDA export on ``device``.  CUDA maps one allocation's handle once per
+    process (opening it again while open fails), so the mappings are counted: a
+    second reader of the same allocation (a mapping kept between fits, and a fit that
+    has the same rows exported again) shares the first one's; the last close unmaps it."""
     import cupy
 
     if not is_installed("cupy"):  # pragma: no cover - exporters had CuPy
         raise PeerUnavailable("CuPy is not installed in this process")
-    with cupy.cuda.Device(device):
-        try:
-            ptr = cupy.cuda.runtime.ipcOpenMemHandle(entry["handle"])
-        except cupy.cuda.runtime.CUDARuntimeError as exc:
-            raise PeerUnavailable(f"cannot map a shard on GPU {device} through CUDA IPC "
-                                  f"({exc}); was its worker lost?") from exc
+    key = (device, bytes(entry["handle"]))
+    with _OPEN_LOCK:
+        found = _OPEN.get(key)
+        if found is None:
+            with cupy.cuda.Device(device):
+                try:
+                    ptr = cupy.cuda.runtime.ipcOpenMemHandle(entry["handle"])
+                except cupy.cuda.runtime.CUDARuntimeError as exc:
+                    raise PeerUnavailable(f"cannot map a shard on GPU {device} through CUDA "
+                                          f"IPC ({exc}); was its worker lost?") from exc
+            found = _OPEN[key] = [ptr, 0]
+        found[1] += 1
+        ptr = found[0]
 
     def close() -> None:
-        with cupy.cuda.Device(device):
-            cupy.cuda.runtime.ipcCloseMemHandle(ptr)
+        with _OPEN_LOCK:
+            found[1] -= 1
+            if found[1]:
+                return
+            del _OPEN[key]
+            with cupy.cuda.Device(device):
+                cupy.cuda.runtime.ipcCloseMemHandle(ptr)
 
     closers.append(close)
     memory = cupy.cuda.UnownedMemory(ptr, entry["nbytes"], owner=None, device_id=device)
     return cupy.ndarray(entry["shape"], dtype=np.dtype(entry["dtype"]),
                         memptr=cupy.cuda.MemoryPointer(memory, 0))
+
+
+def exported() -> int:
+    """How many tokens this process holds exports for (for tests)."""
+    with _LOCK:
+        return len(_EXPORTS)
+
+
+def mapped() -> int:
+    """How many CUDA exports of other processes this process maps now (for tests)."""
+    with _OPEN_LOCK:
+        return len(_OPEN)
 
 
 def _open_host(entry: dict[str, Any], closers: list[Any]) -> np.ndarray:
