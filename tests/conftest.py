@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 # Without a GPU, run our Numba CUDA kernels in the CUDA simulator.  This must
 # be decided before numba is first imported, hence here, at the very top.
@@ -116,6 +117,31 @@ def exports_held() -> int:
     from mgpu_dask.parallel import peer_views
 
     return len(peer_views._EXPORTS)
+
+
+def exports_kept(client: Any) -> list[int]:
+    """Each worker's exports after a single-host fit, fewest first: a leader keeps the
+    other holders' exports mapped for the next fit of the same rows
+    (``logreg.kept_peers``), so each holder keeps one and the leader none."""
+    return sorted(client.run(exports_held).values())
+
+
+def _held_for_peers() -> tuple[int, int]:
+    from mgpu_dask.parallel import peer_views
+
+    return len(peer_views._EXPORTS), peer_views.mapped()
+
+
+def released_with_the_rows(client: Any, timeout: float = 30.0) -> bool:
+    """Whether, once the rows are let go (their dask arrays deleted), every worker soon
+    holds no export and maps none."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if set(client.run(_held_for_peers).values()) == {(0, 0)}:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 def make_idx_dir(folder: Path, n_train: int = 60, n_test: int = 20, side: int = 4,

@@ -355,7 +355,7 @@ def test_shard_objective_on_every_gpu_matches_cpu():
 
 
 def test_single_host_logreg_maps_every_gpu_and_matches_actors():
-    from conftest import exports_held
+    from conftest import exports_kept, released_with_the_rows
 
     from mgpu_dask.cluster import connect
     from mgpu_dask.data import load_dataset, shard, split
@@ -371,7 +371,8 @@ def test_single_host_logreg_maps_every_gpu_and_matches_actors():
         host = LogisticRegression(max_iter=200, tol=1e-7, comm="single-host",
                                   optimizer="host").fit(X, s.y_train)
         assert one.comm_ == "single-host" and one.n_round_trips_ == 1
-        assert set(rc.client.run(exports_held).values()) == {0}
+        n_workers = len(scheduler_workers(rc.client))
+        assert exports_kept(rc.client) == [0] + [1] * (n_workers - 1)
         assert one.optimizer_ == "device" and host.optimizer_ == msgs.optimizer_ == "host"
         assert 0 < one.fit_profile_["host syncs"] <= one.n_evaluations_  # iterations run ahead
         assert one.fit_profile_["device seconds, first evaluation"] > 0
@@ -384,7 +385,8 @@ def test_single_host_logreg_maps_every_gpu_and_matches_actors():
         blocks = rc.client.compute(on_host.to_delayed().ravel().tolist())
         assert all(isinstance(b, np.ndarray) for b in rc.client.gather(blocks))
         np.testing.assert_array_equal(to_host(on_host), to_host(on_gpu))
-        assert set(rc.client.run(exports_held).values()) == {0}
+        del X, Xt, on_gpu, on_host, blocks
+        assert released_with_the_rows(rc.client)
 
 
 def test_device_lbfgs_over_every_gpu_follows_the_host_loop():
@@ -584,7 +586,7 @@ def test_labels_beside_their_rows_on_the_gpus_fit_the_bits_of_host_labels(odd):
     """CuPy label blocks beside uint8 rows: the leader finds the classes (CuPy counts
     on each GPU) and encodes them where they live (labels 1, 3, ..., 19 through a table
     on the GPU); the int8 fit ends at the bits of the same labels sent from the client."""
-    from conftest import exports_held
+    from conftest import exports_kept, released_with_the_rows
 
     from mgpu_dask.cluster import connect
     from mgpu_dask.data import shard
@@ -606,13 +608,17 @@ def test_labels_beside_their_rows_on_the_gpus_fit_the_bits_of_host_labels(odd):
         assert ours.comm_ == "single-host" and ours.fit_profile_["evaluation"] == "int8"
         np.testing.assert_array_equal(ours.classes_, np.unique(y))
         np.testing.assert_array_equal(ours.coef_, ref.coef_)
-        assert set(rc.client.run(exports_held).values()) == {0}
+        n_workers = len(scheduler_workers(rc.client))
+        assert exports_kept(rc.client) == [0] + [1] * (n_workers - 1)
+        del X, held
+        assert released_with_the_rows(rc.client)
 
 
 def test_single_host_int8_fit_maps_the_holders_levels():
     """Every GPU's worker converts its own rows and exports the levels; the leader fits on
-    them (int8 evaluations) and the holders have released everything when fit returns."""
-    from conftest import exports_held
+    them (int8 evaluations); the holders keep their exports for the leader's next fit and
+    release them when the rows go."""
+    from conftest import exports_kept, released_with_the_rows
 
     from mgpu_dask.cluster import connect
     from mgpu_dask.data import shard
@@ -630,8 +636,11 @@ def test_single_host_int8_fit_maps_the_holders_levels():
         fit = LogisticRegression(C=0.01, max_iter=300, tol=1e-5).fit(Xd, y)
         assert fit.comm_ == "single-host" and fit.n_round_trips_ == 1
         assert fit.fit_profile_["evaluation"] == "int8"
-        assert fit.fit_profile_["shards"] == len(scheduler_workers(rc.client))
-        assert set(rc.client.run(exports_held).values()) == {0}
+        n_workers = len(scheduler_workers(rc.client))
+        assert fit.fit_profile_["shards"] == n_workers
+        assert exports_kept(rc.client) == [0] + [1] * (n_workers - 1)
+        del Xd
+        assert released_with_the_rows(rc.client)
     assert abs(fit.loss_ - local.loss_) <= 1e-6 * local.loss_, (fit.stop_reason_,
                                                                 local.stop_reason_)
 
