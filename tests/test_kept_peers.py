@@ -181,6 +181,7 @@ def test_other_workers_shards_stay_mapped_between_fits(digits):
 
     from mgpu_dask.data import shard
     from mgpu_dask.logreg import LogisticRegression
+    from mgpu_dask.parallel import peer_views
 
     with shared_gpu_cluster(2) as address, Client(address) as client, client.as_current():
         workers = sorted(client.scheduler_info()["workers"])
@@ -188,6 +189,7 @@ def test_other_workers_shards_stay_mapped_between_fits(digits):
         desc = client.run(_export, token, workers=[workers[0]])[workers[0]]
         both, after_one, after = client.run(_open_twice, desc, workers=[workers[1]])[workers[1]]
         assert both == (499500.0, 499500.0, 1) and after_one == (499500.0, 1) and after == 0
+        client.run(peer_views.release, token, workers=[workers[0]])
 
         client.run(_no_joins)
         X = shard(digits.X_train, client)
