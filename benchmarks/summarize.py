@@ -7,7 +7,8 @@ device call that made it added; ``summary.json`` holds, per file, the figures
 the README cites (warm medians, accuracy, what ran; ``host_fit.py``'s medians),
 and the A/B ratios where ``ab_*`` files are present (``workers_*``: the means over
 rounds per worker count, and their ratios to one worker; ``gpus_*``: the means per
-GPU count, and the speed-ups over one GPU; ``precision_*``: the means per precision
+GPU count, and the speed-ups over one GPU, per code where they are ``gpus_*_old|new_*``;
+``precision_*``: the means per precision
 and their ratios to bf16's; ``sizes_*``: the means per size and code, and new over old).  The tables print as Markdown.
 """
 
@@ -103,6 +104,29 @@ def gpu_means(summary: dict[str, Any]) -> dict[str, float]:
                         lambda mean, one: one / mean)
 
 
+def gpu_ab_means(summary: dict[str, Any]) -> dict[str, float]:
+    """Means over rounds of ``gpus_TASK_SIZE_nN_CODE_I`` (``PHASE=gpus-ab``), ms, and each
+    code's speed-up on N GPUs over one GPU (one GPU runs the working tree's code only:
+    the path both share)."""
+    import re
+
+    runs: dict[tuple[str, str, str, str], list[float]] = {}
+    for name, s in summary.items():
+        m = re.fullmatch(r"gpus_(?P<task>knn|logreg)_(?P<size>f\d+|deformed)_n(?P<n>\d+)_"
+                         r"(?P<code>old|new)_\d+", name)
+        if m and s.get("warm_seconds") is not None:
+            runs.setdefault((m["task"], m["size"], m["n"], m["code"]), []).append(
+                1e3 * s["warm_seconds"])
+    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
+    out = {f"{task} {size}, {n} GPUs, {code}": round(mean, 1)
+           for (task, size, n, code), mean in means.items()}
+    for (task, size, n, code), mean in means.items():
+        one = means.get((task, size, "1", "new"))
+        if n != "1" and one:
+            out[f"{task} {size}, speed-up on {n} GPUs, {code} (ratio)"] = round(one / mean, 2)
+    return out
+
+
 def size_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``sizes_TASK_SIZE_CODE_I`` (``PHASE=sizes-ab``), ms, and the
     newer code's time over the older's at each size."""
@@ -141,8 +165,8 @@ def main() -> None:
         machine = machine or result.get("machine")
     payload = {"machine": machine, "commit": args.commit, "made_by": args.made_by,
                "runs": summary, "ab": ab_ratios(summary)}
-    means = {**worker_means(summary), **gpu_means(summary), **precision_means(summary),
-             **size_means(summary)}
+    means = {**worker_means(summary), **gpu_means(summary), **gpu_ab_means(summary),
+             **precision_means(summary), **size_means(summary)}
     if means:
         payload["means_over_rounds_ms"] = means
     (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")

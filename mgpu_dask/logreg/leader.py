@@ -58,7 +58,9 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
     longer maps their rows -- after that copy, else after the fit -- it
     closes its mappings and tells the holders to release their exports,
     and it waits for their answers before returning, so the client has
-    nothing left to do.  Shards come as
+    nothing left to do; on the device, with every shard's keys given, it
+    keeps other processes' shards mapped instead, for the next fit of the
+    same rows (:mod:`.kept_peers`), and lets them go with its own rows.  Shards come as
     ``{"own rows", "labels", "token"}`` (this worker's, the blocks
     themselves) or ``{"address", "keys", "labels", "token"}`` (another
     worker's: the keys of its blocks there).  ``labels`` are the shard's

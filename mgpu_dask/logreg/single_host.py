@@ -107,8 +107,9 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
     on or the client cannot reach it).  The leader asks each other holder to
     export its rows and labels by CUDA IPC / shared memory, exports its own in
     place, evaluates every shard on its own GPU with no Dask message per step,
-    and has the holders release their exports before it returns: one round
-    trip per fit.  Where that cannot be done here (shards on several
+    and has the holders release their exports before it returns, or keeps
+    them mapped for the next fit of the same rows (:mod:`.kept_peers`, the
+    holders releasing them when the leader's rows go): one round trip per fit.  Where that cannot be done here (shards on several
     hosts, GPUs the leader does not see) or a worker was lost, the outcome
     has no result and says why, unless ``strict``: then it raises.
     """
