@@ -14,7 +14,8 @@ from mgpu_dask.logreg.problem import HeldLabels
 
 
 def _levels(X: np.ndarray, step: float) -> Levels:
-    """What ``int8.levels`` makes of uint8 rows, in NumPy: shifted by 128, padded."""
+    """What ``int8.levels`` makes of uint8 rows, in NumPy: shifted by 128, padded (with
+    the transpose, which the join does not read)."""
     n, d = X.shape
     rows, cols = int8.padded_shape(n, d)
     v = np.zeros((rows, cols), np.int8)
@@ -30,7 +31,7 @@ def test_joined_levels_are_the_levels_of_the_joined_rows():
         want = _levels(np.concatenate(parts), 0.5)
         assert got.v.shape == want.v.shape and got.v.shape[0] % 16 == 0
         np.testing.assert_array_equal(got.v, want.v)
-        np.testing.assert_array_equal(got.vt, want.vt)
+        assert got.vt is None  # the evaluation that reads it makes it
         assert (got.step, got.n, got.d) == (0.5, sum(sizes), 21)
 
 

@@ -37,7 +37,9 @@ launches no longer show."""
 def _nbytes(X: Any) -> int:
     from ..kernels.logreg import Levels
 
-    return X.v.nbytes + X.vt.nbytes if isinstance(X, Levels) else X.nbytes
+    if not isinstance(X, Levels):
+        return X.nbytes
+    return X.v.nbytes + (X.vt.nbytes if X.vt is not None else 0)
 
 
 def on_leader(arrays: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:

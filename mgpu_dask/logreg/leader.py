@@ -201,7 +201,7 @@ def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
     made, and its labels as int32 indices made on their device (``classes``: of labels
     that came as they are; else they are indices already, in their smallest type)."""
     made = desc.get("info", {}).get("levels")
-    X = Levels(*arrays[:2], *made) if made is not None else arrays[0]
+    X = Levels(arrays[0], None, *made) if made is not None else arrays[0]
     labels = arrays[-1]
     if on_gpu(labels):
         import cupy
@@ -321,7 +321,7 @@ def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = Fal
 
                 made = kept_levels.levels_of(blocks, keys, scale, make)
                 if made is not None:
-                    return peer_views.export(token, [[made.v], [made.vt], [labels]], in_place,
+                    return peer_views.export(token, [[made.v], [labels]], in_place,
                                              owned=True,
                                              info={**info, "levels": [made.step, made.n, made.d]})
     else:

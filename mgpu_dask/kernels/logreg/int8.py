@@ -66,13 +66,15 @@ def runs_one_pass(k: int, n: int, d_pad: int, device: Any) -> bool:
 
 def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels | None:
     """The CuPy rows ``X * scale`` (n x d) as int8 levels on their GPU (``X * scale = step
-    * (v + 128)``), ``v`` (n_pad x d_pad) and its transpose ``vt``, done when this returns;
-    None where X is not 8-bit levels in [0, 255], d is too long for exact int32 sums, or
-    the GPU has no int8 tensor cores (compute capability < 7.5).  uint8 rows are their own
-    levels (step ``scale``); float rows are checked.  Rows are padded with zeros to whole
-    blocks of GRADIENT_ROWS (or of 16 when there is one block), features to 16.
-    ``allocate(shape, dtype)`` makes ``v`` and ``vt`` (default ``cupy.empty``; a peer's
-    export gives ``peer_views.dedicated``)."""
+    * (v + 128)``), ``v`` (n_pad x d_pad), done when this returns; None where X is not
+    8-bit levels in [0, 255], d is too long for exact int32 sums, or the GPU has no int8
+    tensor cores (compute capability < 7.5).  uint8 rows are their own levels (step
+    ``scale``); float rows are checked.  Rows are padded with zeros to whole blocks of
+    GRADIENT_ROWS (or of 16 when there is one block), features to 16.  The transpose
+    ``vt`` is not made here (``Levels.vt`` is None): the evaluation that reads it makes
+    it (:func:`transposed`), and the one-pass evaluation never does.
+    ``allocate(shape, dtype)`` makes ``v`` (default ``cupy.empty``; a peer's export
+    gives ``peer_views.dedicated``)."""
     import cupy
 
     from . import cuda_int8 as C
@@ -96,11 +98,23 @@ def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels |
             if not _shifted_bytes(X, v[:n]) and not converted_levels(
                     device, C.to_int8_levels, X, to_levels, v[:n, :d]):
                 return None
-            vt = allocate((cols, rows), np.int8)  # rows and cols are multiples of 16
-            launch(C.transpose_bytes, *C.transpose_grid(rows, cols), v.view(np.uint32),
-                   vt.view(np.uint32), stream=stream)
         stream.synchronize()
-    return Levels(v, vt, step, n, d)
+    return Levels(v, None, step, n, d)
+
+
+def transposed(v: Any, stream: Any = None) -> Any:
+    """``v.T`` of int8 levels (its sides multiples of 16), a new array on v's GPU, queued
+    on ``stream`` (default: the current one): what the gradient's cuBLAS product reads."""
+    import cupy
+
+    from . import cuda_int8 as C
+
+    rows, cols = v.shape
+    with cupy.cuda.Device(v.device.id):
+        vt = cupy.empty((cols, rows), np.int8)
+        launch(C.transpose_bytes, *C.transpose_grid(rows, cols), v.view(np.uint32),
+               vt.view(np.uint32), stream=stream or cupy.cuda.get_current_stream())
+    return vt
 
 
 def padded_shape(n: int, d: int) -> tuple[int, int]:
@@ -122,15 +136,13 @@ def joined(parts: list[Levels]) -> Levels | None:
     xp = array_module(first.v)
     n = sum(p.n for p in parts)
     rows, cols = padded_shape(n, first.d)
-    v, vt = xp.empty((rows, cols), np.int8), xp.empty((cols, rows), np.int8)
+    v = xp.empty((rows, cols), np.int8)
     v[n:] = 0
-    vt[:, n:] = 0
     at = 0
     for p in parts:
         v[at:at + p.n] = p.v[:p.n]
-        vt[:, at:at + p.n] = p.vt[:, :p.n]
         at += p.n
-    return Levels(v, vt, first.step, n, first.d)
+    return Levels(v, None, first.step, n, first.d)
 
 
 def _shifted_bytes(X: Any, out: Any) -> bool:
@@ -150,8 +162,8 @@ def _shifted_bytes(X: Any, out: Any) -> bool:
 
 
 def prepare(obj: Any, n: int, d: int) -> tuple[Any, Any, float] | None:
-    """``levels`` of the shard's rows as ``(v, vt, step)`` for ``ops``; None where they
-    are not levels (see ``levels``)."""
+    """``levels`` of the shard's rows as ``(v, vt, step)`` for ``ops`` (``vt`` None: ``ops``
+    makes it where it is read); None where they are not levels (see ``levels``)."""
     made = levels(obj.X, scale=obj.scale)
     return None if made is None else (made.v, made.vt, made.step)
 
@@ -162,7 +174,8 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
     two in one kernel where :mod:`.fused` runs --, ``vt @ resid8^T`` per block of rows,
     the blocks and terms added (int64, float64) and scaled: see :mod:`.cuda_int8`.  Where
     :func:`runs_one_pass`, one kernel (:mod:`.onepass`) takes the products and the
-    softmax from one read of the rows (``vt`` unread)."""
+    softmax from one read of the rows (``vt`` unread); elsewhere a ``vt`` of None is made
+    here (:func:`transposed`) and kept with the objective."""
     import cupy
 
     from . import cuda_int8 as C
@@ -194,6 +207,8 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
                 bound_launch(C.combine_i8_once, [obj.grad64[None, :d], obj._step, obj.sums,
                                                  obj.grad.reshape(-1)],
                              (-(-d * k // 256),), 256, obj.stream)]
+    if vt is None:
+        vt = obj.levels_t = transposed(v, obj.stream)
     obj.resid = cupy.zeros((width, rows), dtype=np.int8)
     obj.grad32 = cupy.empty((blocks, cols, width), dtype=np.int32)
     if obj.fused:  # the forward product and the softmax in one kernel

@@ -55,8 +55,10 @@ def converted_levels(device: Any, kernel: Any, x: Any, step: float, out: Any) ->
 class Levels(NamedTuple):
     """Rows of 8-bit levels as the int8 products take them (``int8.levels``):
     ``X = step * (v + 128)`` for the first ``n`` rows and ``d`` columns of ``v`` (int8,
-    padded with zeros), ``vt`` its transpose.  Made where the rows live (a peer worker
-    exports these instead of X: half the bytes, and its GPU does the conversion)."""
+    padded with zeros), ``vt`` its transpose or None where it is not made (the evaluation
+    that reads it makes it, ``int8.transposed``; the one-pass evaluation reads v alone).
+    Made where the rows live (a peer worker exports these instead of X: a quarter of
+    float32's bytes, and its GPU does the conversion)."""
 
     v: Any
     vt: Any
