@@ -196,6 +196,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Leave Numba's CUDA modules to the process's exit.  At interpreter shutdown each
+    module's finalizer queues its unload on its context, and once more than a few are
+    queued Numba unloads them all; with modules loaded on two GPUs in this process (the
+    in-process tests of several GPUs) that unload crashes inside the driver, after
+    every test has passed (numba-cuda's ``_PendingDeallocs``; the exit frees them
+    anyway).  Disabling each context's pending deallocations here, before any exit
+    handler runs, keeps the queue from flushing."""
+    if "numba.cuda" not in sys.modules or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return
+    try:
+        from numba import cuda
+
+        contexts = [getattr(gpu, "primary_context", None) for gpu in cuda.gpus]
+    except Exception:  # no driver here: nothing was loaded
+        return
+    for context in contexts:
+        if context is not None:
+            context.deallocations._disable_count += 1
+
+
 def softmax_reference(logits, labels):
     """Float64 reference for the logistic-regression kernels.
 
