@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -213,8 +214,11 @@ def pytest_sessionfinish(session, exitstatus):
     except Exception:  # no driver here: nothing was loaded
         return
     for context in contexts:
-        if context is not None:
-            context.deallocations._disable_count += 1
+        if context is not None:  # entered, never left: the process ends with it
+            _AT_EXIT.enter_context(context.deallocations.disable())
+
+
+_AT_EXIT = contextlib.ExitStack()
 
 
 def softmax_reference(logits, labels):

@@ -19,7 +19,9 @@ things are kept, or when the worker closes, the leader closes its mappings
 and has the holders release their exports (:meth:`Mapped.drop`).  Dask keys
 name their values, so a holder's blocks under the same keys hold the same
 rows, and its export keeps its copy alive until released whatever becomes of
-the blocks meanwhile.  Runs on the workers.
+the blocks meanwhile.  A leader lost with a mapping kept leaves its holders'
+exports to them until they close (their GPU memory, the size of their rows'
+levels).  Runs on the workers.
 """
 
 from __future__ import annotations
