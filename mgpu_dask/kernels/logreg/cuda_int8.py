@@ -249,10 +249,18 @@ def sum_block_parts(bpart, acc):
 
 
 @inlined_device
-def _combined(g, f, c, k, step, acc, clear):
-    """Entry (f, c) of the coefficient gradient from the int32 or int64 term sums ``g``
-    (blocks x d x width, added exactly in int64) and the residual sums ``acc[:k]``; with
-    ``clear``, each sum is zeroed as it is read."""
+def _combine(g, step, acc, grad, clear):
+    """This thread's entry of ``grad`` (flat d x k, float32): entry (f, c) of the
+    coefficient gradient from the int32 or int64 term sums ``g`` (blocks x d x width,
+    added exactly in int64) and the residual sums ``acc[:k]``; with ``clear``, each sum
+    is zeroed as it is read."""
+    i = cuda.grid(1)
+    d = g.shape[1]
+    k = grad.shape[0] // d
+    if i >= d * k:
+        return
+    f = i // k
+    c = i - f * k
     total = float64(0.0)
     scale = 1.0 / I8_TOP
     for t in range(I8_TERMS):
@@ -263,19 +271,14 @@ def _combined(g, f, c, k, step, acc, clear):
                 g[b, f, t * k + c] = 0
         total += float64(s) * scale
         scale /= I8_BASE
-    return step[0] * (total + I8_SHIFT * acc[c])
+    grad[i] = step[0] * (total + I8_SHIFT * acc[c])
 
 
 @cuda.jit(cache=True)
 def combine_i8(g32, step, acc, grad):
     """``grad`` (flat d x k, float32) from the row blocks' int32 term sums ``g32`` (blocks x
     d x width; added exactly in int64) and the residual sums ``acc[:k]``."""
-    i = cuda.grid(1)
-    d = g32.shape[1]
-    k = grad.shape[0] // d
-    if i < d * k:
-        f = i // k
-        grad[i] = _combined(g32, f, i - f * k, k, step, acc, False)
+    _combine(g32, step, acc, grad, False)
 
 
 @cuda.jit(cache=True)
@@ -283,9 +286,4 @@ def combine_i8_once(g64, step, acc, grad):
     """``combine_i8`` of sums already added over the row blocks (``g64``: 1 x d x width,
     int64, from ``onepass.cu``'s atomic adds), each zeroed as it is read for the next
     evaluation's adds: the same arithmetic, so the same bits."""
-    i = cuda.grid(1)
-    d = g64.shape[1]
-    k = grad.shape[0] // d
-    if i < d * k:
-        f = i // k
-        grad[i] = _combined(g64, f, i - f * k, k, step, acc, True)
+    _combine(g64, step, acc, grad, True)
