@@ -120,6 +120,17 @@ def exports_held() -> int:
     return len(peer_views._EXPORTS)
 
 
+def cu_defines(name: str) -> dict[str, float]:
+    """The numeric ``#define``s of ``mgpu_dask/kernels/logreg/NAME`` (a ``.cu`` source), for
+    tests that check it agrees with the Python side."""
+    import re
+    from importlib import resources
+
+    text = resources.files("mgpu_dask.kernels.logreg").joinpath(name).read_text()
+    return {key: float(value) for key, value in
+            re.findall(r"^#define (\w+) (-?[\d.]+)\b", text, flags=re.MULTILINE)}
+
+
 def exports_kept(client: Any) -> list[int]:
     """Each worker's exports after a single-host fit, fewest first: a leader keeps the
     other holders' exports mapped for the next fit of the same rows

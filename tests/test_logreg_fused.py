@@ -5,10 +5,10 @@ bits."""
 from __future__ import annotations
 
 import re
-from importlib import resources
 
 import numpy as np
 import pytest
+from conftest import cu_defines
 
 from mgpu_dask.kernels.cuda_source import source
 from mgpu_dask.kernels.logreg import cuda_int8 as C
@@ -16,14 +16,8 @@ from mgpu_dask.kernels.logreg import fused
 from mgpu_dask.kernels.logreg.int8 import term_columns
 
 
-def _defines() -> dict[str, float]:
-    text = resources.files("mgpu_dask.kernels.logreg").joinpath("fused.cu").read_text()
-    return {name: float(value) for name, value in
-            re.findall(r"^#define (\w+) (-?[\d.]+)\b", text, flags=re.MULTILINE)}
-
-
 def test_source_agrees_with_the_python_side_and_the_numba_kernels():
-    d = _defines()
+    d = cu_defines("fused.cu")
     assert (d["BM"], d["BK"], d["THREADS"], d["STAGES"], d["MIN_BLOCKS"]) == (
         C.THREADS, fused.STAGE_BYTES, fused.THREADS, fused.STAGES,
         fused.MIN_BLOCKS)  # Python's are the defaults

@@ -5,10 +5,10 @@ unfused kernels' bits."""
 from __future__ import annotations
 
 import re
-from importlib import resources
 
 import numpy as np
 import pytest
+from conftest import cu_defines
 
 from mgpu_dask.kernels.cuda_source import source
 from mgpu_dask.kernels.logreg import cuda_int8 as C
@@ -18,14 +18,8 @@ from mgpu_dask.kernels.logreg.int8 import padded_shape, term_columns
 H100_OPTIN = 227 << 10
 
 
-def _defines() -> dict[str, float]:
-    text = resources.files("mgpu_dask.kernels.logreg").joinpath("onepass.cu").read_text()
-    return {name: float(value) for name, value in
-            re.findall(r"^#define (\w+) (-?[\d.]+)\b", text, flags=re.MULTILINE)}
-
-
 def test_source_agrees_with_the_python_side_and_the_numba_kernels():
-    d = _defines()
+    d = cu_defines("onepass.cu")
     assert (d["TM"], d["UNIT"], d["THREADS"]) == (onepass.TILE, onepass.UNIT, onepass.THREADS)
     assert onepass.UNIT == C.THREADS  # a unit's sums are one row of bpart, as unfused
     assert (d["TERMS"], d["TOP"], d["BASE"]) == (C.I8_TERMS, C.I8_TOP, C.I8_BASE)
