@@ -37,9 +37,7 @@ launches no longer show."""
 def _nbytes(X: Any) -> int:
     from ..kernels.logreg import Levels
 
-    if not isinstance(X, Levels):
-        return X.nbytes
-    return X.v.nbytes + (X.vt.nbytes if X.vt is not None else 0)
+    return X.v.nbytes if isinstance(X, Levels) else X.nbytes  # levels carry no transpose
 
 
 def on_leader(arrays: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:

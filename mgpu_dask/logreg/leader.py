@@ -117,18 +117,18 @@ def _fit_kept_mapped(mapped: kept_peers.Mapped, shards: list[dict[str, Any]],
     """Fit the shards kept mapped from an earlier fit (:mod:`.kept_peers`), and keep them
     again; None where this fit does not run on the device (they are then exported and
     mapped as a new fit's are)."""
-    classes = mapped.classes
+    classes, here = mapped.classes, kept_peers.this_worker(worker)
     if classes is not None:
         problem = problem._replace(n_classes=len(classes))
     try:
         if not on_device(mapped.arrays, problem):
-            kept_peers.keep(shards, levels, problem.scale, mapped, worker)
+            kept_peers.keep(shards, levels, problem.scale, mapped, here)
             return None
         result = fit_on_device(mapped.arrays, problem, kept_under)
     except BaseException:
         mapped.drop()
         raise
-    kept_peers.keep(shards, levels, problem.scale, mapped, worker)
+    kept_peers.keep(shards, levels, problem.scale, mapped, here)
     result["profile"] = {**result["profile"], "shards joined": 0, "mapped kept": True}
     found = {"classes": classes} if classes is not None else {}
     return {**result, **found, "exporters": [], "released": []}
@@ -164,6 +164,7 @@ def _export_and_fit(shards: list[dict[str, Any]], problem: Problem, levels: bool
         described = [asked[i][1].result(timeout=PEER_SECONDS) if i in asked else own[i]
                      for i in range(len(shards))]
         exported = time.perf_counter()
+
         def keep_mapped(arrays: list[tuple[Any, Any]], mappings: contextlib.ExitStack,
                         parts: list[Any] | None, classes: np.ndarray | None) -> None:
             kept.append(True)
