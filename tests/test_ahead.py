@@ -124,7 +124,8 @@ def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package):
     from mgpu_dask.kernels.knn import fused as knn_fused
     from mgpu_dask.kernels.logreg import fused as logreg_fused
 
-    options = (knn_fused._options() if package.endswith("knn") else logreg_fused.options(10, 48))
+    variants = ([knn_fused._options(False), knn_fused._options(True)] if package.endswith("knn")
+                else [logreg_fused.options(10, 48)])
     text = source(package, "fused.cu")
     marker = resources.files(package).joinpath("fused.cu").read_text().splitlines()[0]
     listed = [i["cupy"] for items in json.loads(ahead.LIST.read_text())["runs"].values()
@@ -132,7 +133,16 @@ def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package):
     assert listed, f"{package}'s fused kernel is not in ahead.json"
     for item in listed:
         assert item["source"] == text
-        assert all(option in item["options"] for option in options)
+        assert any(all(option in item["options"] for option in options) for options in variants)
+
+
+def test_a_kernel_built_for_one_architecture_is_compiled_ahead_only_for_it():
+    """The list is recorded on one GPU; Hopper's wgmma build (``-arch=sm_90a``) is of no
+    use to another GPU, and options naming no architecture suit every GPU."""
+    assert not kernels_ahead.for_another_gpu(["--std=c++17", "-arch=sm_90a"], "90")
+    assert kernels_ahead.for_another_gpu(["--std=c++17", "-arch=sm_90a"], "80")
+    assert kernels_ahead.for_another_gpu(["-arch=sm_90a"], "100")
+    assert not kernels_ahead.for_another_gpu(["--std=c++17", "-DBN=128"], "80")
 
 
 @pytest.mark.gpu

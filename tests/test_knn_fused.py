@@ -37,6 +37,9 @@ def test_shared_memory_fits_the_gpus_it_is_meant_for():
     assert fused.shared_bytes(fused.MAX_K) <= 163 * 1024
     assert fused.shared_bytes(16) <= 99 * 1024
     assert fused.shared_bytes(2) < fused.shared_bytes(3)
+    # Hopper's deeper ring still leaves two blocks an SM (228 KiB, 1 KiB reserved each) at k=3
+    assert 2 * (fused.shared_bytes(3, wgmma=True) + 1024) <= 228 * 1024
+    assert fused.shared_bytes(3, wgmma=True) > fused.shared_bytes(3)
 
 
 @pytest.mark.parametrize("query_blocks, tiles, sms", [
@@ -76,6 +79,19 @@ def test_usable_needs_ampere_and_the_shared_memory(device):
     device(capability=(8, 0), optin=fused.shared_bytes(10))
     assert fused.usable_for(10, Precision.INT8, True, "gemm", 784)
     assert not fused.usable_for(11, Precision.INT8, True, "gemm", 784)
+    device(capability=(9, 0), optin=fused.shared_bytes(10))  # Hopper's ring is deeper
+    assert not fused.usable_for(10, Precision.INT8, True, "gemm", 784)
+    device(capability=(9, 0), optin=fused.shared_bytes(10, wgmma=True))
+    assert fused.usable_for(10, Precision.INT8, True, "gemm", 784)
+
+
+@pytest.mark.parametrize("capability, wgmma", [((8, 0), False), ((8, 9), False), ((9, 0), True),
+                                               ((10, 0), False), ((12, 0), False)])
+def test_wgmma_only_on_hopper(device, capability, wgmma):
+    """wgmma is sm_90a's alone: Ampere, Ada and Blackwell run the mma.sync build."""
+    device(capability=capability)
+    assert fused.uses_wgmma() == wgmma
+    assert ("-DWGMMA" in fused._options(fused.uses_wgmma())) == wgmma
 
 
 # --- on a GPU --------------------------------------------------------------------------
@@ -162,18 +178,22 @@ def test_warm_up_compiles_the_scan_only_where_the_search_is_not_fused(
     assert any(name.startswith("scan_tile") for name in names) == scan
 
 
-@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
-def test_fused_source_compiles_with_nvrtc_without_warnings(arch):
-    """NVRTC needs no GPU: CI compiles the fused kernels with the options CuPy is given."""
+@pytest.mark.parametrize("arch, wgmma", [("compute_80", False), ("compute_90", False),
+                                         ("sm_90", True)])
+def test_fused_source_compiles_with_nvrtc_without_warnings(arch, wgmma):
+    """NVRTC needs no GPU: CI compiles the fused kernels with the options CuPy is given
+    (CuPy adds its own architecture after ours; the Hopper build's sm_90a wins)."""
     import nvrtc_compile
 
     if nvrtc_compile.library_path() is None:
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
     source = cuda_source.source("mgpu_dask.kernels.knn", "fused.cu")
     ok, log, ptx = nvrtc_compile.compile_source(
-        source, "fused.cu", [f"--gpu-architecture={arch}", *fused._options()])
+        source, "fused.cu", [*fused._options(wgmma), f"--gpu-architecture={arch}"])
     assert ok and not log.strip(), log
     assert set(re.findall(rb"\.entry (\w+)", ptx)) == {b"fused_int8_topk", b"fused_merge"}
+    assert (b".target sm_90a" in ptx) == wgmma
+    assert (b"wgmma.mma_async" in ptx) == wgmma
 
 
 def test_fused_kernel_fits_its_registers_without_spilling():
@@ -192,3 +212,48 @@ def test_fused_kernel_fits_its_registers_without_spilling():
     registers = re.search(r"Used (\d+) registers", search)
     assert spills and spills.groups() == ("0", "0"), search[:400]
     assert registers and int(registers.group(1)) <= 65536 // (fused.THREADS * fused.MIN_BLOCKS)
+
+
+def test_wgmma_search_issues_its_products_without_serializing():
+    """ptxas serializes wgmma (each waited for as issued) where it cannot prove the
+    accumulators untouched while in flight, and says so (C7517-C7520): the Hopper
+    build must give it no cause, or its products would gain nothing."""
+    import nvrtc_compile
+
+    if nvrtc_compile.library_path() is None:
+        pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
+    source = cuda_source.source("mgpu_dask.kernels.knn", "fused.cu")
+    ok, log, _ = nvrtc_compile.compile_source(
+        source, "fused.cu", [*fused._options(True), "-Xptxas", "-v"])
+    assert ok, log
+    search = log[log.index("Compiling entry function 'fused_int8_topk'"):]
+    assert "for 'sm_90a'" in search[:200]
+    assert not re.search(r"C75\d\d|serialized|injected", log), log
+    registers = re.search(r"Used (\d+) registers", search)
+    assert registers and int(registers.group(1)) <= 65536 // (fused.THREADS * fused.MIN_BLOCKS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k, levels", [(17500, 6000, 3, 256), (300, 20000, 10, 256),
+                                             (129, 777, 64, 3), (5, 7, 1, 256)])
+def test_wgmma_and_mma_sync_searches_agree(m, n, k, levels):
+    """On Hopper both builds run; the same keys and columns to the bit, ties included."""
+    cupy = _gpu()
+    from mgpu_dask.kernels.knn.operands import operand_dtype, padded_shape, prepare_queries
+    from mgpu_dask.kernels.knn.operands import prepare_train
+
+    if not fused.uses_wgmma():
+        pytest.skip("wgmma needs a Hopper GPU (compute capability 9.0)")
+    rng = np.random.default_rng(m + n)
+    T = cupy.asarray(rng.integers(0, levels, (n, 784)).astype(np.uint8))
+    Q = cupy.asarray(rng.integers(0, levels, (m, 784)).astype(np.uint8))
+    train = prepare_train(T, "int8", True, 128)
+    q = cupy.zeros(padded_shape(m, 784), dtype=operand_dtype(train.precision, True))
+    prepare_queries(Q, train, out=q)
+    out = []
+    for wgmma in (True, False):
+        search = fused.FusedTopK(q, train, m, k, wgmma=wgmma)
+        search()
+        out.append((search.keys.get(), search.cols.get()))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])

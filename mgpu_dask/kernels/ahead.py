@@ -178,14 +178,28 @@ def _kernel(item: dict[str, Any]) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+_ONE_ARCH = re.compile(r"^-arch=sm_(\d+)a$")
+
+
+def for_another_gpu(options: list[str], capability: str) -> bool:
+    """Whether CuPy kernel options name one architecture only (``-arch=sm_90a``: Hopper's
+    wgmma) other than ``capability`` (CuPy's ``"90"``): a list recorded on one GPU
+    compiles nothing useful for it on another."""
+    named = [m.group(1) for m in map(_ONE_ARCH.match, options) if m]
+    return bool(named) and named[0] != capability
+
+
 def _compile_one(item: dict[str, Any]) -> None:
-    """Compile one item, or load it from the cache."""
+    """Compile one item, or load it from the cache (nothing for another GPU's kernel)."""
     if "numba" in item:
         _kernel(item).compile(decode(item["signature"]))
         return
+    import cupy
     from cupy.cuda import compiler
 
     c = item["cupy"]
+    if for_another_gpu(c["options"], cupy.cuda.Device().compute_capability):
+        return
     compiler._compile_with_cache_cuda(
         c["source"], _local(c["options"]), None,
         _headers() if c["extra_source"] == HEADERS else c["extra_source"], c["backend"],

@@ -1,6 +1,6 @@
 // int8 tensor-core helpers of our CUDA C kernels (knn/fused.cu, logreg/fused.cu): loads
 // into shared memory with cp.async, ldmatrix, and mma.sync m16n8k32 (int8 in, exact
-// int32 out).  Compute capability 8.0 or newer.  Put in front of each kernel's source
+// int32 out), compute capability 8.0 or newer; and Hopper's wgmma (sm_90a only).  Put in front of each kernel's source
 // by kernels/cuda_source.py, so that CuPy's cache key (the source) holds it.
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
@@ -49,4 +49,65 @@ __device__ __forceinline__ void load_b2(unsigned (&b0)[2], unsigned (&b1)[2],
                                         const signed char* stage, int r0, int ks, int lane, At at) {
     const int r = r0 + (lane & 7) + (lane >> 4) * 8;
     ldmatrix_x4(b0[0], b0[1], b1[0], b1[1], smem_u32(stage + at(r, ks * 2 + ((lane >> 3) & 1))));
+}
+
+// --- Hopper (sm_90a): warpgroup products, both operands read from shared memory ---------
+// A warpgroup (four warps, 128 threads) multiplies 64 rows of A by N rows of B (both
+// K-major, 32 bytes of each row per instruction), asynchronously: the products are issued,
+// committed as a group and waited for.  Shared memory operands are named by descriptors.
+
+// The descriptor of a stage of 64-byte rows in mma.cuh's swizzle (swz), which is the
+// tensor cores' 64-byte swizzle: 8-row groups 512 bytes apart.  The stage must start on
+// a 512-byte boundary; adding 2 moves the start 32 bytes along the rows (the next k32).
+__device__ __forceinline__ unsigned long long sw64_desc(const void* p) {
+    return (unsigned long long)((smem_u32(p) & 0x3FFFF) >> 4) | (1ull << 16)
+           | ((unsigned long long)(512 >> 4) << 32) | (2ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// Writes of the generic proxy (cp.async, st.shared) made visible to the tensor cores' reads.
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Keeps the compiler from moving reads or writes of d across the asynchronous products.
+__device__ __forceinline__ void fence_regs(int* d, int n) {
+#pragma unroll
+    for (int i = 0; i < n; ++i) asm volatile("" : "+r"(d[i]) :: "memory");
+}
+
+// wgmma m64n128k32 (int8 in, int32 out) on d: its 64 registers, each under constraint C.
+#define WGMMA_N128(pred, C) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " pred ", 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p;\n}\n" \
+                 : WGMMA_D64(C) : "l"(a), "l"(b))
+#define WGMMA_D64(C) \
+    C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), \
+    C(d[8]), C(d[9]), C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), \
+    C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), \
+    C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31]), \
+    C(d[32]), C(d[33]), C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39]), \
+    C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), C(d[45]), C(d[46]), C(d[47]), \
+    C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), C(d[55]), \
+    C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63])
+
+// d (64 int32 a thread, as 16 n8 tiles of mma_s8's C layout: rows lane / 4 and + 8 of the
+// warp's 16) += A (64 x 32, descriptor a) times B (128 x 32, b)^T.
+__device__ __forceinline__ void wgmma_s8_n128(int* d, unsigned long long a, unsigned long long b) {
+    WGMMA_N128("1", "+r");
+}
+
+// wgmma_s8_n128 with d written, not read: d = A times B^T (d's old values dead to the compiler).
+__device__ __forceinline__ void wgmma_s8_n128_first(int* d, unsigned long long a, unsigned long long b) {
+    WGMMA_N128("0", "=r");
 }

@@ -7,7 +7,9 @@
 // operands streaming through a STAGES-deep cp.async ring in shared memory.  A
 // product becomes a key |t|^2 - 2 q.t (exact int32) and is compared with the
 // row's current K-th key; the rare key that can enter goes through a small
-// per-row queue into the row's sorted list in shared memory.  Lists hold
+// per-row queue into the row's sorted list in shared memory.  With WGMMA (Hopper,
+// sm_90a) each warpgroup (warps 0-3, 4-7) takes its 64 rows x BN with wgmma instead,
+// from the same stages, one stage's products in flight while the next is waited for.  Lists hold
 // key * 2^32 + column, so one comparison orders by key, then by the smaller
 // column.  Each split writes its rows' lists; fused_merge keeps the K best of
 // the splits.
@@ -24,7 +26,18 @@
 #define MIN_BLOCKS 2
 #endif
 #define THREADS 256
-#define NT (BN / 32)     // n8 tiles of a warp
+#ifdef WGMMA             // Hopper: each warpgroup's 64 rows x BN with wgmma (sm_90a)
+#if BN != 128
+#error "the wgmma search takes BN 128"
+#endif
+#define MT 1             // m16 tiles of a warp
+#define NT (BN / 8)      // n8 tiles of a warp
+#define AHEAD (STAGES - 2)   // stages loaded ahead: the products of one stage stay in flight
+#else
+#define MT 4
+#define NT (BN / 32)
+#define AHEAD (STAGES - 1)
+#endif
 #define LK 64            // longest list (MAX_K); a block's lists take BM * K entries
 #define QCAP 32          // queue entries per row and round
 #define EMPTY 0x7fffffffffffffffLL
@@ -38,9 +51,9 @@ __device__ __forceinline__ long long pack(int key, int col) {
 
 __device__ __forceinline__ int key_of(long long p) { return (int)(p >> 32); }
 
-__device__ __forceinline__ void zero(int (&acc)[4][NT][4]) {
+__device__ __forceinline__ void zero(int (&acc)[MT][NT][4]) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -76,7 +89,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 const float* __restrict__ norms, int d_pad, int tiles_per_split, int K,
                 long long* __restrict__ out)
 {
-    extern __shared__ __align__(128) unsigned char smem[];
+    extern __shared__ __align__(1024) unsigned char smem[];  // (wgmma: stages on 512-byte boundaries)
     signed char* sA = (signed char*)smem;
     signed char* sB = sA + STAGES * BM * BK;
     long long* lists = (long long*)(sB + STAGES * BN * BK);
@@ -128,26 +141,51 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     };
 
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
+    for (int s = 0; s < AHEAD; ++s) {
         if (s < total) load();
         cp_async_commit();
     }
 
-    int acc[4][NT][4];
+    int acc[MT][NT][4];
     zero(acc);
 
+#ifdef WGMMA
+    const int my_row = wm * 64 + wn * 16 + (lane >> 2);   // + h * 8: warpgroup wm, its warp wn
+    const int my_col = (lane & 3) * 2;                    // + nt * 8 + (v & 1), within the tile
+#else
     const int my_row = wm * 64 + (lane >> 2);        // + mt * 16 + h * 8
     const int my_col = wn * (BN / 4) + (lane & 3) * 2;     // + nt * 8 + (v & 1), within the tile
+#endif
 
-    int stage = 0, kb = 0, col0 = tile_begin * BN;
-    for (int g = 0; g < total; ++g) {
-        cp_async_wait<STAGES - 2>();
+    // One stage of the operand ring: wait for it, start loading the stage AHEAD of it,
+    // and add its products into acc (first: the tile's first stage).
+    int stage = 0, g = 0;
+    auto step = [&](const int kb, const bool first) {
+        cp_async_wait<AHEAD - 1>();
+#ifdef WGMMA
+        fence_async_shared();
+#endif
         __syncthreads();
-        if (g + STAGES - 1 < total) load();
+        if (g + AHEAD < total) load();
         cp_async_commit();
+        ++g;
 
         const signed char* a = sA + stage * BM * BK;
         const signed char* b = sB + stage * BN * BK;
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+#ifdef WGMMA
+        // The stage's products stay in flight while the next stage is waited for; those
+        // of the stage before are done, so its buffer may be loaded again.
+        int* d = &acc[0][0][0];
+        wgmma_fence();
+        const unsigned long long da = sw64_desc(a + wm * 64 * BK), db = sw64_desc(b);
+        if (first) wgmma_s8_n128_first(d, da, db);   // (the last tile's keys are dead)
+        else wgmma_s8_n128(d, da, db);
+        wgmma_s8_n128(d, da + 2, db + 2);   // (past d_pad the stage holds zeros)
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs(d, NT * 4);
+#else
         const int steps = min(2, (d_pad - kb * BK + 31) / 32);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
@@ -165,20 +203,28 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                     for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
             }
         }
+#endif
+    };
 
-        stage = stage + 1 == STAGES ? 0 : stage + 1;
-        if (++kb != nk) continue;
-        kb = 0;
+    for (int col0 = tile_begin * BN; col0 < tile_end * BN; col0 += BN) {
+        step(0, true);
+        for (int kb = 1; kb < nk; ++kb) step(kb, false);
+#ifdef WGMMA
+        wgmma_wait<0>();
+        fence_regs(&acc[0][0][0], NT * 4);
+#endif
 
         // The tile is done: keys, each compared with its row's K-th as of the last merge;
         // one that may enter goes to the row's queue (its bit in done).  The lists take
         // their queues only once one is half full: the thresholds tighten fast, so merges
         // (and the waits around them) grow rare.  A queue that overflowed is pushed
         // again, round by round, once the lists have taken what fitted.
-        int th[8];
+        int th[MT * 2];
 #pragma unroll
-        for (int h = 0; h < 8; ++h) th[h] = thr[my_row + (h >> 1) * 16 + (h & 1) * 8];
-        unsigned done[4] = {0u, 0u, 0u, 0u};
+        for (int h = 0; h < MT * 2; ++h) th[h] = thr[my_row + (h >> 1) * 16 + (h & 1) * 8];
+        unsigned long long done[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) done[mt] = 0ull;
         int full = 0;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -187,7 +233,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 const int col = col0 + my_col + nt * 8 + e;
                 const int nrm = col < n_valid ? __float2int_rn(norms[col]) : 0;
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) {
+                for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         int& v = acc[mt][nt][h * 2 + e];
@@ -197,7 +243,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                             const int slot = atomicAdd(&count[r], 1);
                             if (slot < QCAP) {
                                 queue[r * QCAP + slot] = pack(v, col);
-                                done[mt] |= 1u << (nt * 4 + h * 2 + e);
+                                done[mt] |= 1ull << (nt * 4 + h * 2 + e);
                             }
                             full |= slot >= QCAP / 2;
                         }
@@ -210,7 +256,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 const int more = tid < BM && merge_queue(lists, queue, count, thr, tid, K);
                 if (!__syncthreads_or(more)) break;
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) {
+                for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int r = my_row + mt * 16 + h * 8;
@@ -221,11 +267,11 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                             for (int e = 0; e < 2; ++e) {
                                 const int bit = nt * 4 + h * 2 + e;
                                 const int v = acc[mt][nt][h * 2 + e];
-                                if (!(done[mt] >> bit & 1u) && v <= t) {
+                                if (!(done[mt] >> bit & 1ull) && v <= t) {
                                     const int slot = atomicAdd(&count[r], 1);
                                     if (slot < QCAP) {
                                         queue[r * QCAP + slot] = pack(v, col0 + my_col + nt * 8 + e);
-                                        done[mt] |= 1u << bit;
+                                        done[mt] |= 1ull << bit;
                                     }
                                 }
                             }
@@ -235,8 +281,9 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 __syncthreads();
             }
         }
-        col0 += BN;
-        zero(acc);
+#ifndef WGMMA
+        zero(acc);   // (wgmma's first product of a tile overwrites them)
+#endif
     }
     cp_async_wait<0>();
     __syncthreads();

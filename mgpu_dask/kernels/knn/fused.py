@@ -12,12 +12,20 @@ a sorted list in shared memory.  A second kernel keeps the K best over the
 splits.  Keys and columns come out as the tile loop's scan leaves them, ties
 to the smaller column, so everything after the search is unchanged.
 
+On Hopper (compute capability 9.0) the products are ``wgmma`` instead: each
+warpgroup's 64 rows times the tile's COLS, issued asynchronously from the same
+shared-memory stages (their swizzle is the tensor cores' own), one stage's
+products in flight while the next is waited for.  It frees the registers and
+issue slots ``mma.sync`` spent on fragments, so the search is then bound by
+moving the operands into shared memory (docs/performance-history.md).
+
 It needs int8 operands (8-bit data, ``precision="int8"``), ``mma.sync`` and
 ``cp.async`` (compute capability 8.0 or newer) and enough shared memory for the
 lists; :func:`usable` says whether a search qualifies, and the tile loop runs
 otherwise.  Plain CUDA C, compiled by NVRTC through CuPy once per GPU and
-process (CuPy keeps the binary in its cache folder): Numba has no tensor-core
-instructions.
+process (CuPy keeps the binary in its cache folder; the Hopper build adds
+``-arch=sm_90a``, which NVRTC takes over CuPy's ``sm_90``): Numba has no
+tensor-core instructions.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ ROWS, STAGE_BYTES, THREADS, QUEUE = 128, 64, 256, 32   # as fused.cu has them
 # The block's shape, passed to fused.cu: training rows per tile (a multiple of 64), the
 # depth of the operand ring, and blocks per SM the registers must allow.
 COLS, STAGES, MIN_BLOCKS = 128, 3, 2
+WGMMA_STAGES = 4  # the ring on Hopper: one stage's products stay in flight while it loads
+WGMMA = (9, 0)    # the compute capability whose products are wgmma (sm_90a; not Blackwell's)
 MAX_K = 64
 MAX_SPLITS = 512  # a few query rows over many training rows still fill the GPU
 NEEDS = (8, 0)
@@ -44,10 +54,11 @@ _MODULES: dict[tuple, Any] = {}
 _OPTIN: dict[int, tuple[int, int, tuple[int, int]]] = {}
 
 
-def shared_bytes(K: int) -> int:
-    """Dynamic shared memory of a block for lists of ``K``: the operand ring, the lists,
-    the queues, and a count and threshold per row."""
-    return STAGES * (ROWS + COLS) * STAGE_BYTES + ROWS * (K + QUEUE) * 8 + ROWS * 8
+def shared_bytes(K: int, wgmma: bool = False) -> int:
+    """Dynamic shared memory of a block for lists of ``K``: the operand ring (deeper with
+    ``wgmma``), the lists, the queues, and a count and threshold per row."""
+    stages = WGMMA_STAGES if wgmma else STAGES
+    return stages * (ROWS + COLS) * STAGE_BYTES + ROWS * (K + QUEUE) * 8 + ROWS * 8
 
 
 def _device() -> tuple[int, int, tuple[int, int]]:
@@ -74,7 +85,7 @@ def usable_for(K: int, precision: Precision, eight_bit: bool, method: str, d_pad
         optin, _, capability = _device()
     except Exception:  # no CuPy or no GPU in this process
         return False
-    return capability >= NEEDS and shared_bytes(K) <= optin
+    return capability >= NEEDS and shared_bytes(K, capability == WGMMA) <= optin
 
 
 def usable(train: Any, K: int) -> bool:
@@ -84,14 +95,22 @@ def usable(train: Any, K: int) -> bool:
                            int(train.operand.shape[1])))
 
 
-def _options() -> tuple[str, ...]:
+def uses_wgmma() -> bool:
+    """Whether the search on the current GPU runs its products on ``wgmma`` (Hopper)."""
+    return _device()[2] == WGMMA
+
+
+def _options(wgmma: bool = False) -> tuple[str, ...]:
+    if wgmma:
+        return ("--std=c++17", f"-DBN={COLS}", f"-DSTAGES={WGMMA_STAGES}",
+                f"-DMIN_BLOCKS={MIN_BLOCKS}", "-DWGMMA", "-arch=sm_90a")
     return ("--std=c++17", f"-DBN={COLS}", f"-DSTAGES={STAGES}", f"-DMIN_BLOCKS={MIN_BLOCKS}")
 
 
-def _kernels() -> tuple[Any, Any]:
+def _kernels(wgmma: bool) -> tuple[Any, Any]:
     import cupy
 
-    key = (cupy.cuda.Device().id, _options())
+    key = (cupy.cuda.Device().id, _options(wgmma))
     if key not in _MODULES:
         _MODULES[key] = cupy.RawModule(code=source(__package__, "fused.cu"), options=key[1])
     module = _MODULES[key]
@@ -116,19 +135,22 @@ class FusedTopK:
     Calling it launches both kernels on the current CuPy stream; ``keys``
     (float64 ``|t|^2 - 2 q.t``, inf where none) and ``cols`` (int32, 2^31 - 1
     where none), each ``(m, K)`` ascending, then hold the result, as a
-    :class:`.search.Scan`'s do.
+    :class:`.search.Scan`'s do.  ``wgmma`` picks the products (None: ``wgmma``
+    where :func:`uses_wgmma`); both give the same keys and columns.
     """
 
-    def __init__(self, queries: Any, train: Any, m: int, K: int) -> None:
+    def __init__(self, queries: Any, train: Any, m: int, K: int,
+                 wgmma: bool | None = None) -> None:
         import cupy
 
-        self.search, self.merge = _kernels()
+        self.wgmma = uses_wgmma() if wgmma is None else wgmma
+        self.search, self.merge = _kernels(self.wgmma)
         self.queries, self.train, self.m, self.K = queries, train, m, K
         _, sms, _ = _device()
         tiles = max(1, -(-train.n // COLS))
         self.splits = splits(-(-m // ROWS), tiles, sms * MIN_BLOCKS)
         self.tiles_per_split = -(-tiles // self.splits)
-        self.shared = shared_bytes(K)
+        self.shared = shared_bytes(K, self.wgmma)
         self.search.max_dynamic_shared_size_bytes = self.shared
         self.parts = cupy.empty((self.splits, m, K), dtype=np.int64)
         self.keys = cupy.empty((m, K), dtype=np.float64)
