@@ -1,0 +1,89 @@
+"""Builds of the fused KNN search (``kernels/knn/fused.cu``) side by side on one GPU,
+without Dask: mma.sync and, on Hopper, wgmma, each whole and with parts cut out of
+the source, to see what bounds the search.
+
+usage (GPU machine): python benchmarks/knn_fused_builds.py OUT.json
+
+Random 8-bit rows (784 features) at the shapes of MNIST, MNIST x4, one million
+training rows, and small ones with many ties.  Each build's keys and columns must
+equal the mma.sync build's (``same``); "products only" drops the keys and the
+top-k (each tile's products are only folded into one value kept alive), "loads
+only" the products as well (the operand ring is filled and waited for, and
+nothing else), so those two give no neighbours.  ms: the mean of 10 launches
+after 3, timed by CUDA events.
+"""
+import json
+import sys
+
+import numpy as np
+
+SIZES = ((17500, 52500, 3, 256), (70000, 210000, 3, 256), (17500, 1_000_000, 3, 256),
+         (300, 20000, 10, 256), (1000, 3000, 64, 4))
+
+
+def builds(fused):
+    """(name, wgmma, source text) of each build."""
+    plain = fused.source("mgpu_dask.kernels.knn", "fused.cu")
+    a = plain.index("        // The tile is done: keys,")
+    b = plain.index("#ifndef WGMMA\n        zero(acc);")
+    sink = ("        { int x = 0;\n#pragma unroll\n"
+            "          for (int i = 0; i < MT * NT * 4; ++i) x ^= (&acc[0][0][0])[i];\n"
+            "          if (x == 0x1234567) out[0] = 1; }\n")
+    products = plain[:a] + sink + plain[b:]
+    loads = products.replace("mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);",
+                             "acc[mt][nt][0] ^= af[mt][0] ^ bf[nt][1];")
+    out = [("mma.sync", False, plain), ("mma.sync products only", False, products),
+           ("mma.sync loads only", False, loads)]
+    if fused.uses_wgmma():
+        out[1:1] = [("wgmma", True, plain), ("wgmma products only", True, products)]
+    return out
+
+
+def main():
+    import cupy
+
+    from mgpu_dask.kernels.knn import fused
+    from mgpu_dask.kernels.knn.operands import (operand_dtype, padded_shape, prepare_queries,
+                                                prepare_train)
+
+    rng = np.random.default_rng(0)
+    source = fused.source
+    res = {"gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "rows": []}
+    for m, n, K, levels in SIZES:
+        T = cupy.asarray(rng.integers(0, levels, (n, 784), dtype=np.uint8))
+        Q = cupy.asarray(rng.integers(0, levels, (m, 784), dtype=np.uint8))
+        train = prepare_train(T, "int8", True, 128)
+        q = cupy.zeros(padded_shape(m, 784), dtype=operand_dtype(train.precision, True))
+        prepare_queries(Q, train, out=q)
+        ref = None
+        for name, wgmma, text in builds(fused):
+            fused._MODULES.clear()
+            fused.source = lambda package, file, text=text: text
+            search = fused.FusedTopK(q, train, m, K, wgmma=wgmma)
+            for _ in range(3):
+                search()
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            for _ in range(10):
+                search()
+            end.record()
+            end.synchronize()
+            ms = cupy.cuda.get_elapsed_time(start, end) / 10
+            got = (search.keys.get(), search.cols.get())
+            ref = got if ref is None else ref
+            whole = "only" not in name
+            row = {"queries": m, "train": n, "k": K, "build": name, "ms": round(ms, 3),
+                   "int8 TOPS": round(2 * m * n * 784 / ms / 1e9),
+                   "same": (np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1]))
+                   if whole else None}
+            res["rows"].append(row)
+            print(row, flush=True)
+        fused.source = source
+        fused._MODULES.clear()
+        del T, Q, train, q
+        cupy.get_default_memory_pool().free_all_blocks()
+    open(sys.argv[1], "w").write(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
