@@ -1,6 +1,7 @@
 """Builds of the fused KNN search (``kernels/knn/fused.cu``) side by side on one GPU,
-without Dask: mma.sync and, on Hopper, wgmma, each whole and with parts cut out of
-the source, to see what bounds the search.
+without Dask: mma.sync and, on Hopper, wgmma with the query rows streamed or
+resident (rings of 4, 6 and 8 stages), each whole and with parts cut out of the
+source, to see what bounds the search.
 
 usage (GPU machine): python benchmarks/knn_fused_builds.py OUT.json
 
@@ -22,7 +23,7 @@ SIZES = ((17500, 52500, 3, 256), (70000, 210000, 3, 256), (17500, 1_000_000, 3, 
 
 
 def builds(fused):
-    """(name, wgmma, source text) of each build."""
+    """(name, Build, source text) of each build."""
     plain = fused.source("mgpu_dask.kernels.knn", "fused.cu")
     a = plain.index("        // The tile is done: keys,")
     b = plain.index("#ifndef WGMMA\n        zero(acc);")
@@ -32,10 +33,16 @@ def builds(fused):
     products = plain[:a] + sink + plain[b:]
     loads = products.replace("mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);",
                              "acc[mt][nt][0] ^= af[mt][0] ^ bf[nt][1];")
-    out = [("mma.sync", False, plain), ("mma.sync products only", False, products),
-           ("mma.sync loads only", False, loads)]
-    if fused.uses_wgmma():
-        out[1:1] = [("wgmma", True, plain), ("wgmma products only", True, products)]
+    out = [("mma.sync", fused.MMA_SYNC, plain), ("mma.sync products only", fused.MMA_SYNC, products),
+           ("mma.sync loads only", fused.MMA_SYNC, loads)]
+    if fused._device()[2] == fused.WGMMA:
+        resident = fused.WGMMA_RESIDENT
+        out += [("wgmma streamed", fused.WGMMA_STREAMED, plain),
+                ("wgmma streamed products only", fused.WGMMA_STREAMED, products)]
+        for stages in (4, 6, 8):
+            build = fused.Build(True, True, stages, 1)
+            out.append((f"wgmma resident, ring of {stages}", build, plain))
+        out.append(("wgmma resident products only", resident, products))
     return out
 
 
@@ -56,10 +63,12 @@ def main():
         q = cupy.zeros(padded_shape(m, 784), dtype=operand_dtype(train.precision, True))
         prepare_queries(Q, train, out=q)
         ref = None
-        for name, wgmma, text in builds(fused):
+        for name, build, text in builds(fused):
             fused._MODULES.clear()
             fused.source = lambda package, file, text=text: text
-            search = fused.FusedTopK(q, train, m, K, wgmma=wgmma)
+            if build.shared_bytes(K, 784) > fused._device()[0]:
+                continue
+            search = fused.FusedTopK(q, train, m, K, build=build)
             for _ in range(3):
                 search()
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
@@ -72,7 +81,8 @@ def main():
             got = (search.keys.get(), search.cols.get())
             ref = got if ref is None else ref
             whole = "only" not in name
-            row = {"queries": m, "train": n, "k": K, "build": name, "ms": round(ms, 3),
+            row = {"queries": m, "train": n, "k": K, "build": name, "splits": search.splits,
+                   "ms": round(ms, 3),
                    "int8 TOPS": round(2 * m * n * 784 / ms / 1e9),
                    "same": (np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1]))
                    if whole else None}

@@ -37,9 +37,11 @@ def test_shared_memory_fits_the_gpus_it_is_meant_for():
     assert fused.shared_bytes(fused.MAX_K) <= 163 * 1024
     assert fused.shared_bytes(16) <= 99 * 1024
     assert fused.shared_bytes(2) < fused.shared_bytes(3)
-    # Hopper's deeper ring still leaves two blocks an SM (228 KiB, 1 KiB reserved each) at k=3
-    assert 2 * (fused.shared_bytes(3, wgmma=True) + 1024) <= 228 * 1024
-    assert fused.shared_bytes(3, wgmma=True) > fused.shared_bytes(3)
+    # Hopper: the streamed build's deeper ring still leaves two blocks an SM (228 KiB, 1 KiB
+    # reserved each) at k=3, and MNIST's query rows stay resident with lists of 3 or 10
+    assert 2 * (fused.WGMMA_STREAMED.shared_bytes(3, 784) + 1024) <= 228 * 1024
+    assert fused.WGMMA_RESIDENT.shared_bytes(10, 784) <= 227 * 1024
+    assert fused.WGMMA_RESIDENT.shared_bytes(3, 784) < fused.WGMMA_RESIDENT.shared_bytes(3, 840)
 
 
 @pytest.mark.parametrize("query_blocks, tiles, sms", [
@@ -79,19 +81,29 @@ def test_usable_needs_ampere_and_the_shared_memory(device):
     device(capability=(8, 0), optin=fused.shared_bytes(10))
     assert fused.usable_for(10, Precision.INT8, True, "gemm", 784)
     assert not fused.usable_for(11, Precision.INT8, True, "gemm", 784)
-    device(capability=(9, 0), optin=fused.shared_bytes(10))  # Hopper's ring is deeper
+    device(capability=(9, 0), optin=fused.shared_bytes(10))  # Hopper's rings are deeper
     assert not fused.usable_for(10, Precision.INT8, True, "gemm", 784)
-    device(capability=(9, 0), optin=fused.shared_bytes(10, wgmma=True))
+    device(capability=(9, 0), optin=fused.WGMMA_STREAMED.shared_bytes(10, 784))
     assert fused.usable_for(10, Precision.INT8, True, "gemm", 784)
 
 
-@pytest.mark.parametrize("capability, wgmma", [((8, 0), False), ((8, 9), False), ((9, 0), True),
-                                               ((10, 0), False), ((12, 0), False)])
-def test_wgmma_only_on_hopper(device, capability, wgmma):
+@pytest.mark.parametrize("capability", [(8, 0), (8, 9), (10, 0), (12, 0)])
+def test_wgmma_only_on_hopper(capability):
     """wgmma is sm_90a's alone: Ampere, Ada and Blackwell run the mma.sync build."""
-    device(capability=capability)
-    assert fused.uses_wgmma() == wgmma
-    assert ("-DWGMMA" in fused._options(fused.uses_wgmma())) == wgmma
+    assert fused.build_for(3, 784, capability, 227 * 1024) == fused.MMA_SYNC
+    assert "-DWGMMA" not in fused.MMA_SYNC.options()
+
+
+def test_hopper_keeps_the_query_rows_where_they_fit():
+    """The resident build where the block's query rows fit beside the ring and the lists;
+    else the streamed one; else none."""
+    optin = 227 * 1024
+    assert fused.build_for(3, 784, (9, 0), optin) == fused.WGMMA_RESIDENT
+    assert fused.build_for(fused.MAX_K, 784, (9, 0), optin) == fused.WGMMA_STREAMED
+    assert fused.build_for(3, 2048, (9, 0), optin) == fused.WGMMA_STREAMED
+    assert fused.build_for(3, 784, (9, 0), 64 * 1024) is None
+    assert all(o in fused.WGMMA_RESIDENT.options() for o in ("-DWGMMA", "-DRESIDENT", "-arch=sm_90a"))
+    assert "-DRESIDENT" not in fused.WGMMA_STREAMED.options()
 
 
 # --- on a GPU --------------------------------------------------------------------------
@@ -178,9 +190,13 @@ def test_warm_up_compiles_the_scan_only_where_the_search_is_not_fused(
     assert any(name.startswith("scan_tile") for name in names) == scan
 
 
-@pytest.mark.parametrize("arch, wgmma", [("compute_80", False), ("compute_90", False),
-                                         ("sm_90", True)])
-def test_fused_source_compiles_with_nvrtc_without_warnings(arch, wgmma):
+BUILDS = {"mma.sync": fused.MMA_SYNC, "wgmma streamed": fused.WGMMA_STREAMED,
+          "wgmma resident": fused.WGMMA_RESIDENT}
+
+
+@pytest.mark.parametrize("arch, build", [("compute_80", "mma.sync"), ("compute_90", "mma.sync"),
+                                         ("sm_90", "wgmma streamed"), ("sm_90", "wgmma resident")])
+def test_fused_source_compiles_with_nvrtc_without_warnings(arch, build):
     """NVRTC needs no GPU: CI compiles the fused kernels with the options CuPy is given
     (CuPy adds its own architecture after ours; the Hopper build's sm_90a wins)."""
     import nvrtc_compile
@@ -189,9 +205,10 @@ def test_fused_source_compiles_with_nvrtc_without_warnings(arch, wgmma):
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
     source = cuda_source.source("mgpu_dask.kernels.knn", "fused.cu")
     ok, log, ptx = nvrtc_compile.compile_source(
-        source, "fused.cu", [*fused._options(wgmma), f"--gpu-architecture={arch}"])
+        source, "fused.cu", [*BUILDS[build].options(), f"--gpu-architecture={arch}"])
     assert ok and not log.strip(), log
     assert set(re.findall(rb"\.entry (\w+)", ptx)) == {b"fused_int8_topk", b"fused_merge"}
+    wgmma = BUILDS[build].wgmma
     assert (b".target sm_90a" in ptx) == wgmma
     assert (b"wgmma.mma_async" in ptx) == wgmma
 
@@ -205,7 +222,7 @@ def test_fused_kernel_fits_its_registers_without_spilling():
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
     source = cuda_source.source("mgpu_dask.kernels.knn", "fused.cu")
     ok, log, _ = nvrtc_compile.compile_source(
-        source, "fused.cu", ["--gpu-architecture=sm_90", *fused._options(), "-Xptxas", "-v"])
+        source, "fused.cu", ["--gpu-architecture=sm_90", *fused.MMA_SYNC.options(), "-Xptxas", "-v"])
     assert ok, log
     search = log[log.index("Compiling entry function 'fused_int8_topk'"):]
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", search)
@@ -214,7 +231,8 @@ def test_fused_kernel_fits_its_registers_without_spilling():
     assert registers and int(registers.group(1)) <= 65536 // (fused.THREADS * fused.MIN_BLOCKS)
 
 
-def test_wgmma_search_issues_its_products_without_serializing():
+@pytest.mark.parametrize("build", ["wgmma streamed", "wgmma resident"])
+def test_wgmma_search_issues_its_products_without_serializing(build):
     """ptxas serializes wgmma (each waited for as issued) where it cannot prove the
     accumulators untouched while in flight, and says so (C7517-C7520): the Hopper
     build must give it no cause, or its products would gain nothing."""
@@ -224,25 +242,29 @@ def test_wgmma_search_issues_its_products_without_serializing():
         pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc; the test extra has it)")
     source = cuda_source.source("mgpu_dask.kernels.knn", "fused.cu")
     ok, log, _ = nvrtc_compile.compile_source(
-        source, "fused.cu", [*fused._options(True), "-Xptxas", "-v"])
+        source, "fused.cu", [*BUILDS[build].options(), "-Xptxas", "-v"])
     assert ok, log
     search = log[log.index("Compiling entry function 'fused_int8_topk'"):]
     assert "for 'sm_90a'" in search[:200]
     assert not re.search(r"C75\d\d|serialized|injected", log), log
     registers = re.search(r"Used (\d+) registers", search)
-    assert registers and int(registers.group(1)) <= 65536 // (fused.THREADS * fused.MIN_BLOCKS)
+    assert registers and int(registers.group(1)) <= 65536 // (
+        fused.THREADS * BUILDS[build].min_blocks)
+    if BUILDS[build].min_blocks == 1:  # its registers hold the tile's norms: none spilled
+        assert re.search(r"0 bytes spill stores, 0 bytes spill loads", search)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k, levels", [(17500, 6000, 3, 256), (300, 20000, 10, 256),
                                              (129, 777, 64, 3), (5, 7, 1, 256)])
-def test_wgmma_and_mma_sync_searches_agree(m, n, k, levels):
-    """On Hopper both builds run; the same keys and columns to the bit, ties included."""
+def test_every_build_finds_the_same_neighbours(m, n, k, levels):
+    """On Hopper every build runs; the same keys and columns to the bit, ties included."""
     cupy = _gpu()
     from mgpu_dask.kernels.knn.operands import operand_dtype, padded_shape, prepare_queries
     from mgpu_dask.kernels.knn.operands import prepare_train
 
-    if not fused.uses_wgmma():
+    optin, _, capability = fused._device()
+    if capability != fused.WGMMA:
         pytest.skip("wgmma needs a Hopper GPU (compute capability 9.0)")
     rng = np.random.default_rng(m + n)
     T = cupy.asarray(rng.integers(0, levels, (n, 784)).astype(np.uint8))
@@ -251,9 +273,12 @@ def test_wgmma_and_mma_sync_searches_agree(m, n, k, levels):
     q = cupy.zeros(padded_shape(m, 784), dtype=operand_dtype(train.precision, True))
     prepare_queries(Q, train, out=q)
     out = []
-    for wgmma in (True, False):
-        search = fused.FusedTopK(q, train, m, k, wgmma=wgmma)
-        search()
-        out.append((search.keys.get(), search.cols.get()))
-    np.testing.assert_array_equal(out[0][0], out[1][0])
-    np.testing.assert_array_equal(out[0][1], out[1][1])
+    for build in BUILDS.values():
+        if build.shared_bytes(k, 784) <= optin:
+            search = fused.FusedTopK(q, train, m, k, build=build)
+            search()
+            out.append((search.keys.get(), search.cols.get()))
+    assert len(out) == 3 if k <= 10 else len(out) == 2
+    for keys, cols in out[1:]:
+        np.testing.assert_array_equal(keys, out[0][0])
+        np.testing.assert_array_equal(cols, out[0][1])

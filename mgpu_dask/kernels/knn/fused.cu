@@ -9,7 +9,9 @@
 // row's current K-th key; the rare key that can enter goes through a small
 // per-row queue into the row's sorted list in shared memory.  With WGMMA (Hopper,
 // sm_90a) each warpgroup (warps 0-3, 4-7) takes its 64 rows x BN with wgmma instead,
-// from the same stages, one stage's products in flight while the next is waited for.  Lists hold
+// from the same stages, one stage's products in flight while the next is waited for;
+// with RESIDENT too, the block's query rows are loaded once, every k-stage of them, and
+// only the training rows stream through the ring.  Lists hold
 // key * 2^32 + column, so one comparison orders by key, then by the smaller
 // column.  Each split writes its rows' lists; fused_merge keeps the K best of
 // the splits.
@@ -34,6 +36,9 @@
 #define NT (BN / 8)      // n8 tiles of a warp
 #define AHEAD (STAGES - 2)   // stages loaded ahead: the products of one stage stay in flight
 #else
+#ifdef RESIDENT
+#error "RESIDENT needs WGMMA"
+#endif
 #define MT 4
 #define NT (BN / 32)
 #define AHEAD (STAGES - 1)
@@ -90,8 +95,13 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 long long* __restrict__ out)
 {
     extern __shared__ __align__(1024) unsigned char smem[];  // (wgmma: stages on 512-byte boundaries)
+    const int nk = (d_pad + BK - 1) / BK;
     signed char* sA = (signed char*)smem;
+#ifdef RESIDENT
+    signed char* sB = sA + nk * BM * BK;   // the block's query rows stay: every k-stage of them
+#else
     signed char* sB = sA + STAGES * BM * BK;
+#endif
     long long* lists = (long long*)(sB + STAGES * BN * BK);
     long long* queue = lists + BM * K;
     int* count = (int*)(queue + BM * QCAP);
@@ -103,7 +113,6 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     const int ntiles = (n_valid + BN - 1) / BN;
     const int tile_begin = blockIdx.y * tiles_per_split;
     const int tile_end = min(tile_begin + tiles_per_split, ntiles);
-    const int nk = (d_pad + BK - 1) / BK;
     const int total = tile_end > tile_begin ? (tile_end - tile_begin) * nk : 0;
 
     for (int i = tid; i < BM * K; i += THREADS) lists[i] = EMPTY;
@@ -116,16 +125,18 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     const int lr = tid >> 2, lc = tid & 3;
     int load_tile = tile_begin, load_k0 = 0, load_stage = 0;
     auto load = [&]() {
-        signed char* a = sA + load_stage * BM * BK;
         signed char* b = sB + load_stage * BN * BK;
         const int gk = load_k0 + lc * 16;
         const bool kin = gk < d_pad;
+#ifndef RESIDENT
+        signed char* a = sA + load_stage * BM * BK;
 #pragma unroll
         for (int i = 0; i < BM / 64; ++i) {
             const int r = lr + i * 64, grow = row0 + r;
             const bool ok = kin && grow < q_rows;
             cp_async16(smem_u32(a + swz(r, lc)), ok ? Q + (long long)grow * d_pad + gk : Q, ok ? 16 : 0);
         }
+#endif
 #pragma unroll
         for (int i = 0; i < BN / 64; ++i) {
             const int r = lr + i * 64, grow = load_tile * BN + r;
@@ -140,6 +151,17 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         }
     };
 
+#ifdef RESIDENT
+    // The query rows once, as their own group: the first stage's wait covers them too.
+    for (int i = tid; i < nk * BM * 4; i += THREADS) {
+        const int ks = i / (BM * 4), r = (i >> 2) % BM, c = i & 3;
+        const int gk = ks * BK + c * 16, grow = row0 + r;
+        const bool ok = gk < d_pad && grow < q_rows;
+        cp_async16(smem_u32(sA + ks * BM * BK + swz(r, c)), ok ? Q + (long long)grow * d_pad + gk : Q,
+                   ok ? 16 : 0);
+    }
+    cp_async_commit();
+#endif
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
         if (s < total) load();
@@ -170,7 +192,11 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         cp_async_commit();
         ++g;
 
+#ifdef RESIDENT
+        const signed char* a = sA + kb * BM * BK;
+#else
         const signed char* a = sA + stage * BM * BK;
+#endif
         const signed char* b = sB + stage * BN * BK;
         stage = stage + 1 == STAGES ? 0 : stage + 1;
 #ifdef WGMMA
@@ -207,6 +233,15 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     };
 
     for (int col0 = tile_begin * BN; col0 < tile_end * BN; col0 += BN) {
+#ifdef RESIDENT
+        // The tile's norms, loaded while its products run (one block an SM has too few
+        // warps to hide the loads' latency at the keys).
+        float nf[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) nf[nt][e] = __ldg(norms + min(col0 + my_col + nt * 8 + e, n_valid - 1));
+#endif
         step(0, true);
         for (int kb = 1; kb < nk; ++kb) step(kb, false);
 #ifdef WGMMA
@@ -231,7 +266,11 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = col0 + my_col + nt * 8 + e;
+#ifdef RESIDENT
+                const int nrm = col < n_valid ? __float2int_rn(nf[nt][e]) : 0;
+#else
                 const int nrm = col < n_valid ? __float2int_rn(norms[col]) : 0;
+#endif
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll

@@ -15,9 +15,12 @@ to the smaller column, so everything after the search is unchanged.
 On Hopper (compute capability 9.0) the products are ``wgmma`` instead: each
 warpgroup's 64 rows times the tile's COLS, issued asynchronously from the same
 shared-memory stages (their swizzle is the tensor cores' own), one stage's
-products in flight while the next is waited for.  It frees the registers and
-issue slots ``mma.sync`` spent on fragments, so the search is then bound by
-moving the operands into shared memory (docs/performance-history.md).
+products in flight while the next is waited for.  ``wgmma`` leaves the search
+bound by the bytes it moves into shared memory, so where they fit the block's
+query rows are loaded once and stay (:data:`WGMMA_RESIDENT`): only training rows
+stream through the ring, half the bytes a tile moves, one block an SM, the
+tile's norms loaded while its products run.  :class:`Build` names each build,
+:func:`build_for` picks one (docs/performance-history.md: what each measured).
 
 It needs int8 operands (8-bit data, ``precision="int8"``), ``mma.sync`` and
 ``cp.async`` (compute capability 8.0 or newer) and enough shared memory for the
@@ -31,6 +34,7 @@ tensor-core instructions.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,7 +46,6 @@ ROWS, STAGE_BYTES, THREADS, QUEUE = 128, 64, 256, 32   # as fused.cu has them
 # The block's shape, passed to fused.cu: training rows per tile (a multiple of 64), the
 # depth of the operand ring, and blocks per SM the registers must allow.
 COLS, STAGES, MIN_BLOCKS = 128, 3, 2
-WGMMA_STAGES = 4  # the ring on Hopper: one stage's products stay in flight while it loads
 WGMMA = (9, 0)    # the compute capability whose products are wgmma (sm_90a; not Blackwell's)
 MAX_K = 64
 MAX_SPLITS = 512  # a few query rows over many training rows still fill the GPU
@@ -54,11 +57,52 @@ _MODULES: dict[tuple, Any] = {}
 _OPTIN: dict[int, tuple[int, int, tuple[int, int]]] = {}
 
 
-def shared_bytes(K: int, wgmma: bool = False) -> int:
-    """Dynamic shared memory of a block for lists of ``K``: the operand ring (deeper with
-    ``wgmma``), the lists, the queues, and a count and threshold per row."""
-    stages = WGMMA_STAGES if wgmma else STAGES
-    return stages * (ROWS + COLS) * STAGE_BYTES + ROWS * (K + QUEUE) * 8 + ROWS * 8
+@dataclass(frozen=True)
+class Build:
+    """One build of ``fused.cu``: its products (``wgmma`` or ``mma.sync``), whether the
+    block's query rows stay in shared memory (``resident``: only training rows stream
+    through the ring), the ring's depth and the blocks an SM holds."""
+
+    wgmma: bool
+    resident: bool
+    stages: int
+    min_blocks: int
+
+    def options(self) -> tuple[str, ...]:
+        """NVRTC's options (CuPy adds its own architecture after them)."""
+        out = ("--std=c++17", f"-DBN={COLS}", f"-DSTAGES={self.stages}",
+               f"-DMIN_BLOCKS={self.min_blocks}")
+        if self.wgmma:
+            out += ("-DWGMMA",) + (("-DRESIDENT",) if self.resident else ()) + ("-arch=sm_90a",)
+        return out
+
+    def shared_bytes(self, K: int, d_pad: int) -> int:
+        """Dynamic shared memory of a block for lists of ``K`` over ``d_pad`` features:
+        the query rows (all of them when resident, else a ring's worth), the training
+        rows' ring, the lists, the queues, and a count and threshold per row."""
+        queries = -(-d_pad // STAGE_BYTES) if self.resident else self.stages
+        return ((queries * ROWS + self.stages * COLS) * STAGE_BYTES
+                + ROWS * (K + QUEUE) * 8 + ROWS * 8)
+
+
+MMA_SYNC = Build(wgmma=False, resident=False, stages=STAGES, min_blocks=MIN_BLOCKS)
+"""Compute capability 8.0 and newer but Hopper: mma.sync, two blocks an SM."""
+WGMMA_STREAMED = Build(wgmma=True, resident=False, stages=4, min_blocks=2)
+"""Hopper where the query rows do not fit beside the ring: one stage's products in flight."""
+WGMMA_RESIDENT = Build(wgmma=True, resident=True, stages=6, min_blocks=1)
+"""Hopper: the query rows loaded once, half the bytes a tile moves, one block an SM."""
+
+
+def shared_bytes(K: int, d_pad: int = 784, build: Build = MMA_SYNC) -> int:
+    """:meth:`Build.shared_bytes` (the mma.sync build's by default)."""
+    return build.shared_bytes(K, d_pad)
+
+
+def build_for(K: int, d_pad: int, capability: tuple[int, int], optin: int) -> Build | None:
+    """The build a search for lists of ``K`` over ``d_pad`` features runs on a GPU of
+    ``capability`` with ``optin`` bytes of shared memory a block (None: none fits)."""
+    builds = (WGMMA_RESIDENT, WGMMA_STREAMED) if capability == WGMMA else (MMA_SYNC,)
+    return next((b for b in builds if b.shared_bytes(K, d_pad) <= optin), None)
 
 
 def _device() -> tuple[int, int, tuple[int, int]]:
@@ -85,7 +129,7 @@ def usable_for(K: int, precision: Precision, eight_bit: bool, method: str, d_pad
         optin, _, capability = _device()
     except Exception:  # no CuPy or no GPU in this process
         return False
-    return capability >= NEEDS and shared_bytes(K, capability == WGMMA) <= optin
+    return capability >= NEEDS and build_for(K, d_pad, capability, optin) is not None
 
 
 def usable(train: Any, K: int) -> bool:
@@ -95,22 +139,10 @@ def usable(train: Any, K: int) -> bool:
                            int(train.operand.shape[1])))
 
 
-def uses_wgmma() -> bool:
-    """Whether the search on the current GPU runs its products on ``wgmma`` (Hopper)."""
-    return _device()[2] == WGMMA
-
-
-def _options(wgmma: bool = False) -> tuple[str, ...]:
-    if wgmma:
-        return ("--std=c++17", f"-DBN={COLS}", f"-DSTAGES={WGMMA_STAGES}",
-                f"-DMIN_BLOCKS={MIN_BLOCKS}", "-DWGMMA", "-arch=sm_90a")
-    return ("--std=c++17", f"-DBN={COLS}", f"-DSTAGES={STAGES}", f"-DMIN_BLOCKS={MIN_BLOCKS}")
-
-
-def _kernels(wgmma: bool) -> tuple[Any, Any]:
+def _kernels(build: Build) -> tuple[Any, Any]:
     import cupy
 
-    key = (cupy.cuda.Device().id, _options(wgmma))
+    key = (cupy.cuda.Device().id, build.options())
     if key not in _MODULES:
         _MODULES[key] = cupy.RawModule(code=source(__package__, "fused.cu"), options=key[1])
     module = _MODULES[key]
@@ -135,22 +167,25 @@ class FusedTopK:
     Calling it launches both kernels on the current CuPy stream; ``keys``
     (float64 ``|t|^2 - 2 q.t``, inf where none) and ``cols`` (int32, 2^31 - 1
     where none), each ``(m, K)`` ascending, then hold the result, as a
-    :class:`.search.Scan`'s do.  ``wgmma`` picks the products (None: ``wgmma``
-    where :func:`uses_wgmma`); both give the same keys and columns.
+    :class:`.search.Scan`'s do.  ``build`` picks the kernel's build (None:
+    :func:`build_for` this GPU); every build gives the same keys and columns.
     """
 
     def __init__(self, queries: Any, train: Any, m: int, K: int,
-                 wgmma: bool | None = None) -> None:
+                 build: Build | None = None) -> None:
         import cupy
 
-        self.wgmma = uses_wgmma() if wgmma is None else wgmma
-        self.search, self.merge = _kernels(self.wgmma)
+        optin, sms, capability = _device()
+        d_pad = int(train.operand.shape[1])
+        self.build = build or build_for(K, d_pad, capability, optin)
+        if self.build is None:
+            raise ValueError(f"lists of {K} over {d_pad} features do not fit the shared memory")
+        self.search, self.merge = _kernels(self.build)
         self.queries, self.train, self.m, self.K = queries, train, m, K
-        _, sms, _ = _device()
         tiles = max(1, -(-train.n // COLS))
-        self.splits = splits(-(-m // ROWS), tiles, sms * MIN_BLOCKS)
+        self.splits = splits(-(-m // ROWS), tiles, sms * self.build.min_blocks)
         self.tiles_per_split = -(-tiles // self.splits)
-        self.shared = shared_bytes(K, self.wgmma)
+        self.shared = self.build.shared_bytes(K, d_pad)
         self.search.max_dynamic_shared_size_bytes = self.shared
         self.parts = cupy.empty((self.splits, m, K), dtype=np.int64)
         self.keys = cupy.empty((m, K), dtype=np.float64)
