@@ -268,6 +268,13 @@ def test_cli_dtype_float32_same_predictions_and_notes(tmp_path):
     assert rows["sklearn"]["note"] == "rows converted to float32 (--dtype uint8)"
 
 
+def test_cli_json_names_the_search_that_ran(tmp_path):
+    """Every figure names the path that made it: the workers' search, here the tile loop
+    of the CPU with the run's precision."""
+    got = _knn_digits_json(tmp_path, "search", "--dtype", "uint8")
+    assert got["search"] == [f"tile loop, {got['precision']} products on the CPU"]
+
+
 def test_cli_knn_shard_plan_reports_the_merge_traffic(tmp_path, capsys):
     """The shard plan merges candidates across workers: Dask's transfer records show it,
     in the predict phases, while the replicate plan's queries never move."""

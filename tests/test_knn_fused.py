@@ -94,6 +94,11 @@ def test_wgmma_only_on_hopper(capability):
     assert "-DWGMMA" not in fused.MMA_SYNC.options()
 
 
+def test_each_build_has_its_own_name_for_the_runs_json():
+    labels = {b.label for b in (fused.MMA_SYNC, fused.WGMMA_STREAMED, fused.WGMMA_RESIDENT)}
+    assert len(labels) == 3 and all(label.startswith("fused, ") for label in labels)
+
+
 def test_hopper_keeps_the_query_rows_where_they_fit():
     """The resident build where the block's query rows fit beside the ring and the lists;
     else the streamed one; else none."""
@@ -137,7 +142,8 @@ def test_fused_search_finds_the_brute_force_neighbours(m, n, d, k, levels):
     train = prepare_train(cupy.asarray(T), "int8", True, 128)
     cand = cupy.asnumpy(local_candidates(cupy.asarray(Q), train, cupy.asarray(y),
                                          cupy.arange(n, dtype=np.int64), k))
-    assert next(iter(train.loops.values())).fused is not None
+    loop = next(iter(train.loops.values()))
+    assert loop.fused is not None and loop.kind == loop.fused.build.label
     diff = Q[:, None, :].astype(np.int64) - T[None].astype(np.int64)
     dist = (diff * diff).sum(-1)
     order = np.argsort(dist, axis=1, kind="stable")[:, :k]

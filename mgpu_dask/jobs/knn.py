@@ -39,11 +39,13 @@ def predict_phases(clf: KNeighborsClassifier, queries: Any, client: Any, timeout
 
 
 def searched(client: Any, s: Any, clf: KNeighborsClassifier) -> dict[str, Any]:
-    """Whether every worker's tile loop ran as one CUDA graph, and the notes of the run."""
+    """Which searches the workers ran (``search``: the fused kernel's build or the tile
+    loop), whether every worker's tile loop ran as one CUDA graph, and the run's notes."""
     ran = client.run(plans.what_ran)
     graphs = [r["graph"] for r in ran.values() if r["graph"] is not None]
     worker_notes = sorted({n for r in ran.values() for n in r["notes"]})
-    return {"graph": all(graphs) if graphs else None,
+    return {"search": sorted({s for r in ran.values() for s in r.get("searches", ())}),
+            "graph": all(graphs) if graphs else None,
             "notes": notes(s, clf.precision_note_, *worker_notes)}
 
 

@@ -62,11 +62,16 @@ def _guarded(fn: Any, Qb: Any, train: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 RAN: dict[str, Any] = {}
-"""What the searches in this process ran, for :func:`what_ran`: whether the tile loop was
-one CUDA graph, and why not; whether the kernels had their fast launch."""
+"""What the searches in this process ran, for :func:`what_ran`: which search (the fused
+kernel's build or the tile loop), whether the tile loop was one CUDA graph, and why not;
+whether the kernels had their fast launch."""
 
 
-def _searched(stats: dict[str, Any]) -> None:
+def _searched(stats: dict[str, Any], gpu: bool) -> None:
+    if stats.get("search"):
+        RAN.setdefault("searches", set()).add(stats["search"])
+    if not gpu:
+        return
     RAN["graph"] = RAN.get("graph", True) and bool(stats.get("graph"))
     for key in ("graph_note", "launch_note"):
         if stats.get(key):
@@ -74,9 +79,10 @@ def _searched(stats: dict[str, Any]) -> None:
 
 
 def what_ran() -> dict[str, Any]:
-    """Run on a worker: whether its searches' tile loops ran as CUDA graphs, and the notes
-    of what fell back (the graph, the kernels' fast launch)."""
-    return {"graph": RAN.get("graph"), "notes": sorted(RAN.get("notes", ()))}
+    """Run on a worker: which searches it ran, whether their tile loops ran as CUDA graphs,
+    and the notes of what fell back (the graph, the kernels' fast launch)."""
+    return {"graph": RAN.get("graph"), "notes": sorted(RAN.get("notes", ())),
+            "searches": sorted(RAN.get("searches", ()))}
 
 
 def row_index(xp: Any, n: int, offset: int) -> Any:
@@ -92,8 +98,7 @@ def _search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int,
     stats: dict[str, Any] = {}
     cand = _guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
                     tile_bytes=tile_bytes, stats=stats)
-    if xp is not np:
-        _searched(stats)
+    _searched(stats, xp is not np)
     return cand
 
 

@@ -76,6 +76,13 @@ class Build:
             out += ("-DWGMMA",) + (("-DRESIDENT",) if self.resident else ()) + ("-arch=sm_90a",)
         return out
 
+    @property
+    def label(self) -> str:
+        """The build as a run's JSON names the search it ran."""
+        if not self.wgmma:
+            return "fused, mma.sync"
+        return "fused, wgmma, query rows resident" if self.resident else "fused, wgmma"
+
     def shared_bytes(self, K: int, d_pad: int) -> int:
         """Dynamic shared memory of a block for lists of ``K`` over ``d_pad`` features:
         the query rows (all of them when resident, else a ring's worth), the training

@@ -155,6 +155,15 @@ class TileLoop:
                 self.graph_note = ("not captured: UCX runs in this process (--protocol ucx), "
                                    "and its threads make CUDA calls of their own")
 
+    @property
+    def kind(self) -> str:
+        """The search this loop runs, as a run's JSON names it: the fused kernel's build,
+        or the tile loop and its products' precision."""
+        if self.fused is not None:
+            return self.fused.build.label
+        where = "" if self.gpu else " on the CPU"
+        return f"tile loop, {self.train.precision.value} products{where}"
+
     def follow(self) -> None:
         """Make the loop's stream wait for the work already queued on the caller's stream."""
         if self.stream is not None:
@@ -327,6 +336,7 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
     if loop.stream is not None:  # the caller's stream knows nothing of the loop's
         loop.stream.synchronize()
     if stats is not None:
+        stats["search"] = loop.kind
         stats["graph"] = loop.graph is not None
         stats["graph_note"] = loop.graph_note
         scan = getattr(loop.scan, "_launch", None)
