@@ -34,9 +34,9 @@ def test_source_ships_and_agrees_with_the_python_side():
 def test_shared_memory_fits_the_gpus_it_is_meant_for():
     """Lists of any K fit an A100's 163 KiB per block, and k up to 16 a consumer
     Ampere or Ada GPU's 99 KiB; longer lists take more."""
-    assert fused.shared_bytes(fused.MAX_K) <= 163 * 1024
-    assert fused.shared_bytes(16) <= 99 * 1024
-    assert fused.shared_bytes(2) < fused.shared_bytes(3)
+    assert fused.MMA_SYNC.shared_bytes(fused.MAX_K, 784) <= 163 * 1024
+    assert fused.MMA_SYNC.shared_bytes(16, 784) <= 99 * 1024
+    assert fused.MMA_SYNC.shared_bytes(2, 784) < fused.MMA_SYNC.shared_bytes(3, 784)
     # Hopper: the streamed build's deeper ring still leaves two blocks an SM (228 KiB, 1 KiB
     # reserved each) at k=3, and MNIST's query rows stay resident with lists of 3 or 10
     assert 2 * (fused.WGMMA_STREAMED.shared_bytes(3, 784) + 1024) <= 228 * 1024
@@ -78,10 +78,11 @@ def test_usable_only_for_int8_products_of_8bit_data(device):
 def test_usable_needs_ampere_and_the_shared_memory(device):
     device(capability=(7, 5))
     assert not fused.usable_for(3, Precision.INT8, True, "gemm", 784)
-    device(capability=(8, 0), optin=fused.shared_bytes(10))
+    device(capability=(8, 0), optin=fused.MMA_SYNC.shared_bytes(10, 784))
     assert fused.usable_for(10, Precision.INT8, True, "gemm", 784)
     assert not fused.usable_for(11, Precision.INT8, True, "gemm", 784)
-    device(capability=(9, 0), optin=fused.shared_bytes(10))  # Hopper's rings are deeper
+    # Hopper's rings are deeper
+    device(capability=(9, 0), optin=fused.MMA_SYNC.shared_bytes(10, 784))
     assert not fused.usable_for(10, Precision.INT8, True, "gemm", 784)
     device(capability=(9, 0), optin=fused.WGMMA_STREAMED.shared_bytes(10, 784))
     assert fused.usable_for(10, Precision.INT8, True, "gemm", 784)

@@ -44,7 +44,7 @@ def searched(client: Any, s: Any, clf: KNeighborsClassifier) -> dict[str, Any]:
     ran = client.run(plans.what_ran)
     graphs = [r["graph"] for r in ran.values() if r["graph"] is not None]
     worker_notes = sorted({n for r in ran.values() for n in r["notes"]})
-    return {"search": sorted({s for r in ran.values() for s in r.get("searches", ())}),
+    return {"search": sorted({kind for r in ran.values() for kind in r.get("searches", ())}),
             "graph": all(graphs) if graphs else None,
             "notes": notes(s, clf.precision_note_, *worker_notes)}
 

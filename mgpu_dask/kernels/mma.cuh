@@ -1,7 +1,8 @@
 // int8 tensor-core helpers of our CUDA C kernels (knn/fused.cu, logreg/fused.cu): loads
 // into shared memory with cp.async, ldmatrix, and mma.sync m16n8k32 (int8 in, exact
-// int32 out), compute capability 8.0 or newer; and Hopper's wgmma (sm_90a only).  Put in front of each kernel's source
-// by kernels/cuda_source.py, so that CuPy's cache key (the source) holds it.
+// int32 out), compute capability 8.0 or newer; and Hopper's wgmma (sm_90a only).  Put
+// in front of each kernel's source by kernels/cuda_source.py, so that CuPy's cache key
+// (the source) holds it.
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p);

@@ -44,7 +44,7 @@
 #define AHEAD (STAGES - 1)
 #endif
 #define LK 64            // longest list (MAX_K); a block's lists take BM * K entries
-#define QCAP 32          // queue entries per row and round
+#define QCAP 32          // queue entries per row between two merges
 #define EMPTY 0x7fffffffffffffffLL
 #define NO_KEY 0x7fffffff
 #define OPEN_KEY 0x7ffffffe   // threshold of a list not yet full: every real key passes

@@ -100,11 +100,6 @@ WGMMA_RESIDENT = Build(wgmma=True, resident=True, stages=6, min_blocks=1)
 """Hopper: the query rows loaded once, half the bytes a tile moves, one block an SM."""
 
 
-def shared_bytes(K: int, d_pad: int = 784, build: Build = MMA_SYNC) -> int:
-    """:meth:`Build.shared_bytes` (the mma.sync build's by default)."""
-    return build.shared_bytes(K, d_pad)
-
-
 def build_for(K: int, d_pad: int, capability: tuple[int, int], optin: int) -> Build | None:
     """The build a search for lists of ``K`` over ``d_pad`` features runs on a GPU of
     ``capability`` with ``optin`` bytes of shared memory a block (None: none fits)."""
