@@ -1,7 +1,8 @@
 """Builds of the fused KNN search (``kernels/knn/fused.cu``) side by side on one GPU,
 without Dask: mma.sync and, on Hopper, wgmma with the query rows streamed or
-resident (rings of 4, 6 and 8 stages), each whole and with parts cut out of the
-source, to see what bounds the search.
+resident, and resident with the ring loaded by TMA (rings of TMA_STAGES, default
+6, 8 and 10), each whole and with parts cut out of the source, to see what bounds the
+search.
 
 usage (GPU machine): python benchmarks/knn_fused_builds.py OUT.json
 
@@ -14,10 +15,12 @@ nothing else), so those two give no neighbours.  ms: the mean of 10 launches
 after 3, timed by CUDA events.
 """
 import json
+import os
 import sys
 
 import numpy as np
 
+STAGES = tuple(int(s) for s in os.environ.get("TMA_STAGES", "6 8 10").split())
 SIZES = ((17500, 52500, 3, 256), (70000, 210000, 3, 256), (17500, 1_000_000, 3, 256),
          (300, 20000, 10, 256), (1000, 3000, 64, 4))
 
@@ -25,24 +28,26 @@ SIZES = ((17500, 52500, 3, 256), (70000, 210000, 3, 256), (17500, 1_000_000, 3, 
 def builds(fused):
     """(name, Build, source text) of each build."""
     plain = fused.source("mgpu_dask.kernels.knn", "fused.cu")
-    a = plain.index("        // The tile is done: keys,")
-    b = plain.index("#ifndef WGMMA\n        zero(acc);")
+    head = "    auto tile_keys = [&](const int col0, auto nrm_of) {\n"
     sink = ("        { int x = 0;\n#pragma unroll\n"
             "          for (int i = 0; i < MT * NT * 4; ++i) x ^= (&acc[0][0][0])[i];\n"
-            "          if (x == 0x1234567) out[0] = 1; }\n")
-    products = plain[:a] + sink + plain[b:]
+            "          if (x == 0x1234567) out[0] = 1; return; }\n")
+    products = plain.replace(head, head + sink)
     loads = products.replace("mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);",
                              "acc[mt][nt][0] ^= af[mt][0] ^ bf[nt][1];")
     out = [("mma.sync", fused.MMA_SYNC, plain), ("mma.sync products only", fused.MMA_SYNC, products),
            ("mma.sync loads only", fused.MMA_SYNC, loads)]
     if fused._device()[2] == fused.WGMMA:
-        resident = fused.WGMMA_RESIDENT
         out += [("wgmma streamed", fused.WGMMA_STREAMED, plain),
-                ("wgmma streamed products only", fused.WGMMA_STREAMED, products)]
-        for stages in (4, 6, 8):
-            build = fused.Build(True, True, stages, 1)
-            out.append((f"wgmma resident, ring of {stages}", build, plain))
-        out.append(("wgmma resident products only", resident, products))
+                ("wgmma resident", fused.WGMMA_RESIDENT, plain),
+                ("wgmma resident products only", fused.WGMMA_RESIDENT, products)]
+        for stages in STAGES:
+            build = fused.Build(True, True, stages, 1, tma=True)
+            out.append((f"wgmma TMA, ring of {stages}", build, plain))
+        out.append(("wgmma TMA products only", fused.WGMMA_TMA, products))
+    only = os.environ.get("BUILDS")
+    if only:
+        out = [b for b in out if b[0] == "mma.sync" or any(w in b[0] for w in only.split(","))]
     return out
 
 

@@ -125,7 +125,8 @@ def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package):
     from mgpu_dask.kernels.logreg import fused as logreg_fused
 
     variants = ([b.options() for b in (knn_fused.MMA_SYNC, knn_fused.WGMMA_STREAMED,
-                                        knn_fused.WGMMA_RESIDENT)] if package.endswith("knn")
+                                        knn_fused.WGMMA_RESIDENT, knn_fused.WGMMA_TMA)]
+                if package.endswith("knn")
                 else [logreg_fused.options(10, 48)])
     text = source(package, "fused.cu")
     marker = resources.files(package).joinpath("fused.cu").read_text().splitlines()[0]

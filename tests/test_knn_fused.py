@@ -41,6 +41,10 @@ def test_shared_memory_fits_the_gpus_it_is_meant_for():
     # reserved each) at k=3, and MNIST's query rows stay resident with lists of 3 or 10
     assert 2 * (fused.WGMMA_STREAMED.shared_bytes(3, 784) + 1024) <= 228 * 1024
     assert fused.WGMMA_RESIDENT.shared_bytes(10, 784) <= 227 * 1024
+    assert fused.WGMMA_TMA.shared_bytes(10, 784) <= 227 * 1024
+    assert fused.WGMMA_TMA.shared_bytes(3, 784) == fused.WGMMA_RESIDENT.shared_bytes(3, 784) + (
+        (fused.WGMMA_TMA.stages - fused.WGMMA_RESIDENT.stages) * fused.COLS * 64
+        + 16 * fused.WGMMA_TMA.stages)
     assert fused.WGMMA_RESIDENT.shared_bytes(3, 784) < fused.WGMMA_RESIDENT.shared_bytes(3, 840)
 
 
@@ -96,20 +100,25 @@ def test_wgmma_only_on_hopper(capability):
 
 
 def test_each_build_has_its_own_name_for_the_runs_json():
-    labels = {b.label for b in (fused.MMA_SYNC, fused.WGMMA_STREAMED, fused.WGMMA_RESIDENT)}
-    assert len(labels) == 3 and all(label.startswith("fused, ") for label in labels)
+    labels = {b.label for b in (fused.MMA_SYNC, fused.WGMMA_STREAMED, fused.WGMMA_RESIDENT,
+                                fused.WGMMA_TMA)}
+    assert len(labels) == 4 and all(label.startswith("fused, ") for label in labels)
 
 
 def test_hopper_keeps_the_query_rows_where_they_fit():
-    """The resident build where the block's query rows fit beside the ring and the lists;
-    else the streamed one; else none."""
+    """The TMA build where the block's query rows fit beside its deeper ring and the
+    lists; else the resident build's shorter ring; else the streamed one; else none."""
     optin = 227 * 1024
-    assert fused.build_for(3, 784, (9, 0), optin) == fused.WGMMA_RESIDENT
+    assert fused.build_for(3, 784, (9, 0), optin) == fused.WGMMA_TMA
+    assert fused.build_for(10, 784, (9, 0), optin) == fused.WGMMA_TMA
+    assert fused.build_for(32, 784, (9, 0), optin) == fused.WGMMA_RESIDENT
     assert fused.build_for(fused.MAX_K, 784, (9, 0), optin) == fused.WGMMA_STREAMED
     assert fused.build_for(3, 2048, (9, 0), optin) == fused.WGMMA_STREAMED
     assert fused.build_for(3, 784, (9, 0), 64 * 1024) is None
     assert all(o in fused.WGMMA_RESIDENT.options() for o in ("-DWGMMA", "-DRESIDENT", "-arch=sm_90a"))
     assert "-DRESIDENT" not in fused.WGMMA_STREAMED.options()
+    assert "-DTMA" in fused.WGMMA_TMA.options() and "-DTMA" not in fused.WGMMA_RESIDENT.options()
+    assert fused.WGMMA_TMA.threads == fused.THREADS + 32 and fused.WGMMA_RESIDENT.threads == 256
 
 
 # --- on a GPU --------------------------------------------------------------------------
@@ -198,11 +207,12 @@ def test_warm_up_compiles_the_scan_only_where_the_search_is_not_fused(
 
 
 BUILDS = {"mma.sync": fused.MMA_SYNC, "wgmma streamed": fused.WGMMA_STREAMED,
-          "wgmma resident": fused.WGMMA_RESIDENT}
+          "wgmma resident": fused.WGMMA_RESIDENT, "wgmma TMA": fused.WGMMA_TMA}
 
 
 @pytest.mark.parametrize("arch, build", [("compute_80", "mma.sync"), ("compute_90", "mma.sync"),
-                                         ("sm_90", "wgmma streamed"), ("sm_90", "wgmma resident")])
+                                         ("sm_90", "wgmma streamed"), ("sm_90", "wgmma resident"),
+                                         ("sm_90", "wgmma TMA")])
 def test_fused_source_compiles_with_nvrtc_without_warnings(arch, build):
     """NVRTC needs no GPU: CI compiles the fused kernels with the options CuPy is given
     (CuPy adds its own architecture after ours; the Hopper build's sm_90a wins)."""
@@ -218,6 +228,7 @@ def test_fused_source_compiles_with_nvrtc_without_warnings(arch, build):
     wgmma = BUILDS[build].wgmma
     assert (b".target sm_90a" in ptx) == wgmma
     assert (b"wgmma.mma_async" in ptx) == wgmma
+    assert (b"cp.async.bulk.tensor.2d" in ptx) == BUILDS[build].tma
 
 
 def test_fused_kernel_fits_its_registers_without_spilling():
@@ -238,7 +249,7 @@ def test_fused_kernel_fits_its_registers_without_spilling():
     assert registers and int(registers.group(1)) <= 65536 // (fused.THREADS * fused.MIN_BLOCKS)
 
 
-@pytest.mark.parametrize("build", ["wgmma streamed", "wgmma resident"])
+@pytest.mark.parametrize("build", ["wgmma streamed", "wgmma resident", "wgmma TMA"])
 def test_wgmma_search_issues_its_products_without_serializing(build):
     """ptxas serializes wgmma (each waited for as issued) where it cannot prove the
     accumulators untouched while in flight, and says so (C7517-C7520): the Hopper
@@ -256,7 +267,7 @@ def test_wgmma_search_issues_its_products_without_serializing(build):
     assert not re.search(r"C75\d\d|serialized|injected", log), log
     registers = re.search(r"Used (\d+) registers", search)
     assert registers and int(registers.group(1)) <= 65536 // (
-        fused.THREADS * BUILDS[build].min_blocks)
+        BUILDS[build].threads * BUILDS[build].min_blocks)
     if BUILDS[build].min_blocks == 1:  # its registers hold the tile's norms: none spilled
         assert re.search(r"0 bytes spill stores, 0 bytes spill loads", search)
 
@@ -285,7 +296,18 @@ def test_every_build_finds_the_same_neighbours(m, n, k, levels):
             search = fused.FusedTopK(q, train, m, k, build=build)
             search()
             out.append((search.keys.get(), search.cols.get()))
-    assert len(out) == 3 if k <= 10 else len(out) == 2
+    assert len(out) == 4 if k <= 10 else len(out) == 2
     for keys, cols in out[1:]:
         np.testing.assert_array_equal(keys, out[0][0])
         np.testing.assert_array_equal(cols, out[0][1])
+
+
+def test_a_tensor_map_needs_rows_on_16_byte_boundaries():
+    """The driver takes a row pitch and an address on 16-byte boundaries only: anything
+    else is refused before the driver is asked (so on any machine)."""
+    from mgpu_dask.kernels import tensor_map
+
+    with pytest.raises(ValueError, match="16-byte"):
+        tensor_map.encode_bytes_2d(10, 785, 785, 0, 128, 64, 64)
+    with pytest.raises(ValueError, match="16-byte"):
+        tensor_map.encode_bytes_2d(10, 784, 784, 8, 128, 64, 64)

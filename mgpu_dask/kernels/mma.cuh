@@ -112,3 +112,42 @@ __device__ __forceinline__ void wgmma_s8_n128(int* d, unsigned long long a, unsi
 __device__ __forceinline__ void wgmma_s8_n128_first(int* d, unsigned long long a, unsigned long long b) {
     WGMMA_N128("0", "=r");
 }
+
+// --- Hopper: the tensor memory accelerator and mbarriers (sm_90) -------------------------
+// An mbarrier in shared memory counts arrivals (and, with expect_tx, bytes of bulk copies
+// still to land); a wait names the phase's parity.
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// The barriers' initialisation made visible to the tensor memory accelerator.
+__device__ __forceinline__ void fence_mbar_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_u32(bar)) : "memory");
+}
+// One arrival, and `bytes` more for the phase to wait for (what bulk copies will bring).
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                 :: "r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, int parity) {
+    asm volatile("{\n.reg .pred done;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n}\n" :: "r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+// A tensor map (CUtensorMap, 128 bytes) that the host wrote to global memory, acquired
+// before the tensor memory accelerator reads it.
+__device__ __forceinline__ void tensormap_acquire(const void* map) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" :: "l"(map) : "memory");
+}
+// The box of the 2-D tensor map at (c0 along the rows, c1 rows down) into dst, whose
+// bytes complete a transaction of bar.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* map, int c0, int c1,
+                                            unsigned long long* bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
+}
+

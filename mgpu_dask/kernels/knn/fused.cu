@@ -11,7 +11,12 @@
 // sm_90a) each warpgroup (warps 0-3, 4-7) takes its 64 rows x BN with wgmma instead,
 // from the same stages, one stage's products in flight while the next is waited for;
 // with RESIDENT too, the block's query rows are loaded once, every k-stage of them, and
-// only the training rows stream through the ring.  Lists hold
+// only the training rows stream through the ring.  With TMA as well, one warp more
+// loads the ring by the tensor memory accelerator (a tensor map of the training rows,
+// one bulk copy a stage, mbarriers saying when a stage landed and when both
+// warpgroups have read it), and the warpgroups, no longer held together by block-wide
+// barriers, run at their own pace: one takes its keys while the other's products run.
+// Lists hold
 // key * 2^32 + column, so one comparison orders by key, then by the smaller
 // column.  Each split writes its rows' lists; fused_merge keeps the K best of
 // the splits.
@@ -27,7 +32,14 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 2
 #endif
+#ifdef TMA
+#if !defined(RESIDENT) || !defined(WGMMA)
+#error "TMA needs RESIDENT and WGMMA"
+#endif
+#define THREADS 288      // two warpgroups of products and keys, and one warp that loads
+#else
 #define THREADS 256
+#endif
 #ifdef WGMMA             // Hopper: each warpgroup's 64 rows x BN with wgmma (sm_90a)
 #if BN != 128
 #error "the wgmma search takes BN 128"
@@ -88,11 +100,23 @@ __device__ __forceinline__ bool merge_queue(long long* lists, const long long* q
     return c > QCAP;
 }
 
+// __syncthreads_or and __syncthreads over barrier id of n threads (0 and THREADS: the block).
+__device__ __forceinline__ int group_or(int id, int n, int pred) {
+    int out;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\n"
+                 "selp.s32 %0, 1, 0, q;\n}\n" : "=r"(out) : "r"(pred), "r"(id), "r"(n) : "memory");
+    return out;
+}
+
+__device__ __forceinline__ void group_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory");
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 const signed char* __restrict__ T, int t_rows, int n_valid,
                 const float* __restrict__ norms, int d_pad, int tiles_per_split, int K,
-                long long* __restrict__ out)
+                long long* __restrict__ out, const void* __restrict__ tmap)
 {
     extern __shared__ __align__(1024) unsigned char smem[];  // (wgmma: stages on 512-byte boundaries)
     const int nk = (d_pad + BK - 1) / BK;
@@ -106,6 +130,10 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     long long* queue = lists + BM * K;
     int* count = (int*)(queue + BM * QCAP);
     int* thr = count + BM;
+#ifdef TMA
+    unsigned long long* full_bar = (unsigned long long*)(thr + BM);   // a ring stage landed
+    unsigned long long* empty_bar = full_bar + STAGES;                 // both warpgroups read it
+#endif
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 2, wn = warp & 3;
@@ -121,6 +149,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         thr[i] = row0 + i < m ? OPEN_KEY : CLOSED_KEY;
     }
 
+#ifndef TMA
     // Each thread copies the same 16-byte chunk c of rows r, r + 64, ... of every stage.
     const int lr = tid >> 2, lc = tid & 3;
     int load_tile = tile_begin, load_k0 = 0, load_stage = 0;
@@ -150,6 +179,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
             ++load_tile;
         }
     };
+#endif
 
 #ifdef RESIDENT
     // The query rows once, as their own group: the first stage's wait covers them too.
@@ -162,11 +192,25 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     }
     cp_async_commit();
 #endif
+#ifdef TMA
+    // The ring's barriers; the query rows landed and seen by the tensor cores.
+    if (tid == 0) {
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(full_bar + st, 1);
+            mbar_init(empty_bar + st, 2);
+        }
+        fence_mbar_init();
+    }
+    cp_async_wait<0>();
+    fence_async_shared();
+    __syncthreads();
+#else
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
         if (s < total) load();
         cp_async_commit();
     }
+#endif
 
     int acc[MT][NT][4];
     zero(acc);
@@ -179,6 +223,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     const int my_col = wn * (BN / 4) + (lane & 3) * 2;     // + nt * 8 + (v & 1), within the tile
 #endif
 
+#ifndef TMA
     // One stage of the operand ring: wait for it, start loading the stage AHEAD of it,
     // and add its products into acc (first: the tile's first stage).
     int stage = 0, g = 0;
@@ -231,29 +276,21 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         }
 #endif
     };
-
-    for (int col0 = tile_begin * BN; col0 < tile_end * BN; col0 += BN) {
-#ifdef RESIDENT
-        // The tile's norms, loaded while its products run (one block an SM has too few
-        // warps to hide the loads' latency at the keys).
-        float nf[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) nf[nt][e] = __ldg(norms + min(col0 + my_col + nt * 8 + e, n_valid - 1));
-#endif
-        step(0, true);
-        for (int kb = 1; kb < nk; ++kb) step(kb, false);
-#ifdef WGMMA
-        wgmma_wait<0>();
-        fence_regs(&acc[0][0][0], NT * 4);
 #endif
 
-        // The tile is done: keys, each compared with its row's K-th as of the last merge;
-        // one that may enter goes to the row's queue (its bit in done).  The lists take
-        // their queues only once one is half full: the thresholds tighten fast, so merges
-        // (and the waits around them) grow rare.  A queue that overflowed is pushed
-        // again, round by round, once the lists have taken what fitted.
+    // A finished tile's keys, each compared with its row's K-th as of the last merge; one
+    // that may enter goes to the row's queue (its bit in done).  The lists take their
+    // queues only once one is half full: the thresholds tighten fast, so merges (and the
+    // waits around them) grow rare.  A queue that overflowed is pushed again, round by
+    // round, once the lists have taken what fitted.  nrm_of(nt, e): the column's norm.
+    // With TMA a row belongs to one warpgroup, whose merges wait for it alone (barrier
+    // 1 + wm); the other builds merge as a block.
+#ifdef TMA
+    const int gid = 1 + wm, gsize = 128, gtid = tid & 127, row_lo = wm * 64, rows = 64;
+#else
+    const int gid = 0, gsize = THREADS, gtid = tid, row_lo = 0, rows = BM;
+#endif
+    auto tile_keys = [&](const int col0, auto nrm_of) {
         int th[MT * 2];
 #pragma unroll
         for (int h = 0; h < MT * 2; ++h) th[h] = thr[my_row + (h >> 1) * 16 + (h & 1) * 8];
@@ -266,11 +303,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = col0 + my_col + nt * 8 + e;
-#ifdef RESIDENT
-                const int nrm = col < n_valid ? __float2int_rn(nf[nt][e]) : 0;
-#else
-                const int nrm = col < n_valid ? __float2int_rn(norms[col]) : 0;
-#endif
+                const int nrm = col < n_valid ? nrm_of(nt, e) : 0;
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -290,40 +323,115 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 }
             }
         }
-        if (__syncthreads_or(full)) {
-            while (true) {
-                const int more = tid < BM && merge_queue(lists, queue, count, thr, tid, K);
-                if (!__syncthreads_or(more)) break;
+        if (!group_or(gid, gsize, full)) return;
+        while (true) {
+            const int more = gtid < rows && merge_queue(lists, queue, count, thr, row_lo + gtid, K);
+            if (!group_or(gid, gsize, more)) break;
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
+            for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = my_row + mt * 16 + h * 8;
-                        const int t = thr[r];
+                for (int h = 0; h < 2; ++h) {
+                    const int r = my_row + mt * 16 + h * 8;
+                    const int t = thr[r];
 #pragma unroll
-                        for (int nt = 0; nt < NT; ++nt) {
+                    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-                            for (int e = 0; e < 2; ++e) {
-                                const int bit = nt * 4 + h * 2 + e;
-                                const int v = acc[mt][nt][h * 2 + e];
-                                if (!(done[mt] >> bit & 1ull) && v <= t) {
-                                    const int slot = atomicAdd(&count[r], 1);
-                                    if (slot < QCAP) {
-                                        queue[r * QCAP + slot] = pack(v, col0 + my_col + nt * 8 + e);
-                                        done[mt] |= 1ull << bit;
-                                    }
+                        for (int e = 0; e < 2; ++e) {
+                            const int bit = nt * 4 + h * 2 + e;
+                            const int v = acc[mt][nt][h * 2 + e];
+                            if (!(done[mt] >> bit & 1ull) && v <= t) {
+                                const int slot = atomicAdd(&count[r], 1);
+                                if (slot < QCAP) {
+                                    queue[r * QCAP + slot] = pack(v, col0 + my_col + nt * 8 + e);
+                                    done[mt] |= 1ull << bit;
                                 }
                             }
                         }
                     }
                 }
-                __syncthreads();
+            }
+            group_sync(gid, gsize);
+        }
+    };
+
+#ifdef TMA
+    // The last warp's first lane loads the ring: each stage once both warpgroups have
+    // read it (empty_bar), one bulk copy of the tile's BN rows x BK bytes, in the tensor
+    // cores' swizzle, zeros past the rows and features (the tensor map's bounds), and
+    // full_bar says when its bytes have landed.  The warpgroups take stages as they land.
+    if (warp == 8) {
+        if (lane == 0) {
+            tensormap_acquire(tmap);
+            for (int g = 0; g < total; ++g) {
+                const int st = g % STAGES, k0 = (g % nk) * BK, r0 = (tile_begin + g / nk) * BN;
+                if (g >= STAGES) mbar_wait(empty_bar + st, (g / STAGES - 1) & 1);
+                mbar_expect_tx(full_bar + st, BN * BK);
+                tma_load_2d(sB + st * BN * BK, tmap, k0, r0, full_bar + st);
             }
         }
+    } else {
+        // A stage's products in flight while the next stage is waited for; the stage
+        // before is then read, and handed back (first: the tile's first stage).
+        int g = 0;
+        auto mma_stage = [&](const int kb, const bool first) {
+            const int st = g % STAGES;
+            mbar_wait(full_bar + st, (g / STAGES) & 1);
+            int* d = &acc[0][0][0];
+            wgmma_fence();
+            const unsigned long long da = sw64_desc(sA + kb * BM * BK + wm * 64 * BK);
+            const unsigned long long db = sw64_desc(sB + st * BN * BK);
+            if (first) wgmma_s8_n128_first(d, da, db);   // (the last tile's keys are dead)
+            else wgmma_s8_n128(d, da, db);
+            wgmma_s8_n128(d, da + 2, db + 2);   // (past d_pad the stage holds zeros)
+            wgmma_commit();
+            wgmma_wait<1>();
+            fence_regs(d, NT * 4);
+            if (!first && gtid == 0) mbar_arrive(empty_bar + (g - 1) % STAGES);
+            ++g;
+        };
+        for (int col0 = tile_begin * BN; col0 < tile_end * BN; col0 += BN) {
+            // The tile's norms, loaded while its products run.
+            float nf[NT][2];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    nf[nt][e] = __ldg(norms + min(col0 + my_col + nt * 8 + e, n_valid - 1));
+            mma_stage(0, true);
+            for (int kb = 1; kb < nk; ++kb) mma_stage(kb, false);
+            wgmma_wait<0>();
+            fence_regs(&acc[0][0][0], NT * 4);
+            if (gtid == 0) mbar_arrive(empty_bar + (g - 1) % STAGES);
+            tile_keys(col0, [&](int nt, int e) { return __float2int_rn(nf[nt][e]); });
+        }
+    }
+#else
+    for (int col0 = tile_begin * BN; col0 < tile_end * BN; col0 += BN) {
+#ifdef RESIDENT
+        // The tile's norms, loaded while its products run (one block an SM has too few
+        // warps to hide the loads' latency at the keys).
+        float nf[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) nf[nt][e] = __ldg(norms + min(col0 + my_col + nt * 8 + e, n_valid - 1));
+#endif
+        step(0, true);
+        for (int kb = 1; kb < nk; ++kb) step(kb, false);
+#ifdef WGMMA
+        wgmma_wait<0>();
+        fence_regs(&acc[0][0][0], NT * 4);
+#endif
+#ifdef RESIDENT
+        tile_keys(col0, [&](int nt, int e) { return __float2int_rn(nf[nt][e]); });
+#else
+        tile_keys(col0, [&](int nt, int e) { return __float2int_rn(norms[col0 + my_col + nt * 8 + e]); });
+#endif
 #ifndef WGMMA
         zero(acc);   // (wgmma's first product of a tile overwrites them)
 #endif
     }
+#endif
     cp_async_wait<0>();
     __syncthreads();
     if (tid < BM) merge_queue(lists, queue, count, thr, tid, K);  // what the last tiles queued

@@ -19,8 +19,12 @@ products in flight while the next is waited for.  ``wgmma`` leaves the search
 bound by the bytes it moves into shared memory, so where they fit the block's
 query rows are loaded once and stay (:data:`WGMMA_RESIDENT`): only training rows
 stream through the ring, half the bytes a tile moves, one block an SM, the
-tile's norms loaded while its products run.  :class:`Build` names each build,
-:func:`build_for` picks one (docs/performance-history.md: what each measured).
+tile's norms loaded while its products run.  Their fastest build (:data:`WGMMA_TMA`)
+adds a ninth warp that loads the ring by the tensor memory accelerator (one bulk copy a
+stage, from a tensor map of the training rows: :mod:`..tensor_map`), mbarriers in place of
+block-wide barriers, so that each warpgroup runs at its own pace and one takes its keys
+while the other's products run.  :class:`Build` names each build, :func:`build_for`
+picks one (docs/performance-history.md: what each measured).
 
 It needs int8 operands (8-bit data, ``precision="int8"``), ``mma.sync`` and
 ``cp.async`` (compute capability 8.0 or newer) and enough shared memory for the
@@ -39,10 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import tensor_map
 from ..cuda_source import source
 from ..precision import Precision
 
 ROWS, STAGE_BYTES, THREADS, QUEUE = 128, 64, 256, 32   # as fused.cu has them
+LOADER = 32       # the TMA build's loading warp, beside THREADS
 # The block's shape, passed to fused.cu: training rows per tile (a multiple of 64), the
 # depth of the operand ring, and blocks per SM the registers must allow.
 COLS, STAGES, MIN_BLOCKS = 128, 3, 2
@@ -61,35 +67,46 @@ _OPTIN: dict[int, tuple[int, int, tuple[int, int]]] = {}
 class Build:
     """One build of ``fused.cu``: its products (``wgmma`` or ``mma.sync``), whether the
     block's query rows stay in shared memory (``resident``: only training rows stream
-    through the ring), the ring's depth and the blocks an SM holds."""
+    through the ring), whether a warp of its own loads the ring by TMA (``tma``), the
+    ring's depth and the blocks an SM holds."""
 
     wgmma: bool
     resident: bool
     stages: int
     min_blocks: int
+    tma: bool = False
 
     def options(self) -> tuple[str, ...]:
         """NVRTC's options (CuPy adds its own architecture after them)."""
         out = ("--std=c++17", f"-DBN={COLS}", f"-DSTAGES={self.stages}",
                f"-DMIN_BLOCKS={self.min_blocks}")
         if self.wgmma:
-            out += ("-DWGMMA",) + (("-DRESIDENT",) if self.resident else ()) + ("-arch=sm_90a",)
+            out += (("-DWGMMA",) + (("-DRESIDENT",) if self.resident else ())
+                    + (("-DTMA",) if self.tma else ()) + ("-arch=sm_90a",))
         return out
+
+    @property
+    def threads(self) -> int:
+        """Threads of a block: two warpgroups, and the TMA build's loading warp."""
+        return THREADS + (LOADER if self.tma else 0)
 
     @property
     def label(self) -> str:
         """The build as a run's JSON names the search it ran."""
         if not self.wgmma:
             return "fused, mma.sync"
+        if self.tma:
+            return "fused, wgmma, query rows resident, TMA ring"
         return "fused, wgmma, query rows resident" if self.resident else "fused, wgmma"
 
     def shared_bytes(self, K: int, d_pad: int) -> int:
         """Dynamic shared memory of a block for lists of ``K`` over ``d_pad`` features:
         the query rows (all of them when resident, else a ring's worth), the training
-        rows' ring, the lists, the queues, and a count and threshold per row."""
+        rows' ring, the lists, the queues, a count and threshold per row, and the TMA
+        ring's two mbarriers a stage."""
         queries = -(-d_pad // STAGE_BYTES) if self.resident else self.stages
         return ((queries * ROWS + self.stages * COLS) * STAGE_BYTES
-                + ROWS * (K + QUEUE) * 8 + ROWS * 8)
+                + ROWS * (K + QUEUE) * 8 + ROWS * 8 + (16 * self.stages if self.tma else 0))
 
 
 MMA_SYNC = Build(wgmma=False, resident=False, stages=STAGES, min_blocks=MIN_BLOCKS)
@@ -98,12 +115,15 @@ WGMMA_STREAMED = Build(wgmma=True, resident=False, stages=4, min_blocks=2)
 """Hopper where the query rows do not fit beside the ring: one stage's products in flight."""
 WGMMA_RESIDENT = Build(wgmma=True, resident=True, stages=6, min_blocks=1)
 """Hopper: the query rows loaded once, half the bytes a tile moves, one block an SM."""
+WGMMA_TMA = Build(wgmma=True, resident=True, stages=8, min_blocks=1, tma=True)
+"""Hopper: as :data:`WGMMA_RESIDENT`, the ring loaded by TMA from a warp of its own and
+the two warpgroups each at its own pace."""
 
 
 def build_for(K: int, d_pad: int, capability: tuple[int, int], optin: int) -> Build | None:
     """The build a search for lists of ``K`` over ``d_pad`` features runs on a GPU of
     ``capability`` with ``optin`` bytes of shared memory a block (None: none fits)."""
-    builds = (WGMMA_RESIDENT, WGMMA_STREAMED) if capability == WGMMA else (MMA_SYNC,)
+    builds = (WGMMA_TMA, WGMMA_RESIDENT, WGMMA_STREAMED) if capability == WGMMA else (MMA_SYNC,)
     return next((b for b in builds if b.shared_bytes(K, d_pad) <= optin), None)
 
 
@@ -190,16 +210,20 @@ class FusedTopK:
         self.shared = self.build.shared_bytes(K, d_pad)
         self.search.max_dynamic_shared_size_bytes = self.shared
         self.parts = cupy.empty((self.splits, m, K), dtype=np.int64)
+        # The TMA build's map of the training rows: boxes of a tile's rows x a stage's bytes.
+        self.tmap = (tensor_map.rows_2d(train.operand, COLS, STAGE_BYTES, STAGE_BYTES)
+                     if self.build.tma else None)
         self.keys = cupy.empty((m, K), dtype=np.float64)
         self.cols = cupy.empty((m, K), dtype=np.int32)
 
     def __call__(self) -> None:
         t, q = self.train, self.queries
-        self.search((-(-self.m // ROWS), self.splits), (THREADS,),
+        tmap = self.tmap if self.tmap is not None else np.uint64(0)
+        self.search((-(-self.m // ROWS), self.splits), (self.build.threads,),
                     (q, np.int32(self.m), np.int32(q.shape[0]), t.operand,
                      np.int32(t.operand.shape[0]), np.int32(t.n), t.norms,
                      np.int32(t.operand.shape[1]), np.int32(self.tiles_per_split),
-                     np.int32(self.K), self.parts), shared_mem=self.shared)
+                     np.int32(self.K), self.parts, tmap), shared_mem=self.shared)
         self.merge((-(-self.m // 128),), (128,),
                    (self.parts, np.int32(self.splits), np.int32(self.m), np.int32(self.K),
                     self.keys, self.cols))
