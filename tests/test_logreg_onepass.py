@@ -111,3 +111,39 @@ def test_on_a_gpu_one_pass_leaves_the_unfused_bits(monkeypatch, n, d, k):
         monkeypatch, n, d, k, {"ONE_PASS_FROM": 0, "ONE_PASS": True, "FUSED": True},
         {"ONE_PASS": False, "FUSED": False})
     assert fast.one_pass and not slow.one_pass and not slow.fused
+
+
+def test_the_threshold_comes_back_after_the_warm_ups_window():
+    """The warm-up lowers the one pass's row threshold for one evaluation only, an
+    exception included."""
+    from mgpu_dask.kernels.logreg import int8
+
+    before = int8.ONE_PASS_FROM
+    with pytest.raises(RuntimeError), int8.one_pass_on_any_rows():
+        assert int8.ONE_PASS_FROM == 0
+        raise RuntimeError
+    assert int8.ONE_PASS_FROM == before
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_warm_up_compiles_the_one_pass_evaluation():
+    """A first fit of a million rows or more compiles nothing: the warm-up's few rows have
+    taken one evaluation in one pass (NVRTC's kernel and Numba's combine_i8_once)."""
+    pytest.importorskip("cupy")
+    from mgpu_dask.config.environment import has_gpu
+    from mgpu_dask.kernels.logreg import int8
+    from mgpu_dask.logreg import warmup
+
+    if not has_gpu():
+        pytest.skip("no GPU")
+    fields = dict(dtype="uint8", n_features=784, precision="auto", n_classes=10,
+                  optimizer="auto", scale=1 / 255)
+    if not warmup._one_pass(warmup.Fit(gpu=True, **fields)):
+        pytest.skip("this GPU does not take the evaluation in one pass")
+    onepass._MODULES.clear()
+    got = warmup.warm_up(gpu=True, **fields)
+    assert "the one-pass evaluation" in got["steps"]
+    wanted = onepass.options(10, term_columns(10), padded_shape(1, 784)[1])
+    assert any(key[1] == wanted for key in onepass._MODULES)
+    assert C.combine_i8_once.overloads
+    assert int8.ONE_PASS_FROM == 1 << 20

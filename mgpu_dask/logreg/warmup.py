@@ -1,6 +1,7 @@
 """The logistic-regression kernels a fit will use, compiled (or loaded from Numba's cache)
 on a worker before the data arrives: a two-iteration fit of a few rows of the same kinds
-(dtype, precision, classes, optimiser) as the run's.  Runs on the workers; imports no
+(dtype, precision, classes, optimiser) as the run's, and, where shards of a million rows
+or more would evaluate in one pass over the rows, one such evaluation of the same rows.  Runs on the workers; imports no
 scikit-learn."""
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def _kernels(fit: Fit) -> list[Any]:
                 cuda_int8.combine_i8]
         if not int8.runs_fused(fit.n_classes, cupy.cuda.Device()):  # else CuPy's kernel
             used.append(cuda_int8.softmax_xent_i8_for(fit.n_classes))
+        if _one_pass(fit):  # shards of a million rows or more
+            used.append(cuda_int8.combine_i8_once)
         if np.dtype(fit.dtype) != np.uint8 or fit.n_features % 4:
             used.append(cuda_int8.to_int8_levels)
     elif products is Precision.BF16:
@@ -82,6 +85,19 @@ def _kernels(fit: Fit) -> list[Any]:
                  lbfgs.set_trial, lbfgs.forget, lbfgs.arm, finish.assemble, finish.finish,
                  finish.apply]
     return used
+
+
+def _one_pass(fit: Fit) -> bool:
+    """Whether the fit's shards of a million rows or more (``int8.ONE_PASS_FROM``) evaluate
+    in one pass over the rows on this GPU (:mod:`mgpu_dask.kernels.logreg.onepass`)."""
+    if not fit.gpu or _products(fit) is not Precision.INT8:
+        return False
+    import cupy
+
+    from ..kernels.logreg import int8
+
+    d_pad = int8.padded_shape(ROWS, fit.n_features)[1]
+    return int8.runs_one_pass(fit.n_classes, int8.ONE_PASS_FROM, d_pad, cupy.cuda.Device())
 
 
 def cached(**fit: Any) -> bool:
@@ -120,6 +136,12 @@ def warm_up(**fields: Any) -> dict[str, Any]:
                               Precision.parse(fit.precision), fit.scale)
             fit_on_device([(X, y)], problem)
             steps.done("fit on the device")
+        if _one_pass(fit):  # the one-pass evaluation of large shards, on these rows
+            from ..kernels.logreg import int8
+
+            with int8.one_pass_on_any_rows():
+                ShardObjective(X, y, k, fit.precision, fit.scale)(coef, intercept)
+            steps.done("the one-pass evaluation")
     if not fit.gpu or fit.optimizer == "host":
         ShardObjective(X, y, k, fit.precision, fit.scale)(coef, intercept)
         steps.done("evaluation")

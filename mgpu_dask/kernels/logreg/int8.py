@@ -11,7 +11,9 @@ in a fixed order, so an evaluation gives the same bits every time.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -53,6 +55,19 @@ def runs_fused(k: int, device: Any) -> bool:
     its forward product and softmax in one kernel (:mod:`.fused`)."""
     cc = str(device.compute_capability)  # "90", "100"
     return FUSED and fused.usable(k, term_columns(k), (int(cc[:-1]), int(cc[-1])))
+
+
+@contextlib.contextmanager
+def one_pass_on_any_rows() -> Iterator[None]:
+    """Within it, shards of any size take the one-pass evaluation where it is usable: the
+    warm-up compiles its kernels on a few rows, so that a first fit of a million rows
+    compiles nothing.  Safe beside other evaluations: the one pass gives the same bits."""
+    global ONE_PASS_FROM
+    before, ONE_PASS_FROM = ONE_PASS_FROM, 0
+    try:
+        yield
+    finally:
+        ONE_PASS_FROM = before
 
 
 def runs_one_pass(k: int, n: int, d_pad: int, device: Any) -> bool:
