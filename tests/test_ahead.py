@@ -286,3 +286,17 @@ def test_the_warm_up_phase_ends_when_the_workers_finished_not_when_the_client_lo
     assert 0.0 <= phases.seconds["warm-up"] < 0.8
     (start, end), = phases.windows["warm-up"]
     assert start == began[1] and end - start == pytest.approx(phases.seconds["warm-up"])
+
+
+def test_only_deformed_mnist_warms_up_the_large_shards_evaluation():
+    """Deformed MNIST's logreg spec says its shards may be large (the warm-up then takes the
+    one-pass evaluation too, and the list has that kind of run apart); MNIST's spec, as the
+    list keys it, does not change."""
+    from mgpu_dask.jobs.warmup import logreg_spec
+
+    common = dict(dtype="uint8", precision="auto", classes=None, optimizer="auto")
+    deformed = logreg_spec(dataset="mnist-deformed", **common)
+    mnist = logreg_spec(dataset="mnist", **common)
+    assert deformed.pop("large_shards") is True and deformed == mnist
+    assert "large_shards" not in logreg_spec(dataset=None, **common)
+    assert ahead.key({**mnist, "large_shards": True}) in {ahead.key(s) for s in ahead.usual_specs()}

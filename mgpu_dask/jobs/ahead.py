@@ -133,7 +133,8 @@ def record(specs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def usual_specs() -> list[dict[str, Any]]:
     """The kinds of run ``ahead.json`` lists: ``knn`` and ``logreg`` as the command line
-    runs them by default, on MNIST-like data (uint8 or float32 rows)."""
+    runs them by default, on MNIST-like data (uint8 or float32 rows), and ``logreg`` on
+    deformed MNIST (shards large enough for the one-pass evaluation)."""
     from .warmup import knn_spec, logreg_spec
 
     specs = []
@@ -142,6 +143,8 @@ def usual_specs() -> list[dict[str, Any]]:
                               weights="distance", plan="auto", workers=None))
         specs.append(logreg_spec(dtype=dtype, dataset=None, precision="auto", classes=None,
                                  optimizer="auto"))
+    specs.append(logreg_spec(dtype="uint8", dataset="mnist-deformed", precision="auto",
+                             classes=None, optimizer="auto"))
     return specs
 
 

@@ -1,7 +1,8 @@
 """The logistic-regression kernels a fit will use, compiled (or loaded from Numba's cache)
 on a worker before the data arrives: a two-iteration fit of a few rows of the same kinds
-(dtype, precision, classes, optimiser) as the run's, and, where shards of a million rows
-or more would evaluate in one pass over the rows, one such evaluation of the same rows.  Runs on the workers; imports no
+(dtype, precision, classes, optimiser) as the run's, and, where the run's shards may hold
+a million rows or more and those evaluate in one pass over the rows, one such evaluation
+of the same rows.  Runs on the workers; imports no
 scikit-learn."""
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Fit(NamedTuple):
     optimizer: str
     scale: float | None
     label_dtype: str = "int32"
+    large_shards: bool = False   # shards may hold a million rows or more (deformed MNIST)
 
 
 def _products(fit: Fit) -> Precision:
@@ -88,9 +90,10 @@ def _kernels(fit: Fit) -> list[Any]:
 
 
 def _one_pass(fit: Fit) -> bool:
-    """Whether the fit's shards of a million rows or more (``int8.ONE_PASS_FROM``) evaluate
-    in one pass over the rows on this GPU (:mod:`mgpu_dask.kernels.logreg.onepass`)."""
-    if not fit.gpu or _products(fit) is not Precision.INT8:
+    """Whether the fit has large shards and those of a million rows or more
+    (``int8.ONE_PASS_FROM``) evaluate in one pass over the rows on this GPU
+    (:mod:`mgpu_dask.kernels.logreg.onepass`)."""
+    if not fit.gpu or not fit.large_shards or _products(fit) is not Precision.INT8:
         return False
     import cupy
 
