@@ -28,10 +28,11 @@ SIZES = ((17500, 52500, 3, 256), (70000, 210000, 3, 256), (17500, 1_000_000, 3, 
 def builds(fused):
     """(name, Build, source text) of each build."""
     plain = fused.source("mgpu_dask.kernels.knn", "fused.cu")
-    head = "    auto tile_keys = [&](const int col0, auto nrm_of) {\n"
+    head = "    auto tile_keys = [&](const int col0, const float* nrm_at, const int step) {\n"
     sink = ("        { int x = 0;\n#pragma unroll\n"
             "          for (int i = 0; i < MT * NT * 4; ++i) x ^= (&acc[0][0][0])[i];\n"
             "          if (x == 0x1234567) out[0] = 1; return; }\n")
+    assert head in plain, "fused.cu's tile_keys changed: cut its keys out anew"
     products = plain.replace(head, head + sink)
     loads = products.replace("mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);",
                              "acc[mt][nt][0] ^= af[mt][0] ^ bf[nt][1];")

@@ -20,9 +20,21 @@ def library_path() -> str | None:
     return None
 
 
+def _load(path: str) -> ctypes.CDLL:
+    """libnvrtc at ``path``, its builtins library loaded first from the same folder: NVRTC
+    opens that one by name when it compiles, and a wheel's folder is not on the loader's
+    path (PyTorch's CUDA 13 wheels bring NVRTC in ``nvidia/cu13/lib``)."""
+    folder = os.path.dirname(path)
+    for builtins in sorted(glob.glob(os.path.join(folder, "libnvrtc-builtins.so*"))):
+        if ".alt." not in builtins:
+            ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+            break
+    return ctypes.CDLL(path)
+
+
 def compile_source(source: str, name: str, options: list[str]) -> tuple[bool, str, bytes]:
     """``(compiled, log, ptx)`` of one source under ``options``."""
-    lib = ctypes.CDLL(library_path())
+    lib = _load(library_path())
     prog = ctypes.c_void_p()
     rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None)
     if rc:

@@ -282,7 +282,8 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     // that may enter goes to the row's queue (its bit in done).  The lists take their
     // queues only once one is half full: the thresholds tighten fast, so merges (and the
     // waits around them) grow rare.  A queue that overflowed is pushed again, round by
-    // round, once the lists have taken what fitted.  nrm_of(nt, e): the column's norm.
+    // round, once the lists have taken what fitted.  nrm[nt * step + e]: the column's
+    // norm (the tile's norms in registers, or in memory).
     // With TMA a row belongs to one warpgroup, whose merges wait for it alone (barrier
     // 1 + wm); the other builds merge as a block.
 #ifdef TMA
@@ -290,7 +291,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #else
     const int gid = 0, gsize = THREADS, gtid = tid, row_lo = 0, rows = BM;
 #endif
-    auto tile_keys = [&](const int col0, auto nrm_of) {
+    auto tile_keys = [&](const int col0, const float* nrm_at, const int step) {
         int th[MT * 2];
 #pragma unroll
         for (int h = 0; h < MT * 2; ++h) th[h] = thr[my_row + (h >> 1) * 16 + (h & 1) * 8];
@@ -303,7 +304,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = col0 + my_col + nt * 8 + e;
-                const int nrm = col < n_valid ? nrm_of(nt, e) : 0;
+                const int nrm = col < n_valid ? __float2int_rn(nrm_at[nt * step + e]) : 0;
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -402,7 +403,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
             wgmma_wait<0>();
             fence_regs(&acc[0][0][0], NT * 4);
             if (gtid == 0) mbar_arrive(empty_bar + (g - 1) % STAGES);
-            tile_keys(col0, [&](int nt, int e) { return __float2int_rn(nf[nt][e]); });
+            tile_keys(col0, &nf[0][0], 2);
         }
     }
 #else
@@ -423,9 +424,9 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         fence_regs(&acc[0][0][0], NT * 4);
 #endif
 #ifdef RESIDENT
-        tile_keys(col0, [&](int nt, int e) { return __float2int_rn(nf[nt][e]); });
+        tile_keys(col0, &nf[0][0], 2);
 #else
-        tile_keys(col0, [&](int nt, int e) { return __float2int_rn(norms[col0 + my_col + nt * 8 + e]); });
+        tile_keys(col0, norms + col0 + my_col, 8);   // (read as the keys are taken)
 #endif
 #ifndef WGMMA
         zero(acc);   // (wgmma's first product of a tile overwrites them)
