@@ -16,10 +16,9 @@
 // one bulk copy a stage, mbarriers saying when a stage landed and when both
 // warpgroups have read it), and the warpgroups, no longer held together by block-wide
 // barriers, run at their own pace: one takes its keys while the other's products run.
-// Lists hold
-// key * 2^32 + column, so one comparison orders by key, then by the smaller
-// column.  Each split writes its rows' lists; fused_merge keeps the K best of
-// the splits.
+// Lists hold key * 2^32 + column, so one comparison orders by key, then by the smaller
+// column.  Each split writes its rows' lists; fused_merge keeps the K best of the
+// splits.
 
 #define BM 128
 #ifndef BN
