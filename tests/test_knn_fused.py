@@ -311,3 +311,44 @@ def test_a_tensor_map_needs_rows_on_16_byte_boundaries():
         tensor_map.encode_bytes_2d(10, 785, 785, 0, 128, 64, 64)
     with pytest.raises(ValueError, match="16-byte"):
         tensor_map.encode_bytes_2d(10, 784, 784, 8, 128, 64, 64)
+
+
+def test_without_a_tensor_map_hopper_takes_the_next_build():
+    """A driver that cannot make the TMA build's tensor map leaves the resident build (or
+    the streamed one where that does not fit), never none."""
+    optin = 227 * 1024
+    assert fused.build_for(3, 784, (9, 0), optin, tma=False) == fused.WGMMA_RESIDENT
+    assert fused.build_for(fused.MAX_K, 784, (9, 0), optin, tma=False) == fused.WGMMA_STREAMED
+    assert fused.build_for(3, 784, (8, 0), optin, tma=False) == fused.MMA_SYNC
+
+
+@pytest.mark.gpu
+def test_on_hopper_a_driver_without_tensor_maps_runs_the_resident_build(monkeypatch):
+    """Where the driver cannot make the tensor map, the search runs the resident build,
+    says why, and finds the same neighbours."""
+    cupy = _gpu()
+    from mgpu_dask.kernels import tensor_map
+    from mgpu_dask.kernels.knn.operands import operand_dtype, padded_shape, prepare_queries
+    from mgpu_dask.kernels.knn.operands import prepare_train
+
+    if fused._device()[2] != fused.WGMMA:
+        pytest.skip("the TMA build is Hopper's (compute capability 9.0)")
+    rng = np.random.default_rng(1)
+    T = cupy.asarray(rng.integers(0, 256, (3000, 784)).astype(np.uint8))
+    Q = cupy.asarray(rng.integers(0, 256, (200, 784)).astype(np.uint8))
+    train = prepare_train(T, "int8", True, 128)
+    q = cupy.zeros(padded_shape(200, 784), dtype=operand_dtype(train.precision, True))
+    prepare_queries(Q, train, out=q)
+    whole = fused.FusedTopK(q, train, 200, 3)
+    whole()
+
+    def refuse(*args, **kwargs):
+        raise AttributeError("libcuda.so.1 has no cuTensorMapEncodeTiled")
+
+    monkeypatch.setattr(tensor_map, "rows_2d", refuse)
+    fallback = fused.FusedTopK(q, train, 200, 3)
+    fallback()
+    assert whole.build == fused.WGMMA_TMA and whole.note is None
+    assert fallback.build == fused.WGMMA_RESIDENT and "no tensor map" in fallback.note
+    np.testing.assert_array_equal(fallback.keys.get(), whole.keys.get())
+    np.testing.assert_array_equal(fallback.cols.get(), whole.cols.get())

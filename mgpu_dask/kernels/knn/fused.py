@@ -120,11 +120,14 @@ WGMMA_TMA = Build(wgmma=True, resident=True, stages=8, min_blocks=1, tma=True)
 the two warpgroups each at its own pace."""
 
 
-def build_for(K: int, d_pad: int, capability: tuple[int, int], optin: int) -> Build | None:
+def build_for(K: int, d_pad: int, capability: tuple[int, int], optin: int,
+              tma: bool = True) -> Build | None:
     """The build a search for lists of ``K`` over ``d_pad`` features runs on a GPU of
-    ``capability`` with ``optin`` bytes of shared memory a block (None: none fits)."""
+    ``capability`` with ``optin`` bytes of shared memory a block (None: none fits);
+    ``tma`` False: not the TMA build (its tensor map could not be made)."""
     builds = (WGMMA_TMA, WGMMA_RESIDENT, WGMMA_STREAMED) if capability == WGMMA else (MMA_SYNC,)
-    return next((b for b in builds if b.shared_bytes(K, d_pad) <= optin), None)
+    return next((b for b in builds if b.shared_bytes(K, d_pad) <= optin and (tma or not b.tma)),
+                None)
 
 
 def _device() -> tuple[int, int, tuple[int, int]]:
@@ -202,6 +205,15 @@ class FusedTopK:
         self.build = build or build_for(K, d_pad, capability, optin)
         if self.build is None:
             raise ValueError(f"lists of {K} over {d_pad} features do not fit the shared memory")
+        # The TMA build's map of the training rows: boxes of a tile's rows x a stage's bytes.
+        # A driver that cannot make it (older than CUDA 12) runs the next build instead.
+        self.tmap, self.note = None, None
+        if self.build.tma:
+            try:
+                self.tmap = tensor_map.rows_2d(train.operand, COLS, STAGE_BYTES, STAGE_BYTES)
+            except (OSError, AttributeError, RuntimeError) as exc:
+                self.note = f"no tensor map ({type(exc).__name__}: {exc}): {self.build.label} not run"
+                self.build = build_for(K, d_pad, capability, optin, tma=False)
         self.search, self.merge = _kernels(self.build)
         self.queries, self.train, self.m, self.K = queries, train, m, K
         tiles = max(1, -(-train.n // COLS))
@@ -210,9 +222,6 @@ class FusedTopK:
         self.shared = self.build.shared_bytes(K, d_pad)
         self.search.max_dynamic_shared_size_bytes = self.shared
         self.parts = cupy.empty((self.splits, m, K), dtype=np.int64)
-        # The TMA build's map of the training rows: boxes of a tile's rows x a stage's bytes.
-        self.tmap = (tensor_map.rows_2d(train.operand, COLS, STAGE_BYTES, STAGE_BYTES)
-                     if self.build.tma else None)
         self.keys = cupy.empty((m, K), dtype=np.float64)
         self.cols = cupy.empty((m, K), dtype=np.int32)
 

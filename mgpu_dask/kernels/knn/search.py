@@ -343,6 +343,8 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
         stats["launch_note"] = (None if scan is None or scan.fast or not loop.gpu
                                 else f"the scan kernel is launched through Numba's own "
                                      f"launch, slower ({scan.why})")
+        if loop.fused is not None and loop.fused.note:  # the fused build that could not run
+            stats["launch_note"] = loop.fused.note
     return out
 
 
