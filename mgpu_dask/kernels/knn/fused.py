@@ -21,9 +21,10 @@ query rows are loaded once and stay (:data:`WGMMA_RESIDENT`): only training rows
 stream through the ring, half the bytes a tile moves, one block an SM, the
 tile's norms loaded while its products run.  Their fastest build (:data:`WGMMA_TMA`)
 adds a ninth warp that loads the ring by the tensor memory accelerator (one bulk copy a
-stage, from a tensor map of the training rows: :mod:`..tensor_map`), mbarriers in place of
-block-wide barriers, so that each warpgroup runs at its own pace and one takes its keys
-while the other's products run.  :class:`Build` names each build, :func:`build_for`
+stage, from a tensor map of the training rows: :mod:`..tensor_map`; where the driver
+cannot make one, the next build runs), mbarriers in place of block-wide barriers, so that
+each warpgroup runs at its own pace and one takes its keys while the other's products
+run.  :class:`Build` names each build, :func:`build_for`
 picks one (docs/performance-history.md: what each measured).
 
 It needs int8 operands (8-bit data, ``precision="int8"``), ``mma.sync`` and
