@@ -99,6 +99,24 @@ __device__ __forceinline__ bool merge_queue(long long* lists, const long long* q
     return c > QCAP;
 }
 
+#ifdef WGMMA
+// A warpgroup's products of one stage added into d (first: written, the tile's first
+// stage), A's 64 rows at a, B's BN rows at b.  They stay in flight while the next stage
+// is waited for; those of the stage before are done when this returns, so its buffer
+// may be loaded again.  (Past d_pad a stage holds zeros.)
+__device__ __forceinline__ void stage_products(int* d, const signed char* a, const signed char* b,
+                                               bool first) {
+    wgmma_fence();
+    const unsigned long long da = sw64_desc(a), db = sw64_desc(b);
+    if (first) wgmma_s8_n128_first(d, da, db);   // (the last tile's keys are dead)
+    else wgmma_s8_n128(d, da, db);
+    wgmma_s8_n128(d, da + 2, db + 2);
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_regs(d, NT * 4);
+}
+#endif
+
 // __syncthreads_or and __syncthreads over barrier id of n threads (0 and THREADS: the block).
 __device__ __forceinline__ int group_or(int id, int n, int pred) {
     int out;
@@ -244,17 +262,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         const signed char* b = sB + stage * BN * BK;
         stage = stage + 1 == STAGES ? 0 : stage + 1;
 #ifdef WGMMA
-        // The stage's products stay in flight while the next stage is waited for; those
-        // of the stage before are done, so its buffer may be loaded again.
-        int* d = &acc[0][0][0];
-        wgmma_fence();
-        const unsigned long long da = sw64_desc(a + wm * 64 * BK), db = sw64_desc(b);
-        if (first) wgmma_s8_n128_first(d, da, db);   // (the last tile's keys are dead)
-        else wgmma_s8_n128(d, da, db);
-        wgmma_s8_n128(d, da + 2, db + 2);   // (past d_pad the stage holds zeros)
-        wgmma_commit();
-        wgmma_wait<1>();
-        fence_regs(d, NT * 4);
+        stage_products(&acc[0][0][0], a + wm * 64 * BK, b, first);
 #else
         const int steps = min(2, (d_pad - kb * BK + 31) / 32);
 #pragma unroll
@@ -280,8 +288,8 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     // A finished tile's keys, each compared with its row's K-th as of the last merge; one
     // that may enter goes to the row's queue (its bit in done).  The lists take their
     // queues only once one is half full: the thresholds tighten fast, so merges (and the
-    // waits around them) grow rare.  A queue that overflowed is pushed again, round by
-    // round, once the lists have taken what fitted.  nrm[nt * step + e]: the column's
+    // waits around them) grow rare.  A queue that overflowed is pushed again, pass after
+    // pass, once the lists have taken what fitted.  nrm[nt * step + e]: the column's
     // norm (the tile's norms in registers, or in memory).
     // With TMA a row belongs to one warpgroup, whose merges wait for it alone (barrier
     // 1 + wm); the other builds merge as a block.
@@ -376,16 +384,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         auto mma_stage = [&](const int kb, const bool first) {
             const int st = g % STAGES;
             mbar_wait(full_bar + st, (g / STAGES) & 1);
-            int* d = &acc[0][0][0];
-            wgmma_fence();
-            const unsigned long long da = sw64_desc(sA + kb * BM * BK + wm * 64 * BK);
-            const unsigned long long db = sw64_desc(sB + st * BN * BK);
-            if (first) wgmma_s8_n128_first(d, da, db);   // (the last tile's keys are dead)
-            else wgmma_s8_n128(d, da, db);
-            wgmma_s8_n128(d, da + 2, db + 2);   // (past d_pad the stage holds zeros)
-            wgmma_commit();
-            wgmma_wait<1>();
-            fence_regs(d, NT * 4);
+            stage_products(&acc[0][0][0], sA + kb * BM * BK + wm * 64 * BK, sB + st * BN * BK, first);
             if (!first && gtid == 0) mbar_arrive(empty_bar + (g - 1) % STAGES);
             ++g;
         };
