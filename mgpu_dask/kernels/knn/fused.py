@@ -24,8 +24,8 @@ adds a ninth warp that loads the ring by the tensor memory accelerator (one bulk
 stage, from a tensor map of the training rows: :mod:`..tensor_map`; where the driver
 cannot make one, the next build runs), mbarriers in place of block-wide barriers, so that
 each warpgroup runs at its own pace and one takes its keys while the other's products
-run.  :class:`Build` names each build, :func:`build_for`
-picks one (docs/performance-history.md: what each measured).
+run.  :class:`Build` names each build, :func:`build_for` picks one
+(docs/performance-history.md: what each measured).
 
 It needs int8 operands (8-bit data, ``precision="int8"``), ``mma.sync`` and
 ``cp.async`` (compute capability 8.0 or newer) and enough shared memory for the

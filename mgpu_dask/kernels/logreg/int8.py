@@ -12,7 +12,6 @@ in a fixed order, so an evaluation gives the same bits every time.
 from __future__ import annotations
 
 import contextlib
-
 from typing import Any, Iterator
 
 import numpy as np
