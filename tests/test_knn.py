@@ -137,6 +137,38 @@ def test_shard_plan_chosen_when_over_budget(client, digits, precision, per_value
                              **fit).fit(s.X_train, s.y_train)
 
 
+def test_shard_plan_sends_each_query_block_before_searching_and_merges_on_its_holder(
+        client, digits):
+    """Under the shard plan a worker's own query block leaves for the other workers before
+    its own search starts (they would wait a whole search for it otherwise), and each
+    block's candidates are merged and voted on its holder, where its own candidates are."""
+    from distributed import get_task_stream
+
+    s = digits
+    clf = KNeighborsClassifier(3, plan="shard").fit(s.X_train, s.y_train)
+    queries = shard(s.X_test, client)
+    expected = to_host(clf.predict(queries))
+    with get_task_stream(client) as stream:
+        got = to_host(clf.predict(queries))
+    np.testing.assert_array_equal(got, expected)
+    starts: dict[str, list[tuple[float, str]]] = {}
+    holder, merged_on = {}, {}
+    for task in stream.data:
+        key = task["key"]
+        name, i = key[0], key[1]
+        start = min(ss["start"] for ss in task["startstops"] if ss["action"] == "compute")
+        starts.setdefault(task["worker"], []).append((start, name))
+        if name.endswith("-send"):
+            holder[i] = task["worker"]
+        elif name.startswith("knn-predict") and len(key) == 2:
+            merged_on[i] = task["worker"]
+    assert len(holder) == 2 and len(set(holder.values())) == 2  # a block on each worker
+    assert merged_on == holder
+    for worker, ran in starts.items():
+        first = sorted(ran)[0][1]
+        assert first.endswith("-send"), f"{worker} searched before its block left: {sorted(ran)}"
+
+
 @pytest.mark.parametrize("kwargs, fit_args, match", [
     ({"n_neighbors": 0}, None, "positive integer"),
     ({"n_neighbors": 2.5}, None, "positive integer"),

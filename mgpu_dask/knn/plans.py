@@ -4,8 +4,9 @@
   against that worker's copy, with no communication afterwards.
 - ``shard``: every training shard's holder finds its local top-k for every
   query block (which visits it under a throwaway key, never as a replica of
-  the query shard) and a pairwise tree merges them, so the training set may be
-  larger than any one GPU.
+  the query shard, and leaves before its holder's own search) and a pairwise
+  tree merges them, on the block's holder where it can, so the training set
+  may be larger than any one GPU.
 
 :func:`candidates` is the search; with ``vote`` its last task per query block
 votes too (one task per block: a prediction).  :func:`vote_predictions` and
@@ -219,8 +220,11 @@ def _shard_tasks(layout: TrainLayout, qref: list, where: list, out: list, name: 
         for p in shards:
             fn = functools.partial(_sharded_block, offset=int(layout.offsets[p]), **opts)
             key = (f"{name}-local", p, i) if len(layout.X) > 1 else out[i]
-            args = (layout.ref("X", p), layout.ref("y", p),
-                    q if layout.workers[p] == holder else visitor)
+            # the holder's own search reads the block under the send's key as well: it
+            # starts once the block is on its way, not before (a worker's tasks that are
+            # ready at once start in the order they arrive, and the others would wait a
+            # whole search for the block)
+            args = (layout.ref("X", p), layout.ref("y", p), visitor)
             if len(layout.X) == 1 and vote is not None:
                 tasks.append(Pinned((f"{name}-local", p, i), (fn, *args), layout.workers[p]))
                 tasks.append(Pinned(key, (functools.partial(_vote_block, vote=vote),
@@ -229,19 +233,23 @@ def _shard_tasks(layout: TrainLayout, qref: list, where: list, out: list, name: 
                 tasks.append(Pinned(key, (fn, *args), layout.workers[p]))
             level.append((key, layout.workers[p]))
         depth = 0
-        while len(level) > 1:  # pairwise tree: log2(shards) rounds, on the left one's worker
+        while len(level) > 1:  # pairwise tree: log2(shards) rounds
             depth += 1
             merged = []
             for j in range(0, len(level), 2):
                 if j + 1 == len(level):
                     merged.append(level[j])
                     continue
-                (a, wa), (b, _) = level[j], level[j + 1]
+                (a, wa), (b, wb) = level[j], level[j + 1]
+                # on the query block's holder where it is one of the two: the holder's
+                # own search ran first, so its candidates wait there and only the other
+                # worker's travel (on the left one's worker otherwise)
+                at = wb if wb == holder else wa
                 last = len(level) == 2
                 key = out[i] if last else (f"{name}-merge", depth, j, i)
                 fn = functools.partial(_merge_blocks, vote=vote if last else None)
-                tasks.append(Pinned(key, (fn, a, b), wa))
-                merged.append((key, wa))
+                tasks.append(Pinned(key, (fn, a, b), at))
+                merged.append((key, at))
             level = merged
     return tasks
 

@@ -1,0 +1,125 @@
+"""Where a warm KNN predict's time goes across the workers: every task and transfer of
+the last REPEATS fused predicts (Dask's task stream), and on each worker the search
+calls themselves (``kernels.knn.local_candidates``, timed to the end of their GPU
+work) and the merges and votes, all on one clock (one host).
+
+usage (GPU machine): python benchmarks/knn_timeline.py OUT.json [knn job options as
+keywords, e.g. dataset=mnist-deformed copies=155 workers=2 fraction=4 repeats=3]
+
+Each predict's events are given in ms from the client's call; ``summary`` gives per
+predict the wall, the span of the searches on each worker, and what lies outside them.
+"""
+import json
+import sys
+import time
+
+TIMED = {"mgpu_dask.kernels.knn": ("local_candidates", "merge", "vote")}
+
+
+def _install() -> None:
+    """On a worker: wrap the search, merge and vote functions to record their spans."""
+    import importlib
+
+    import mgpu_dask.knn.plans as plans
+    events = []
+    plans._TIMELINE = events
+
+    def wrap(name, fn):
+        def timed(*args, **kwargs):
+            start = time.time()
+            out = fn(*args, **kwargs)
+            try:
+                import cupy
+                cupy.cuda.get_current_stream().synchronize()
+            except Exception:
+                pass
+            events.append((name, start, time.time(), getattr(args[0], "shape", None)))
+            return out
+        return timed
+
+    for module, names in TIMED.items():
+        mod = importlib.import_module(module)
+        for name in names:
+            setattr(mod, name, wrap(name, getattr(mod, name)))
+
+
+def _collect() -> list:
+    import mgpu_dask.knn.plans as plans
+    return [(n, a, b, list(s) if s else None) for n, a, b, s in getattr(plans, "_TIMELINE", [])]
+
+
+def main() -> None:
+    from distributed import get_client
+
+    import mgpu_dask.jobs.knn as job
+    out_path = sys.argv[1]
+    options = {}
+    for arg in sys.argv[2:]:
+        key, value = arg.split("=", 1)
+        options[key] = value if not value.replace(".", "").isdigit() else (
+            float(value) if "." in value else int(value))
+    workers = options.pop("workers", 1)
+    repeats = options.setdefault("repeats", 3)
+    calls = []
+    real_predict = job.KNeighborsClassifier.predict
+    state = {}
+
+    def predict(self, X, **kwargs):
+        client = get_client()
+        if "installed" not in state:
+            client.run(_install)
+            client.get_task_stream(start=time.time())  # the scheduler records from here
+            state["installed"] = True
+        start = time.time()
+        out = job.to_host(real_predict(self, X, **kwargs))
+        calls.append((start, time.time()))
+        return out
+
+    real_searched = job.searched
+
+    def searched(client, s, clf):
+        state["stream"] = client.get_task_stream(start=calls[0][0] - 1) if calls else []
+        state["workers"] = client.run(_collect)
+        return real_searched(client, s, clf)
+
+    job.KNeighborsClassifier.predict = predict
+    job.searched = searched
+    result = job.knn_job(cluster_options={"workers": workers}, **options)
+    predicts = calls[-repeats:]
+    out = {"options": {**options, "workers": workers}, "accuracy": result["accuracy"],
+           "warm_predict_median_ms": 1e3 * result["warm_predict_median"],
+           "machine": result.get("machine"), "predicts": [], "summary": []}
+    for a, b in predicts:
+        events = []
+        for task in state.get("stream", []):
+            for ss in task["startstops"]:
+                if a <= ss["start"] <= b:
+                    events.append({"what": f"{ss['action']} {task['key']}",
+                                   "worker": task.get("worker"),
+                                   "start_ms": round(1e3 * (ss["start"] - a), 2),
+                                   "stop_ms": round(1e3 * (ss["stop"] - a), 2)})
+        spans = {}
+        for worker, recorded in state.get("workers", {}).items():
+            for name, start, stop, shape in recorded:
+                if a <= start <= b:
+                    events.append({"what": f"{name} {shape}", "worker": worker,
+                                   "start_ms": round(1e3 * (start - a), 2),
+                                   "stop_ms": round(1e3 * (stop - a), 2)})
+                    if name == "local_candidates":
+                        lo, hi, total = spans.get(worker, (stop, start, 0.0))
+                        spans[worker] = (min(lo, start), max(hi, stop), total + stop - start)
+        events.sort(key=lambda e: e["start_ms"])
+        out["predicts"].append({"wall_ms": round(1e3 * (b - a), 2), "events": events})
+        out["summary"].append({
+            "wall_ms": round(1e3 * (b - a), 2),
+            "searches": {w: {"first_start_ms": round(1e3 * (lo - a), 2),
+                             "last_stop_ms": round(1e3 * (hi - a), 2),
+                             "busy_ms": round(1e3 * total, 2)}
+                         for w, (lo, hi, total) in spans.items()}})
+    json.dump(out, open(out_path, "w"), indent=1)
+    for s in out["summary"]:
+        print(json.dumps(s))
+
+
+if __name__ == "__main__":
+    main()
