@@ -43,7 +43,8 @@ def builds(fused):
                 ("wgmma resident", fused.WGMMA_RESIDENT, plain),
                 ("wgmma resident products only", fused.WGMMA_RESIDENT, products)]
         for stages in STAGES:
-            build = fused.Build(True, True, stages, 1, tma=True)
+            build = fused.Build(True, True, stages, 1, tma=True,
+                                start_tiles=fused.WGMMA_TMA.start_tiles)
             out.append((f"wgmma TMA, ring of {stages}", build, plain))
         out.append(("wgmma TMA products only", fused.WGMMA_TMA, products))
     only = os.environ.get("BUILDS")

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-ALTERNATIVES = (1.5, 4, 8, 12, 16)  # fused.START_TILES to try: the splits each picks
+ALTERNATIVES = (1.5, 4, 8, 12, 16)  # start-ups in tiles to try: the splits each picks
 SHAPES = ((17500, 52500), (8750, 52500), (70000, 210000), (35000, 210000),
           (17500, 8_137_500), (8750, 4_068_750))
 
@@ -30,7 +30,7 @@ def main():
     rng = np.random.default_rng(0)
     optin, sms, _ = fused._device()
     res = {"gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "sms": sms,
-           "start_tiles": fused.START_TILES, "rows": []}
+           "rows": []}
     real_splits = fused.splits
     for m, n in SHAPES:
         order = rng.permutation(len(X))
@@ -42,14 +42,14 @@ def main():
         prepare_queries(Q, train, out=q)
         tiles = -(-n // fused.COLS)
         build = fused.build_for(3, 784, fused._device()[2], optin)
-        picked = real_splits(-(-m // fused.ROWS), tiles, sms * build.min_blocks)
+        res["start_tiles"] = build.start_tiles
+        picked = real_splits(-(-m // fused.ROWS), tiles, sms * build.min_blocks, build.start_tiles)
         big = n > 1_000_000
         near = (-2, -1, 1, 2) if big else (-4, -2, -1, 1, 2, 4)
         others = {}  # what each start-up in tiles would pick
         for start_tiles in ALTERNATIVES:
-            fused.START_TILES = start_tiles
-            others[start_tiles] = real_splits(-(-m // fused.ROWS), tiles, sms * build.min_blocks)
-        fused.START_TILES = res["start_tiles"]
+            others[start_tiles] = real_splits(-(-m // fused.ROWS), tiles, sms * build.min_blocks,
+                                              start_tiles)
         tries = sorted({picked, *others.values(), *(max(1, picked + d) for d in near)})
         ref = None
         for s in tries:

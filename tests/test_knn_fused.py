@@ -48,16 +48,26 @@ def test_shared_memory_fits_the_gpus_it_is_meant_for():
     assert fused.WGMMA_RESIDENT.shared_bytes(3, 784) < fused.WGMMA_RESIDENT.shared_bytes(3, 840)
 
 
+@pytest.mark.parametrize("start_tiles", [fused.START_TILES, fused.WGMMA_TMA.start_tiles])
 @pytest.mark.parametrize("query_blocks, tiles, sms", [
     (1, 1, 132), (137, 410, 132), (547, 1640, 132), (137, 63574, 132), (3, 7, 108),
     (1000, 5, 264), (2, 500, 264)])
-def test_splits_fill_the_gpu_without_empty_splits(query_blocks, tiles, sms):
-    s = fused.splits(query_blocks, tiles, sms)
+def test_splits_fill_the_gpu_without_empty_splits(query_blocks, tiles, sms, start_tiles):
+    s = fused.splits(query_blocks, tiles, sms, start_tiles)
     assert 1 <= s <= min(tiles, fused.MAX_SPLITS)
     per = -(-tiles // s)
     assert (s - 1) * per < tiles  # no split is left without a tile
     if query_blocks < sms and tiles >= sms:  # a lone wave of few blocks would idle most SMs
         assert query_blocks * s >= 0.9 * sms   # (short of all: as many tiles per split)
+
+
+def test_a_slower_block_start_takes_fewer_longer_splits():
+    """MNIST's 137 query blocks over 411 tiles of training rows on 132 SMs: the TMA build's
+    blocks start slower, so its search splits the rows fewer times."""
+    assert fused.WGMMA_TMA.start_tiles > fused.START_TILES == fused.WGMMA_RESIDENT.start_tiles
+    tma = fused.splits(137, 411, 132, fused.WGMMA_TMA.start_tiles)
+    assert tma < fused.splits(137, 411, 132)
+    assert -(-411 // tma) > 2 * fused.WGMMA_TMA.start_tiles  # each split long beside its start
 
 
 @pytest.fixture
