@@ -120,8 +120,9 @@ WGMMA_RESIDENT = Build(wgmma=True, resident=True, stages=6, min_blocks=1)
 """Hopper: the query rows loaded once, half the bytes a tile moves, one block an SM."""
 WGMMA_TMA = Build(wgmma=True, resident=True, stages=8, min_blocks=1, tma=True, start_tiles=12)
 """Hopper: as :data:`WGMMA_RESIDENT`, the ring loaded by TMA from a warp of its own and
-the two warpgroups each at its own pace.  Its start-up of 12 tiles picks, at every
-shape ``benchmarks/knn_splits.py`` times, a split count within 0.1% of the fastest."""
+the two warpgroups each at its own pace.  Its blocks start slower than the others'
+(query rows, mbarriers and tensor map first): 12 tiles of start-up, as
+``benchmarks/knn_splits.py`` finds it."""
 
 
 def build_for(K: int, d_pad: int, capability: tuple[int, int], optin: int,
