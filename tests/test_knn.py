@@ -169,35 +169,6 @@ def test_shard_plan_sends_each_query_block_before_searching_and_merges_on_its_ho
         assert first.endswith("-send"), f"{worker} searched before its block left: {sorted(ran)}"
 
 
-def test_shard_plan_host_predictions_merge_and_vote_in_the_client(client, digits):
-    """Host predictions under the shard plan: each query block leaves its holder before
-    the holder's own search, every search's candidates come back to the client, which
-    merges and votes (no merge task, no candidates between workers), and the predictions
-    are the task graph's."""
-    from distributed import get_task_stream
-
-    s = digits
-    clf = KNeighborsClassifier(3, plan="shard").fit(s.X_train, s.y_train)
-    queries = shard(s.X_test, client)
-    on_workers = to_host(clf.predict(queries))
-    to_host(clf.predict(queries, on_host=True))
-    with get_task_stream(client) as stream:
-        got = to_host(clf.predict(queries, on_host=True))
-    np.testing.assert_array_equal(got, on_workers)
-    names = {task["key"][0].rsplit("-", 1)[-1] for task in stream.data}
-    assert names == {"send", "local"}
-    starts: dict[str, list[tuple[float, str]]] = {}
-    for task in stream.data:
-        start = min(ss["start"] for ss in task["startstops"] if ss["action"] == "compute")
-        starts.setdefault(task["worker"], []).append((start, task["key"][0]))
-    assert len(starts) == 2
-    for worker, ran in starts.items():
-        assert sorted(ran)[0][1].endswith("-send"), f"{worker} searched first: {sorted(ran)}"
-    moved = [ss for task in stream.data for ss in task["startstops"]
-             if ss["action"] == "transfer" and not task["key"][0].endswith("-local")]
-    assert not moved  # only query blocks travel, to the searches
-
-
 @pytest.mark.parametrize("kwargs, fit_args, match", [
     ({"n_neighbors": 0}, None, "positive integer"),
     ({"n_neighbors": 2.5}, None, "positive integer"),

@@ -52,13 +52,10 @@ class AwayFromInputs(SchedulerPlugin):
             return
         ts = self.scheduler.tasks[key]
         # An export's result is a description of shared memory (the rows stay put):
-        # the single-host fit reads it on the leader by design.  A query block's trip to
-        # the shard plan's searches is a throwaway key of its own (placement.send), which
-        # the client holds while its host predictions are gathered.
+        # the single-host fit reads it on the leader by design.
         missing = [str(d.key) for d in ts.dependencies
                    if d.who_wants and ts.processing_on not in (d.who_has or ())
-                   and not str(d.key).startswith("logreg-export-")
-                   and not (isinstance(d.key, tuple) and str(d.key[0]).endswith("-send"))]
+                   and not str(d.key).startswith("logreg-export-")]
         if missing:
             self.away.append((str(key), ts.processing_on.address, missing))
 
@@ -102,8 +99,7 @@ def _one_round(client: Client, task: str, parts) -> list[str]:
             assert (to_host(clf.predict(Q, on_host=True)) == pred).all()
         assert (pred == parts.y_test).mean() > 0.95
         arrays = {"query shard": Q}
-    persisted = {str(k) for k in client.refcount  # a query block's trip: its own key
-                 if not (isinstance(k, tuple) and str(k[0]).endswith("-send"))}
+    persisted = {str(k) for k in client.refcount}
     for what, array in arrays.items():
         problems += [f"{what}: {p}" for p in _holders(client, array)]
     problems += [f"{key} ran on {worker} away from {inputs}"

@@ -9,9 +9,7 @@
   may be larger than any one GPU.
 
 :func:`candidates` is the search; with ``vote`` its last task per query block
-votes too (one task per block: a prediction).  Host predictions need no merge
-task: under the replicate plan each holder is asked straight, under the shard
-plan every search's candidates come back and the client merges and votes.  :func:`vote_predictions` and
+votes too (one task per block: a prediction).  :func:`vote_predictions` and
 :func:`vote_probabilities` vote on candidates where they live.  Every block
 task is pinned to its worker; with a distributed client the graphs are
 submitted at once and the results come back persisted, without one they run
@@ -32,7 +30,7 @@ from ..data.sharding import meta_for
 from ..exceptions import DataError
 from ..kernels import knn as kernels
 from ..kernels.launch import all_entries_finite, array_module, finished
-from ..parallel import direct, placement, results
+from ..parallel import direct, placement
 from ..parallel.placement import Pinned
 from .layout import TrainLayout, placed_rows
 
@@ -161,11 +159,6 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int,
                                      chunks, meta, timeout)
             if done is not None:
                 return done
-        if vote[3] and client is not None and layout.plan == "shard" and len(layout.X) > 1:
-            done = _predict_gathered(client, name, Q, layout, queries, where, opts, vote,
-                                     chunks, meta, timeout)
-            if done is not None:
-                return done
     else:
         meta = meta_for(layout.device, 3, np.float64)
         chunks = (Q.chunks[0], (k,), (3,))
@@ -195,58 +188,6 @@ def _predict_straight(client: Client, name: str, layout: TrainLayout, queries: l
                       direct.Held(layout.ref("y", copies[w]))))
              for q, w in zip(queries, where)]
     return placement.run_straight(client, name, calls, chunks, meta, timeout)
-
-
-def _predict_gathered(client: Client, name: str, Q: da.Array, layout: TrainLayout,
-                      queries: list, where: list, opts: dict, vote: tuple, chunks: tuple,
-                      meta: Any, timeout: float) -> da.Array | None:
-    """Host predictions under the shard plan, the searches' candidates brought back here:
-    the tree of merges and the vote run in this process, so nothing crosses between the
-    workers after the searches, only the query blocks before them.  The blocks' trips are
-    submitted as a graph of their own ahead of the searches, so each block leaves before
-    its holder's own search starts.  None where a block has no known holder (tasks then)."""
-    if not all(hasattr(q, "key") and w is not None for q, w in zip(queries, where)):
-        return None
-    shards = len(layout.X)
-    sent = placement.persist(client, placement.pinned_array(
-        f"{name}-send", [Pinned((f"{name}-send", i, 0), (placement.send, q.key), w)
-                         for i, (q, w) in enumerate(zip(queries, where))],
-        chunks=(Q.chunks[0], (Q.shape[1],)), meta=Q._meta, inputs=queries))
-    visitors = placement.row_futures(sent)
-    tasks = []
-    for p in range(shards):
-        fn = functools.partial(_sharded_host, offset=int(layout.offsets[p]), **opts)
-        for i, (q, holder) in enumerate(zip(queries, where)):
-            block = q.key if layout.workers[p] == holder else visitors[i].key
-            tasks.append(Pinned((f"{name}-local", p * len(queries) + i, 0, 0),
-                                (fn, layout.ref("X", p), layout.ref("y", p), block),
-                                layout.workers[p]))
-    inputs = [*queries, *visitors] + [
-        f for field in (layout.X, layout.y) for f in field if hasattr(f, "status")]
-    found = placement.persist(client, placement.pinned_array(
-        f"{name}-local", tasks, chunks=(Q.chunks[0] * shards, (opts["k"],), (3,)),
-        meta=np.empty((0, 0, 0), np.float64), inputs=inputs,
-        loose=not placement.ensure_recovery(client)))
-    futures = placement.row_futures(found)
-    try:
-        cands = results.gather(client, futures, timeout)
-    finally:  # the blocks' trips and the candidates go now, not when a collector finds them
-        for future in (*visitors, *futures):
-            future.release()
-    preds = []
-    for i in range(len(queries)):
-        level = [cands[p * len(queries) + i] for p in range(shards)]
-        while len(level) > 1:  # the graphs' pairwise tree, in the same order
-            level = [kernels.merge(level[j], level[j + 1]) if j + 1 < len(level) else level[j]
-                     for j in range(0, len(level), 2)]
-        preds.append(_vote_pred(level[0], *vote))
-    return placement.in_hand(name, preds, chunks, meta)
-
-
-def _sharded_host(train: Any, yb: Any, Qb: Any, offset: int, k: int, margin: int,
-                  tile_bytes: int | None) -> np.ndarray:
-    cand = _search(Qb, train, yb, offset, k, margin, tile_bytes)
-    return cand.get() if hasattr(cand, "get") else cand
 
 
 def _replicate_tasks(layout: TrainLayout, qref: list, where: list, out: list, name: str,
