@@ -53,6 +53,22 @@ def builds(fused):
     return out
 
 
+def timed(search, warm=3, runs=10):
+    """ms of one call of ``search`` (a :class:`fused.FusedTopK`): the mean of ``runs`` calls
+    after ``warm``, timed by CUDA events on the current stream."""
+    import cupy
+
+    for _ in range(warm):
+        search()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(runs):
+        search()
+    end.record()
+    end.synchronize()
+    return cupy.cuda.get_elapsed_time(start, end) / runs
+
+
 def main():
     import cupy
 
@@ -76,15 +92,7 @@ def main():
             if build.shared_bytes(K, 784) > fused._device()[0]:
                 continue
             search = fused.FusedTopK(q, train, m, K, build=build)
-            for _ in range(3):
-                search()
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record()
-            for _ in range(10):
-                search()
-            end.record()
-            end.synchronize()
-            ms = cupy.cuda.get_elapsed_time(start, end) / 10
+            ms = timed(search)
             got = (search.keys.get(), search.cols.get())
             ref = got if ref is None else ref
             whole = "only" not in name

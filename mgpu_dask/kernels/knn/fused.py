@@ -121,8 +121,8 @@ WGMMA_RESIDENT = Build(wgmma=True, resident=True, stages=6, min_blocks=1)
 WGMMA_TMA = Build(wgmma=True, resident=True, stages=8, min_blocks=1, tma=True, start_tiles=12)
 """Hopper: as :data:`WGMMA_RESIDENT`, the ring loaded by TMA from a warp of its own and
 the two warpgroups each at its own pace.  Its blocks start slower than the others'
-(query rows, mbarriers and tensor map first): 12 tiles of start-up, as
-``benchmarks/knn_splits.py`` finds it."""
+(query rows, mbarriers and tensor map first): 12 tiles of start-up (how that was
+found: docs/performance-history.md)."""
 
 
 def build_for(K: int, d_pad: int, capability: tuple[int, int], optin: int,
