@@ -188,6 +188,36 @@ def test_bad_input_after_the_cluster_started_is_one_line_and_no_process(tmp_path
     assert _processes_with(marker) == [], "orphan worker processes"
 
 
+_LOGS_WHILE_CLOSING = """
+import logging
+from distributed import WorkerPlugin
+from mgpu_dask.cluster import connect
+
+class Loud(WorkerPlugin):
+    def setup(self, worker):
+        logging.getLogger("distributed.worker").error("MARK-RUNNING")
+
+    def teardown(self, worker):  # a worker tears its plugins down while it closes
+        logging.getLogger("distributed.worker").error("MARK-CLOSING")
+
+with connect(2, device="cpu", dashboard_address=":0") as rc:
+    rc.client.register_plugin(Loud())
+print("closed")
+"""
+
+
+def test_workers_of_a_local_cluster_log_nothing_while_they_close(tmp_path):
+    """A local cluster's workers write to the user's terminal: an error they log while
+    running gets there, one logged while they close (a heartbeat in flight when the
+    connections closed, in a CI run) does not, so the CLI's last line stays its own."""
+    proc = subprocess.run([sys.executable, "-c", _LOGS_WHILE_CLOSING], capture_output=True,
+                          text=True, timeout=180, cwd=tmp_path,
+                          env={**os.environ, "MGPU_DASK_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0 and proc.stdout == "closed\n", proc.stderr
+    assert proc.stderr.count("MARK-RUNNING") == 2, proc.stderr
+    assert "MARK-CLOSING" not in proc.stderr
+
+
 def test_cluster_that_cannot_start_is_one_line(monkeypatch, capsys):
     """A start that fails on the cluster thread (GPUs asked for, none here) reaches the
     user as connect's one-line error, exit 2."""

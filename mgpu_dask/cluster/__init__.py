@@ -13,11 +13,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .connection import IgnoreInterrupt, connect, exposure_warning
+    from .connection import connect, exposure_warning
     from .plan import ClusterKind, ClusterPlan, RunningCluster, plan_cluster
     from .starting import StartingCluster
+    from .worker_plugins import IgnoreInterrupt
 
-_WHERE = {"IgnoreInterrupt": "connection", "connect": "connection",
+_WHERE = {"IgnoreInterrupt": "worker_plugins", "connect": "connection",
           "exposure_warning": "connection", "ClusterKind": "plan", "ClusterPlan": "plan", "RunningCluster": "plan",
           "plan_cluster": "plan", "StartingCluster": "starting"}
 __all__ = ["ClusterKind", "ClusterPlan", "IgnoreInterrupt", "RunningCluster",

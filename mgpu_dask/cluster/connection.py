@@ -14,10 +14,10 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Iterator
+from typing import Iterator
 from urllib.parse import urlsplit
 
-from distributed import Client, LocalCluster, WorkerPlugin
+from distributed import Client, LocalCluster
 
 from .. import config
 from ..config.environment import is_installed
@@ -26,22 +26,9 @@ from ..parallel import latency
 from ..parallel.workers import scheduler_workers
 from . import worker_start
 from .plan import ClusterKind, ClusterPlan, RunningCluster, plan_cluster
+from .worker_plugins import QuietClose
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-class IgnoreInterrupt(WorkerPlugin):
-    """Worker plugin for long-lived clusters: Ctrl-C in a terminal reaches every process of
-    its group; the workers leave the shutdown to the cluster (no tracebacks from them)."""
-
-    idempotent = True
-
-    def setup(self, worker: Any) -> None:
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def exposure_warning(host: str | None, dashboard_address: str) -> str | None:
@@ -183,6 +170,8 @@ def connect(workers: int | None = None, *, scheduler_address: str | None = None,
             local = _start_local(plan, dashboard_address, memory_limit, host, protocol)
             # Results come straight from the workers, not relayed by the scheduler.
             client = Client(local, timeout=timeout, direct_to_workers=True)
+            # Our workers write to the user's terminal: nothing from them while they close.
+            client.register_plugin(QuietClose())
         wanted = plan.n_workers or 1
         try:
             client.wait_for_workers(wanted, timeout=timeout)
