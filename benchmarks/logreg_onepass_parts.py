@@ -6,9 +6,10 @@ usage (GPU machine): python benchmarks/logreg_onepass_parts.py OUT.json [ROWS]
 Random int8 rows (784 features, 10 classes; deformed MNIST's 8,137,500 rows unless
 ROWS is given).  "no softmax" leaves every residual zero (the gradient's products
 still run), "no gradient" drops the gradient's products and their operand loads,
-"no forward" the forward product; "loads only" drops all three.  Two softmaxes
-that give other bits, for their time only: each class's probability from the first
-exponential (one exponential a class, not two), and float exponentials.  ms: the mean of 10
+"no forward" the forward product; "loads only" drops all three.  Softmaxes that
+give other bits, for their time only: each class's probability from the first
+exponential (one exponential a class, not two) divided by the sum or times its
+reciprocal, the residual's terms not rounded, and float exponentials.  ms: the mean of 10
 launches after 3, timed by CUDA events; GB/s: the rows read once.
 """
 import json
@@ -19,12 +20,14 @@ import numpy as np
 SOFTMAX = ("            if (fresh) softmax(tile, 0);\n", "            if (fresh) softmax(tile, 32);\n")
 GRADIENT = "            if (done) gradient(tile - 1, sX + prev * TM * PITCH);\n"
 FORWARD = "        if (fresh) {  // 1. forward"
-EXP_TOP = "ex[m] = q + 4 * m < K ? exp(z[m] - top) : 0.0;"
-EXP_LSE = "const double value = live ? exp(z[m] - lse)"
+EXP_TOP = "const double e = exp(z[m] - top);"
+EXP_LSE = "const double p = exp(z[m] - lse);"
+LSE = "const double lse = top + log(total);"
+QUANTIZE = "const double qv = floor(rest + 0.5);"
 
 
 def variants(text):
-    for cut in (*SOFTMAX, GRADIENT, FORWARD, EXP_TOP, EXP_LSE):
+    for cut in (*SOFTMAX, GRADIENT, FORWARD, EXP_TOP, EXP_LSE, LSE, QUANTIZE):
         assert cut in text, f"onepass.cu changed: {cut.strip()!r} is not in it"
     no_softmax = text.replace(SOFTMAX[0], "").replace(SOFTMAX[1], "")
     no_gradient = text.replace(GRADIENT, "")
@@ -35,10 +38,15 @@ def variants(text):
                                          no_softmax.replace(GRADIENT, "")),
             ("loads only", loads),
             ("softmax: p = e / total (one exp a class)",
-             text.replace(EXP_LSE, "const double value = live ? ex[m] / total")),
+             text.replace(EXP_LSE, "const double p = ex[m] / total;")),
+            ("softmax: p = e * (1 / total) (one exp a class, one division a row)",
+             text.replace(LSE, LSE + " const double inv = 1.0 / total;")
+             .replace(EXP_LSE, "const double p = ex[m] * inv;")),
+            ("softmax: no rounding of the residual's terms",
+             text.replace(QUANTIZE, "const double qv = rest;")),
             ("softmax: float exps", text.replace(
-                EXP_TOP, "ex[m] = q + 4 * m < K ? (double)__expf((float)(z[m] - top)) : 0.0;")
-             .replace(EXP_LSE, "const double value = live ? (double)__expf((float)(z[m] - lse))"))]
+                EXP_TOP, "const double e = (double)__expf((float)(z[m] - top));")
+             .replace(EXP_LSE, "const double p = (double)__expf((float)(z[m] - lse));"))]
 
 
 def main():

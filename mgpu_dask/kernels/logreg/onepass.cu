@@ -164,15 +164,15 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
         const int* s0 = sSum + rl * SPITCH;
         const int* s1 = s0 + TM * SPITCH;
         const int target = live ? labels[row] : -1;
+        // Every thread takes CPQ classes, with no branch: one past K (its lane has fewer
+        // classes) takes class K - 1 again and is dropped, so the lanes of a warp run each
+        // class's arithmetic side by side instead of the short lanes' last class after.
         double z[CPQ], top = __longlong_as_double(0xfff0000000000000ULL);  // -inf
 #pragma unroll
         for (int m = 0; m < CPQ; ++m) {
             const int c = q + 4 * m;
-            z[m] = 0.0;
-            if (c < K) {
-                z[m] = logit_of(s0, s1, c, colinfo);
-                top = z[m] > top ? z[m] : top;
-            }
+            z[m] = logit_of(s0, s1, c < K ? c : K - 1, colinfo);
+            top = c < K && z[m] > top ? z[m] : top;
         }
         double other = __shfl_xor_sync(0xffffffffu, top, 1);
         top = other > top ? other : top;
@@ -180,13 +180,31 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
         top = other > top ? other : top;
         double ex[CPQ];
 #pragma unroll
-        for (int m = 0; m < CPQ; ++m) ex[m] = q + 4 * m < K ? exp(z[m] - top) : 0.0;
+        for (int m = 0; m < CPQ; ++m) {
+            const double e = exp(z[m] - top);
+            ex[m] = q + 4 * m < K ? e : 0.0;
+        }
         double total = 0.0;  // in class order, as softmax_xent_i8 adds them
 #pragma unroll
         for (int c = 0; c < K; ++c)
             total += __shfl_sync(0xffffffffu, ex[c >> 2], (lane & ~3) | (c & 3));
         const double lse = top + log(total);
         if (!live && q == 0) pv[K * TM + rl] = odd ? pv[K * TM + rl] + 0.0 : 0.0;
+        double value[CPQ];
+        signed char term[CPQ][TERMS];
+#pragma unroll
+        for (int m = 0; m < CPQ; ++m) {  // every class's arithmetic first, with no branch
+            const int c = q + 4 * m;
+            const double p = exp(z[m] - lse);
+            value[m] = live ? p - (c == target ? 1.0 : 0.0) : 0.0;
+            double rest = value[m] * TOP;
+#pragma unroll
+            for (int t = 0; t < TERMS; ++t) {
+                const double qv = floor(rest + 0.5);
+                term[m][t] = (signed char)(long long)qv;
+                rest = (rest - qv) * BASE;
+            }
+        }
 #pragma unroll
         for (int m = 0; m < CPQ; ++m) {
             const int c = q + 4 * m;
@@ -195,15 +213,9 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
                     const double loss = lse - z[m];
                     pv[K * TM + rl] = odd ? pv[K * TM + rl] + loss : loss;
                 }
-                const double value = live ? exp(z[m] - lse) - (c == target ? 1.0 : 0.0) : 0.0;
-                double rest = value * TOP;
 #pragma unroll
-                for (int t = 0; t < TERMS; ++t) {
-                    const double qv = floor(rest + 0.5);
-                    res[(t * K + c) * RPITCH + kp] = (signed char)(long long)qv;
-                    rest = (rest - qv) * BASE;
-                }
-                pv[c * TM + rl] = odd ? pv[c * TM + rl] + value : value;
+                for (int t = 0; t < TERMS; ++t) res[(t * K + c) * RPITCH + kp] = term[m][t];
+                pv[c * TM + rl] = odd ? pv[c * TM + rl] + value[m] : value[m];
             }
         }
     };
