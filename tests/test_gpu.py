@@ -467,32 +467,6 @@ def test_device_lbfgs_graph_gives_the_launches_bits():
     assert got[True]["nfev"] == got[False]["nfev"] and got[True]["nit"] == 40
 
 
-def test_a_lone_shard_on_the_leaders_gpu_copies_nothing(monkeypatch):
-    """One shard on the leader's GPU: the leader's parameter, gradient and sums buffers
-    are the shard's own (the iteration copies nothing), and the fit ends at the bits of
-    the same fit with the copies."""
-    from mgpu_dask.logreg.lbfgs import loop as lbfgs
-    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
-
-    n, k = 20000, 10
-    shards, _ = _level_shards(n, 784, k, seed=7)
-    shards = [tuple(cupy.asarray(a.get()) for a in shards[0])] if len(shards) > 1 else shards
-    got = {}
-    for shared in (True, False):
-        if not shared:
-            monkeypatch.setattr(DeviceBackend, "_lone_shard_buffers", lambda *a: None)
-        with cupy.cuda.Device(0):
-            backend = DeviceBackend(shards, k, n, 1.0 / n, precision="int8")
-            o = backend.objectives[0]
-            assert (backend.params.data.ptr == o.params.data.ptr
-                    and backend.parts.data.ptr == o.grad.data.ptr
-                    and backend.psums.data.ptr == o.sums.data.ptr) == shared
-            got[shared] = lbfgs.run(backend, maxiter=30, gtol=1e-9)
-            backend.close()
-    np.testing.assert_array_equal(got[True]["x"], got[False]["x"])
-    assert got[True]["nfev"] == got[False]["nfev"]
-
-
 def test_levels_made_by_a_holder_evaluate_like_the_rows():
     """Levels converted where the rows live (what a peer exports) give the int8
     evaluation's bits; other methods get the rows back exactly."""

@@ -211,8 +211,7 @@ class ShardObjective:
         evaluate, copy the coefficient gradient (float32, unscaled) to
         ``grad_to`` and the sums ``[grad_intercept, loss]`` (float64) to
         ``sums_to`` (arrays on any GPU), then record event ``done``.  Nothing
-        goes through the host, and an array that is this objective's own buffer
-        (``params``, ``grad``, ``sums``) is not copied onto itself.
+        goes through the host.
         """
         from cupy.cuda import runtime
 
@@ -220,15 +219,15 @@ class ShardObjective:
         default = runtime.memcpyDefault  # peer copies where the arrays are on other GPUs
         with self.device:
             self.stream.wait_event(after)
-            if params.data.ptr != self.params.data.ptr:
-                runtime.memcpyAsync(self.params.data.ptr, params.data.ptr, self.params.nbytes,
-                                    default, stream)
+            runtime.memcpyAsync(self.params.data.ptr, params.data.ptr, self.params.nbytes,
+                                default, stream)
             runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
             for op in self._ops:
                 op()
-            for to, mine in ((grad_to, self.grad), (sums_to, self.sums)):
-                if to.data.ptr != mine.data.ptr:
-                    runtime.memcpyAsync(to.data.ptr, mine.data.ptr, mine.nbytes, default, stream)
+            runtime.memcpyAsync(grad_to.data.ptr, self.grad.data.ptr, self.grad.nbytes, default,
+                                stream)
+            runtime.memcpyAsync(sums_to.data.ptr, self.sums.data.ptr, self.sums.nbytes, default,
+                                stream)
             done.record(self.stream)
 
     def _cpu_xent(self) -> tuple[np.ndarray, np.ndarray]:

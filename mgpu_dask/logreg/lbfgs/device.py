@@ -12,9 +12,7 @@ waiting:
 2. every shard, on its own GPU and stream, once that event fires: copies the
    parameters in (a peer copy over NVLink where the shard is on another GPU),
    evaluates its rows (cuBLAS, our softmax kernel, cuBLAS) and copies its
-   partial gradient and sums into its slot on the leader -- then an event (a
-   lone shard on the leader's GPU copies nothing: the leader's buffers are its
-   own);
+   partial gradient and sums into its slot on the leader -- then an event;
 3. the end of the iteration on the leader, after every shard's event
    (:mod:`mgpu_dask.kernels.lbfgs.finish`): the objective and gradient at
    the trial point, the strong-Wolfe test, and the update of the point and
@@ -146,15 +144,9 @@ class DeviceBackend:
             self.x, self.g, self.gt, self.p = z(m), z(m), z(m), z(m)
             self.S, self.Y, self.rho = z(memory, m), z(memory, m), z(memory)
             self.scal = z(K.N_SCALARS)
-            own = self._lone_shard_buffers(dk, k) if self.gpu else None
-            if own is None:
-                self.params = z(m, dtype=np.float32)
-                self.parts = z(len(shards), dk, dtype=np.float32)
-                self.psums = z(len(shards), k + 1)
-            else:
-                self.params, self.parts, self.psums = own
-                for array in own:
-                    array.fill(0)
+            self.params = z(m, dtype=np.float32)
+            self.parts = z(len(shards), dk, dtype=np.float32)
+            self.psums = z(len(shards), k + 1)
             sweep = K.SWEEP if self.gpu else SIMULATOR_THREADS
             # One entry per thread: the sweeps wait on memory side by side, not in a chain
             chunks = max(1, min(K.MAX_CHUNKS, -(-m // sweep)))
@@ -180,17 +172,6 @@ class DeviceBackend:
                 with o.device:
                     self._done.append(cupy.cuda.Event(disable_timing=True))
         self._last = np.zeros(K.N_SCALARS)
-
-    def _lone_shard_buffers(self, dk: int, k: int) -> tuple[Any, Any, Any] | None:
-        """A fit of one shard on the leader's GPU: the shard's own parameter, gradient and
-        sums buffers serve as the leader's, so its evaluation reads the trial parameters
-        and leaves its results where the leader reads them, with no copies in the
-        iteration (``ShardObjective.queue_from`` skips a copy onto itself).  None for
-        several shards, or one on another GPU."""
-        if len(self.objectives) != 1 or self.objectives[0].device.id != self.device.id:
-            return None
-        o = self.objectives[0]
-        return o.params, o.grad.reshape(1, dk), o.sums.reshape(1, k + 1)
 
     def reuse(self, shards: list[tuple[Any, Any]]) -> bool:
         """Ready for another fit of the same rows (:func:`.again.ready`); False where
