@@ -3,26 +3,23 @@
 // See fused.py; the arithmetic is cuda_int8.py's (softmax_xent_i8), operation for
 // operation, so the residual terms and the block sums come out the same.
 //
-// A tile is BM data rows; a block takes tiles blockIdx.x, + gridDim.x, ... (MIN_BLOCKS
-// blocks per SM, each on its tiles in turn).  For a tile, its 8 warps each compute 16
-// rows x WIDTH term columns of v (rows x d_pad, int8) times w8^T (w8: WIDTH x d_pad)
-// with mma.sync m16n8k32, both operands streaming through a STAGES-deep cp.async ring
-// whose loads run STAGES - 1 steps ahead across the block's tiles: the next tile's
-// first stages load while this one's softmax runs.  The tile's int32 sums go to shared
-// memory of their own, one thread per row puts its logits together in float64, takes
-// the softmax and the cross-entropy, writes the residual as I8 terms (resid8: WIDTH x
-// pitch, a column per row) and leaves its K + 1 values for the tile's sums, which are
-// reduced in cuda_int8's order into row `tile` of bpart.
+// A block owns BM data rows.  Its 8 warps each compute 16 rows x WIDTH term columns of
+// v (rows x d_pad, int8) times w8^T (w8: WIDTH x d_pad) with mma.sync m16n8k32, both
+// operands streaming through a STAGES-deep cp.async ring.  Then the ring holds the
+// block's int32 sums, one thread per row puts its logits together in float64, takes the
+// softmax and the cross-entropy, writes the residual as I8 terms (resid8: WIDTH x
+// pitch, a column per row) and leaves its K + 1 values for the block's sums, which are
+// reduced in cuda_int8's order into row blockIdx.x of bpart.
 
 #define BM 128           // data rows per block: cuda_int8.THREADS, so bpart's rows are its
 #ifndef BK
 #define BK 128           // bytes of a row per pipeline stage: whole 128-byte lines
 #endif
 #ifndef STAGES
-#define STAGES 2
+#define STAGES 3
 #endif
 #ifndef MIN_BLOCKS
-#define MIN_BLOCKS 2     // blocks per SM the registers must allow (the shared memory allows 2)
+#define MIN_BLOCKS 3     // blocks per SM the registers must allow (the shared memory allows 3)
 #endif
 #define CH (BK / 16)     // 16-byte chunks of a row per stage
 #ifndef CLASSES
@@ -70,134 +67,129 @@ forward_softmax_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
     extern __shared__ __align__(128) unsigned char smem[];
     signed char* sA = (signed char*)smem;
     signed char* sB = sA + STAGES * BM * BK;
-    int* sums = (int*)(sB + STAGES * WIDTH * BK);                          // BM x PITCH
-    double* part = (double*)((unsigned char*)sums + ((BM * PITCH * 4 + 15) / 16) * 16);  // (K + 1) x BM
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int tiles = (n + BM - 1) / BM;
+    const int row0 = blockIdx.x * BM;
     const int nk = (d_pad + BK - 1) / BK;
 
     // Each thread copies the same 16-byte chunk c of rows r, r + THREADS / CH, ... of
-    // every stage; a row's chunks are adjacent threads (whole lines per warp).  Step g of
-    // the block (its tile g / nk, k-step g % nk) goes to stage g % STAGES; the loads run
-    // STAGES - 1 steps ahead of the products, through the block's tiles, and past its
-    // last tile a load is an empty group.
+    // every stage; a row's chunks are adjacent threads (whole lines per warp).
     const int lr = tid / CH, lc = tid % CH;
-    auto load = [&](int g) {
-        const int lt = blockIdx.x + (g / nk) * gridDim.x, lkb = g % nk;
-        if (lt >= tiles) return;
-        signed char* a = sA + (g % STAGES) * BM * BK;
-        signed char* b = sB + (g % STAGES) * WIDTH * BK;
-        const int gk = lkb * BK + lc * 16;
+    int load_k0 = 0, load_stage = 0;
+    auto load = [&]() {
+        signed char* a = sA + load_stage * BM * BK;
+        signed char* b = sB + load_stage * WIDTH * BK;
+        const int gk = load_k0 + lc * 16;
         const bool kin = gk < d_pad;
-        const int lrow0 = lt * BM;
 #pragma unroll
         for (int r = lr; r < BM; r += THREADS / CH) {
-            const int grow = lrow0 + r;
+            const int grow = row0 + r;
             const bool ok = kin && grow < v_rows;
             cp_async16(smem_u32(a + at(r, lc)), ok ? v + (long long)grow * d_pad + gk : v, ok ? 16 : 0);
         }
 #pragma unroll
         for (int r = lr; r < WIDTH; r += THREADS / CH)
             cp_async16(smem_u32(b + at(r, lc)), kin ? w8 + (long long)r * d_pad + gk : w8, kin ? 16 : 0);
+        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+        load_k0 += BK;
     };
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        load(s);
+        if (s < nk) load();
         cp_async_commit();
     }
 
-    for (int tile = blockIdx.x, g0 = 0; tile < tiles; tile += gridDim.x, g0 += nk) {
-        const int row0 = tile * BM;
-        int acc[NT][4];
+    int acc[NT][4];
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[j][e] = 0;
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0;
 
-        for (int kb = 0; kb < nk; ++kb) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads();  // this stage is in; every warp is done with the one reloaded next
-            load(g0 + kb + STAGES - 1);
-            cp_async_commit();
-
-            const int stage = (g0 + kb) % STAGES;
-            const signed char* a = sA + stage * BM * BK;
-            const signed char* b = sB + stage * WIDTH * BK;
-            const int steps = min(BK / 32, (d_pad - kb * BK + 31) / 32);
-#pragma unroll
-            for (int ks = 0; ks < BK / 32; ++ks) {
-                if (ks < steps) {
-                    unsigned af[4];
-                    load_a(af, a, warp * 16, ks, lane, at);
-                    unsigned bf[NT][2];
-#pragma unroll
-                    for (int np = 0; np < NT / 2; ++np)
-                        load_b2(bf[2 * np], bf[2 * np + 1], b, np * 16, ks, lane, at);
-#pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) mma_s8(acc[nt], af, bf[nt][0], bf[nt][1]);
-                }
-            }
-        }
-        // The sums and the parts are free: the tile before read them before the barriers
-        // of this tile's products.
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    sums[(warp * 16 + (lane >> 2) + h * 8) * PITCH + nt * 8 + (lane & 3) * 2 + e] =
-                        acc[nt][h * 2 + e];
+    int stage = 0;
+    for (int kb = 0; kb < nk; ++kb) {
+        cp_async_wait<STAGES - 2>();
         __syncthreads();
+        if (kb + STAGES - 1 < nk) load();
+        cp_async_commit();
 
-        if (tid < BM) {  // the classes' loops unrolled: z in registers, the exps side by side
-            const int row = row0 + tid;
-            if (row < n) {
-                const int* mine = sums + tid * PITCH;
-                const int target = labels[row];
-                double z[K];
-                double top = logit_of(mine, 0, colinfo);
-                z[0] = top;
+        const signed char* a = sA + stage * BM * BK;
+        const signed char* b = sB + stage * WIDTH * BK;
+        const int steps = min(BK / 32, (d_pad - kb * BK + 31) / 32);
 #pragma unroll
-                for (int c = 1; c < K; ++c) {
-                    z[c] = logit_of(mine, c, colinfo);
-                    top = z[c] > top ? z[c] : top;
-                }
-                double total = 0.0;
+        for (int ks = 0; ks < BK / 32; ++ks) {
+            if (ks < steps) {
+                unsigned af[4];
+                load_a(af, a, warp * 16, ks, lane, at);
+                unsigned bf[NT][2];
 #pragma unroll
-                for (int c = 0; c < K; ++c) total += exp(z[c] - top);
-                const double lse = top + log(total);
-                double loss = 0.0;
+                for (int np = 0; np < NT / 2; ++np)
+                    load_b2(bf[2 * np], bf[2 * np + 1], b, np * 16, ks, lane, at);
 #pragma unroll
-                for (int c = 0; c < K; ++c) loss = c == target ? lse - z[c] : loss;
-                part[K * BM + tid] = loss;  // the row's cross-entropy
-#pragma unroll
-                for (int c = 0; c < K; ++c) {
-                    const double value = exp(z[c] - lse) - (c == target ? 1.0 : 0.0);
-                    double rest = value * TOP;
-#pragma unroll
-                    for (int t = 0; t < TERMS; ++t) {
-                        const double q = floor(rest + 0.5);
-                        resid8[(long long)(t * K + c) * pitch + row] = (signed char)(long long)q;
-                        rest = (rest - q) * BASE;
-                    }
-                    part[c * BM + tid] = value;
-                }
-            } else {
-#pragma unroll
-                for (int c = 0; c <= K; ++c) part[c * BM + tid] = 0.0;
+                for (int nt = 0; nt < NT; ++nt) mma_s8(acc[nt], af, bf[nt][0], bf[nt][1]);
             }
         }
-        __syncthreads();
-        for (int stride = BM / 2; stride > 0; stride >>= 1) {  // cuda_int8's order
-            if (tid < stride) {
-#pragma unroll
-                for (int c = 0; c <= K; ++c) part[c * BM + tid] += part[c * BM + tid + stride];
-            }
-            __syncthreads();
-        }
-        if (tid <= K) bpart[(long long)tile * (K + 1) + tid] = part[tid * BM];
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
     }
-    cp_async_wait<0>();  // (empty groups only: the loads ended with the block's last tile)
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is free: the block's sums and the parts take its place
+
+    int* sums = (int*)smem;                                   // BM x PITCH
+    double* part = (double*)(smem + ((BM * PITCH * 4 + 15) / 16) * 16);   // (K + 1) x BM
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+                sums[(warp * 16 + (lane >> 2) + h * 8) * PITCH + nt * 8 + (lane & 3) * 2 + e] =
+                    acc[nt][h * 2 + e];
+    __syncthreads();
+
+    if (tid < BM) {  // the classes' loops unrolled: z in registers, the exps side by side
+        const int row = row0 + tid;
+        if (row < n) {
+            const int* mine = sums + tid * PITCH;
+            const int target = labels[row];
+            double z[K];
+            double top = logit_of(mine, 0, colinfo);
+            z[0] = top;
+#pragma unroll
+            for (int c = 1; c < K; ++c) {
+                z[c] = logit_of(mine, c, colinfo);
+                top = z[c] > top ? z[c] : top;
+            }
+            double total = 0.0;
+#pragma unroll
+            for (int c = 0; c < K; ++c) total += exp(z[c] - top);
+            const double lse = top + log(total);
+            double loss = 0.0;
+#pragma unroll
+            for (int c = 0; c < K; ++c) loss = c == target ? lse - z[c] : loss;
+            part[K * BM + tid] = loss;  // the row's cross-entropy
+#pragma unroll
+            for (int c = 0; c < K; ++c) {
+                const double value = exp(z[c] - lse) - (c == target ? 1.0 : 0.0);
+                double rest = value * TOP;
+#pragma unroll
+                for (int t = 0; t < TERMS; ++t) {
+                    const double q = floor(rest + 0.5);
+                    resid8[(long long)(t * K + c) * pitch + row] = (signed char)(long long)q;
+                    rest = (rest - q) * BASE;
+                }
+                part[c * BM + tid] = value;
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c <= K; ++c) part[c * BM + tid] = 0.0;
+        }
+    }
+    __syncthreads();
+    for (int stride = BM / 2; stride > 0; stride >>= 1) {  // cuda_int8's order
+        if (tid < stride) {
+#pragma unroll
+            for (int c = 0; c <= K; ++c) part[c * BM + tid] += part[c * BM + tid + stride];
+        }
+        __syncthreads();
+    }
+    if (tid <= K) bpart[(long long)blockIdx.x * (K + 1) + tid] = part[tid * BM];
 }

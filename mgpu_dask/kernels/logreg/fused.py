@@ -2,14 +2,12 @@
 
 Unfused, an evaluation writes the int32 sums of ``w8 @ v^T`` (term columns x
 rows) from cuBLAS and reads them back in the softmax kernel.  ``fused.cu``
-computes a tile's 128 rows of sums with ``mma.sync`` (int8 in, exact int32
+computes a block's 128 rows of sums with ``mma.sync`` (int8 in, exact int32
 out) and keeps them in shared memory, where one thread per row takes the softmax
 as :func:`.cuda_int8.softmax_xent_i8` does, operation for operation: the residual
 terms and the block sums are that kernel's (the GPU tests compare them), so
 everything after it is unchanged.  The forward product and the softmax read the rows
 once, at one byte per value (the gradient's product reads their transposed copy).
-:data:`MIN_BLOCKS` blocks per SM each take tiles in turn, the loads of the next tile
-under way while the softmax of one runs.
 
 It needs ``mma.sync`` and ``cp.async`` (compute capability 8.0 or newer), at most
 :data:`~.cuda_int8.I8_LOCAL_K` classes and at most 64 term columns; :func:`usable`
@@ -27,9 +25,9 @@ import numpy as np
 from ..cuda_source import source
 
 ROWS, THREADS = 128, 256  # as fused.cu has them
-# Passed to fused.cu: bytes of a row per pipeline stage, the depth of the operand ring,
-# and blocks per SM (the registers must allow them; the grid has this many per SM).
-STAGE_BYTES, STAGES, MIN_BLOCKS = 128, 2, 2
+# Passed to fused.cu: bytes of a row per pipeline stage (whole 128-byte lines), the
+# depth of the operand ring, and blocks per SM the registers must allow.
+STAGE_BYTES, STAGES, MIN_BLOCKS = 128, 3, 3
 MAX_WIDTH = 64
 NEEDS = (8, 0)
 SHARED_OPTIN = 99 << 10
@@ -39,12 +37,11 @@ _MODULES: dict[tuple, Any] = {}
 
 
 def shared_bytes(k: int, width: int) -> int:
-    """A block's dynamic shared memory: the operand ring, and beside it a tile's int32
-    sums and its k + 1 values per row (the ring goes on loading the next tile while the
-    softmax reads them)."""
+    """A block's dynamic shared memory: the operand ring, which then holds the block's
+    int32 sums and its k + 1 values per row."""
     ring = STAGES * (ROWS + width) * STAGE_BYTES
     sums = -(-ROWS * (width + 1) * 4 // 16) * 16
-    return ring + sums + (k + 1) * ROWS * 8
+    return max(ring, sums + (k + 1) * ROWS * 8)
 
 
 def usable(k: int, width: int, capability: tuple[int, int]) -> bool:
@@ -82,7 +79,7 @@ def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, resid8: Any, bpart
     kernel = _kernel(k, width)
     shared = shared_bytes(k, width)
     kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
-    grid = (min(-(-n // ROWS), MIN_BLOCKS * _sms(v.device.id)),)
+    grid = (-(-n // ROWS),)
     args = (v, np.int32(v.shape[0]), np.int32(v.shape[1]), w8, colinfo, labels, np.int32(n),
             resid8, np.int64(resid8.shape[1]), bpart)
 
@@ -90,10 +87,3 @@ def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, resid8: Any, bpart
         with stream:
             kernel(grid, (THREADS,), args, shared_mem=shared)
     return launch
-
-
-def _sms(device_id: int) -> int:
-    import cupy
-
-    return int(cupy.cuda.runtime.deviceGetAttribute(
-        cupy.cuda.runtime.cudaDevAttrMultiProcessorCount, device_id))
