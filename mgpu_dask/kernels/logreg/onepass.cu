@@ -119,8 +119,6 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
     int* sSum = (int*)(sX + 3 * TM * PITCH);                       // 2 x TM x SPITCH
     signed char* sR = (signed char*)(sSum + 2 * TM * SPITCH);      // 2 x WROWS x RPITCH
     double* sPart = (double*)(sR + 2 * WROWS * RPITCH);            // 2 x (K+1) x TM
-    double* sInfo = sPart + 2 * (K + 1) * TM;                      // 2 x K: colinfo
-    int* sLab = (int*)(sInfo + 2 * K);                             // 3 x TM: the tiles' labels
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
     const int u0 = blockIdx.x * units_per_block;
@@ -133,16 +131,9 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
         const bool ok = c * 16 < d_pad;
         cp_async16(smem_u32(sW + at(r, c)), ok ? w8 + (long long)r * d_pad + c * 16 : w8, ok ? 16 : 0);
     }
-    for (int i = tid; i < 2 * K; i += THREADS) sInfo[i] = colinfo[i];
-    auto load = [&](int tile, int buf) {  // the tile's rows, and its labels beside them
+    auto load = [&](int tile, int buf) {
         signed char* dst = sX + buf * TM * PITCH;
         const long long row0 = (long long)tile * TM;
-        if (tid < TM / 4) {
-            const long long left = (long long)n - row0 - 4 * tid;  // labels from this thread's
-            const int bytes = left >= 4 ? 16 : left > 0 ? 4 * (int)left : 0;
-            cp_async16(smem_u32(sLab + buf * TM + 4 * tid), bytes ? labels + row0 + 4 * tid : labels,
-                       bytes);
-        }
         for (int i = tid; i < TM * KSTEPS * 2; i += THREADS) {
             const int r = i / (KSTEPS * 2), c = i % (KSTEPS * 2);
             const bool ok = row0 + r < v_rows && c * 16 < d_pad;
@@ -162,7 +153,7 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[q][m][j][e] = 0;
 
-    auto softmax = [&](int tile, const int rows0, const int* labs) {  // rows rows0 .. + 31
+    auto softmax = [&](int tile, const int rows0) {  // rows rows0 .. rows0 + 31 of the tile
         const int rl = rows0 + ((tid & 127) >> 2), q = tid & 3;
         const long long row = (long long)tile * TM + rl;
         const bool live = row < n;
@@ -172,7 +163,7 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
         double* pv = sPart + ((tile >> 1) & 1) * (K + 1) * TM;
         const int* s0 = sSum + rl * SPITCH;
         const int* s1 = s0 + TM * SPITCH;
-        const int target = live ? labs[rl] : -1;
+        const int target = live ? labels[row] : -1;
         // Every thread takes CPQ classes, with no branch: one past K (its lane has fewer
         // classes) takes class K - 1 again and is dropped, so the lanes of a warp run each
         // class's arithmetic side by side instead of the short lanes' last class after.
@@ -180,7 +171,7 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
 #pragma unroll
         for (int m = 0; m < CPQ; ++m) {
             const int c = q + 4 * m;
-            z[m] = logit_of(s0, s1, c < K ? c : K - 1, sInfo);
+            z[m] = logit_of(s0, s1, c < K ? c : K - 1, colinfo);
             top = c < K && z[m] > top ? z[m] : top;
         }
         double other = __shfl_xor_sync(0xffffffffu, top, 1);
@@ -320,11 +311,11 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
 
         // 2. the softmax of this tile beside the gradient of the one before
         if (warp < 4) {
-            if (fresh) softmax(tile, 0, sLab + buf * TM);
+            if (fresh) softmax(tile, 0);
             if (done) gradient(tile - 1, sX + prev * TM * PITCH);
         } else {
             if (done) gradient(tile - 1, sX + prev * TM * PITCH);
-            if (fresh) softmax(tile, 32, sLab + buf * TM);
+            if (fresh) softmax(tile, 32);
         }
         buf = next;
     }

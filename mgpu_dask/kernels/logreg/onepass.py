@@ -47,13 +47,12 @@ def ksteps(d_pad: int) -> int:
 
 def shared_bytes(k: int, width: int, d_pad: int) -> int:
     """A block's dynamic shared memory: w8's rows in use, three row tiles, the forward's
-    two halves of sums, two tiles' residual terms, two units' k + 1 values per row, the
-    column scales (``colinfo``) and the three tiles' labels."""
+    two halves of sums, two tiles' residual terms and two units' k + 1 values per row."""
     pitch = ksteps(d_pad) * 32 + 16
     ncol = TERMS * k
     wrows = -(-ncol // 8) * 8
     return (wrows * pitch + 3 * TILE * pitch + 2 * TILE * (ncol + 1) * 4
-            + 2 * wrows * (TILE + 16) + 2 * (k + 1) * TILE * 8 + 2 * k * 8 + 3 * TILE * 4)
+            + 2 * wrows * (TILE + 16) + 2 * (k + 1) * TILE * 8)
 
 
 def usable(k: int, width: int, d_pad: int, capability: tuple[int, int],
