@@ -112,8 +112,10 @@ def test_the_listed_kernels_exist_and_their_signatures_read_back():
                 assert item["cupy"]["source"] and isinstance(item["cupy"]["options"], list)
 
 
-@pytest.mark.parametrize("package", ["mgpu_dask.kernels.knn", "mgpu_dask.kernels.logreg"])
-def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package):
+@pytest.mark.parametrize("package, file", [("mgpu_dask.kernels.knn", "fused.cu"),
+                                           ("mgpu_dask.kernels.logreg", "fused.cu"),
+                                           ("mgpu_dask.kernels.logreg", "onepass.cu")])
+def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package, file):
     """A CuPy kernel of ours that lives in a .cu file of the package is listed with the
     source its loader gives NVRTC (the shared helpers, then the file) and that loader's
     options: an edit of either file without recording the list again would compile,
@@ -123,16 +125,18 @@ def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package):
     from mgpu_dask.kernels.cuda_source import source
     from mgpu_dask.kernels.knn import fused as knn_fused
     from mgpu_dask.kernels.logreg import fused as logreg_fused
+    from mgpu_dask.kernels.logreg import onepass
 
     variants = ([b.options() for b in (knn_fused.MMA_SYNC, knn_fused.WGMMA_STREAMED,
                                         knn_fused.WGMMA_RESIDENT, knn_fused.WGMMA_TMA)]
                 if package.endswith("knn")
-                else [logreg_fused.options(10, 48)])
-    text = source(package, "fused.cu")
-    marker = resources.files(package).joinpath("fused.cu").read_text().splitlines()[0]
+                else [logreg_fused.options(10, 48)] if file == "fused.cu"
+                else [onepass.options(10, 48, 784)])
+    text = source(package, file)
+    marker = resources.files(package).joinpath(file).read_text().splitlines()[0]
     listed = [i["cupy"] for items in json.loads(ahead.LIST.read_text())["runs"].values()
               for i in items if "cupy" in i and marker in i["cupy"]["source"]]
-    assert listed, f"{package}'s fused kernel is not in ahead.json"
+    assert listed, f"{package}'s {file} is not in ahead.json"
     for item in listed:
         assert item["source"] == text
         assert any(all(option in item["options"] for option in options) for options in variants)
