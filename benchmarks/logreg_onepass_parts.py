@@ -21,6 +21,7 @@ import numpy as np
 SOFTMAX = re.compile(r"^[ \t]*if \(fresh\) softmax\(.*\);\n", re.M)   # its two calls
 GRADIENT = re.compile(r"^[ \t]*if \(done\) gradient\(.*\);\n", re.M)  # its two calls
 FORWARD = "        if (fresh) {  // 1. forward"
+NO_FORWARD = "        if (false) {  // 1. forward"
 EXP_TOP = "const double e = exp(z[m] - top);"
 EXP_LSE = "const double p = exp(z[m] - lse);"
 LSE = "const double lse = top + log(total);"
@@ -34,8 +35,8 @@ def variants(text):
     assert found == (2, 2, True), f"onepass.cu changed: softmax, gradient, forward {found}"
     no_softmax = SOFTMAX.sub("", text)
     no_gradient = GRADIENT.sub("", text)
-    no_forward = text.replace(FORWARD, "        if (false) {  // 1. forward")
-    loads = GRADIENT.sub("", no_softmax).replace(FORWARD, "        if (false) {  // 1. forward")
+    no_forward = text.replace(FORWARD, NO_FORWARD)
+    neither = GRADIENT.sub("", no_softmax)
 
     def other(*edits):
         """``text`` with each ``(line, by)`` made; None where a line is not in it."""
@@ -47,8 +48,8 @@ def variants(text):
         return out
 
     return [("whole", text), ("no softmax", no_softmax), ("no gradient", no_gradient),
-            ("no forward", no_forward), ("no softmax, no gradient", GRADIENT.sub("", no_softmax)),
-            ("loads only", loads),
+            ("no forward", no_forward), ("no softmax, no gradient", neither),
+            ("loads only", neither.replace(FORWARD, NO_FORWARD)),
             ("softmax: p = e / total (one exp a class)",
              other((EXP_LSE, "const double p = ex[m] / total;"))),
             ("softmax: p = e * (1 / total) (one exp a class, one division a row)",

@@ -16,10 +16,10 @@ class StartingCluster:
     """:func:`connect` on a thread of its own from the moment this is made, for a caller
     with other work to do meanwhile.
 
-    A cold CLI run's client spends about two seconds importing its job modules and
-    loading the data; its workers take about as long to come up (the fork server's
-    imports, a CUDA context each), mostly waiting on other processes.  Started
-    this way the two overlap.  ``with`` waits for the cluster and yields the
+    A cold CLI run's client imports its job modules and loads the data while its
+    workers come up (the fork server's imports, a CUDA context each), each mostly
+    waiting on other processes; started this way the two overlap (what each takes:
+    docs/performance-history.md).  ``with`` waits for the cluster and yields the
     :class:`RunningCluster` (an error of the start comes out there, as from
     :func:`connect`), and shuts it down at the end; :meth:`close` does that too,
     once, whether or not ``with`` was entered.
