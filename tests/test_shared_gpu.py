@@ -100,6 +100,7 @@ def test_workers_sharing_one_gpu_match_one_worker(n_workers, split, one_worker):
         np.testing.assert_array_equal(got[plan, "host"], one_worker[plan])
     assert got["replicate", "straight"] and one_worker["replicate", "straight"]
     assert not got["shard", "straight"]  # its candidates are merged across workers: tasks
+    assert one_worker["shard", "straight"]  # one worker holds every shard: no task
     assert got["lr straight"] and one_worker["lr straight"]
     np.testing.assert_array_equal(got["lr host"], got["lr device"])
     for route in ROUTES:

@@ -84,6 +84,39 @@ def test_several_blocks_per_worker_come_back_in_row_order(task, client, parts, s
     np.testing.assert_array_equal(got, to_host(clf.predict(Q, on_host=True)))
 
 
+def test_shard_plan_on_one_worker_comes_straight_and_equals_the_task_path(parts, straight_calls,
+                                                                         monkeypatch):
+    """One worker holding the query blocks and every training shard (deformed MNIST's rows
+    are made there): its host predictions come straight, as the tasks' would be."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as one:
+        with one.as_current():
+            Q = one.persist(da.from_array(parts.X_test.astype(np.float32), chunks=(100, -1)))
+            wait(futures_of(Q))
+            clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
+            straight = clf.predict(Q, on_host=True)
+            assert straight_calls and straight_calls[-1] is not None
+            assert placement.blocks_in_hand(straight) is not None
+            got = to_host(straight)
+            _no_straight(monkeypatch)
+            tasks = clf.predict(Q, on_host=True)
+            assert placement.blocks_in_hand(tasks) is None
+            np.testing.assert_array_equal(got, to_host(tasks))
+    assert (got == parts.y_test).mean() > 0.85
+
+
+def test_shard_plan_over_two_workers_stays_tasks(client, parts, straight_calls):
+    """Candidates that cross between workers are merged by tasks, never asked straight."""
+    Q = shard(parts.X_test, client, dtype=np.float32)
+    clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
+    pred = clf.predict(Q, on_host=True)
+    assert placement.blocks_in_hand(pred) is None
+    assert all(answer is None for answer in straight_calls)
+    assert (to_host(pred) == parts.y_test).mean() > 0.85
+
+
 def test_straight_predictions_can_be_turned_off_for_the_dashboard(client, parts):
     """``mgpu-dask.cluster.straight-predictions: false``: every predict is a task again."""
     import dask

@@ -142,9 +142,11 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int,
     query block votes and the result is the predictions (``classes[code]``
     where ``classes`` is given; NumPy when ``host``).  With a client the
     result is persisted (the work is under way); without one it is lazy.
-    Host predictions under the replicate plan, every query block beside a
-    copy, are asked of their workers straight (:func:`.placement.run_straight`:
-    no task, and the predictions come back with the answer).
+    Host predictions whose query blocks need not travel -- the replicate plan's,
+    every block beside a copy, and the shard plan's where one worker holds
+    every block and shard -- are asked of their workers straight
+    (:func:`.placement.run_straight`: no task, and the predictions come back
+    with the answer).
     """
     Q, queries, where = _query_blocks(client, Q, timeout)
     loose = client is not None and not placement.ensure_recovery(client)
@@ -154,7 +156,7 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int,
         dtype = vote[2].dtype if vote[2] is not None else np.int32
         meta = np.empty(0, dtype) if vote[3] else meta_for(layout.device, 1, dtype)
         chunks: tuple = (Q.chunks[0],)
-        if vote[3] and client is not None and layout.plan == "replicate":
+        if vote[3] and client is not None:
             done = _predict_straight(client, name, layout, queries, where, opts, vote,
                                      chunks, meta, timeout)
             if done is not None:
@@ -179,15 +181,46 @@ def _predict_straight(client: Client, name: str, layout: TrainLayout, queries: l
                       where: list, opts: dict, vote: tuple, chunks: tuple, meta: Any,
                       timeout: float) -> da.Array | None:
     """Host predictions of every query block, asked of its holder straight; None where a
-    block has no copy beside it (it must travel: tasks) or the workers could not be asked."""
-    copies = {w: j for j, w in enumerate(layout.workers)}
-    if not all(hasattr(q, "key") and w in copies for q, w in zip(queries, where)):
+    block has to travel or candidates to cross between workers (tasks), or the workers
+    could not be asked.
+
+    Under the replicate plan each block's holder searches its own copy.  Under the
+    shard plan that is so only where one worker holds the query block and every
+    training shard (one worker: a training set made there, as deformed MNIST's
+    rows are); it then searches each shard and merges them in the order of the
+    task path's tree (:func:`_shard_tasks`), with no scheduler between."""
+    if not all(hasattr(q, "key") for q in queries):
         return None
-    fn = functools.partial(_replicated_block, vote=vote, **opts)
-    calls = [(w, fn, (direct.Held(q.key), direct.Held(layout.ref("X", copies[w])),
-                      direct.Held(layout.ref("y", copies[w]))))
-             for q, w in zip(queries, where)]
+    if layout.plan == "replicate":
+        copies = {w: j for j, w in enumerate(layout.workers)}
+        if not all(w in copies for w in where):
+            return None
+        fn = functools.partial(_replicated_block, vote=vote, **opts)
+        calls = [(w, fn, (direct.Held(q.key), direct.Held(layout.ref("X", copies[w])),
+                          direct.Held(layout.ref("y", copies[w]))))
+                 for q, w in zip(queries, where)]
+    else:
+        if not layout.workers or any(w is None or set(layout.workers) != {w} for w in where):
+            return None
+        fn = functools.partial(_shards_block, offsets=tuple(int(o) for o in layout.offsets),
+                               vote=vote, **opts)
+        shards = [direct.Held(layout.ref(field, p)) for p in range(len(layout.X))
+                  for field in ("X", "y")]
+        calls = [(w, fn, (direct.Held(q.key), *shards)) for q, w in zip(queries, where)]
     return placement.run_straight(client, name, calls, chunks, meta, timeout)
+
+
+def _shards_block(Qb: Any, *held: Any, offsets: tuple[int, ...], vote: tuple, k: int,
+                  margin: int, tile_bytes: int | None) -> Any:
+    """A query block's predictions over every training shard held here (``held``: each
+    shard's rows and labels in turn): each shard's search, the pairwise tree of merges
+    that :func:`_shard_tasks` builds, and the vote."""
+    level = [_search(Qb, held[2 * p], held[2 * p + 1], offset, k, margin, tile_bytes)
+             for p, offset in enumerate(offsets)]
+    while len(level) > 1:
+        level = [kernels.merge(level[j], level[j + 1]) if j + 1 < len(level) else level[j]
+                 for j in range(0, len(level), 2)]
+    return _vote_pred(level[0], *vote)
 
 
 def _replicate_tasks(layout: TrainLayout, qref: list, where: list, out: list, name: str,
