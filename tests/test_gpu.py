@@ -290,6 +290,34 @@ def test_int8_softmax_for_few_classes_gives_the_wide_kernels_bits(monkeypatch):
         np.testing.assert_array_equal(fast[2], wide[2])
 
 
+@pytest.mark.parametrize("route", ["two kernels", "fused", "one pass"])
+def test_int8_evaluations_write_their_sums_without_a_memset(route, monkeypatch):
+    """The int8 evaluation writes every entry of its sums (no memset before it): whatever
+    the buffer held, the same loss and gradients, on each of its three routes."""
+    from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels.logreg import int8
+
+    monkeypatch.setattr(int8, "runs_fused", lambda *a: route != "two kernels")
+    monkeypatch.setattr(int8, "runs_one_pass", lambda *a: route == "one pass")
+    rng = np.random.default_rng(5)
+    n, d, k = 3000, 784, 10
+    pixels = cupy.asarray(rng.integers(0, 256, (n, d)).astype(np.uint8))
+    y = cupy.asarray(rng.integers(0, k, n).astype(np.int32))
+    W = rng.normal(0, 0.01, (d, k)).astype(np.float32)
+    b = rng.normal(0, 0.1, k).astype(np.float32)
+    obj = L.ShardObjective(pixels, y, k, "int8", scale=1 / 255)
+    assert obj.sums_written and obj.one_pass == (route == "one pass")
+    first = obj(W, b)
+    obj.sums.fill(np.nan)  # what a memset would have cleared
+    again = obj(W, b)
+    assert np.isfinite(again[0]) and again[0] == first[0]
+    np.testing.assert_array_equal(again[1], first[1])
+    np.testing.assert_array_equal(again[2], first[2])
+    fp32 = L.ShardObjective(pixels, y, k, "fp32", scale=1 / 255)
+    assert not fp32.sums_written  # its kernels add into the sums: zeroed each time
+    assert abs(fp32(W, b)[0] - first[0]) <= 1e-4 * abs(first[0])
+
+
 def test_int8_fits_are_reproducible():
     """Two int8 fits on the same rows end at the same bits (the sums that feed the
     coefficient gradient are added in a fixed order, not by atomics, whose varying order

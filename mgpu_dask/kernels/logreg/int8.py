@@ -209,6 +209,7 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
                          (k,), C.THREADS, obj.stream)
     sums = bound_launch(C.sum_block_parts, [obj.bpart, obj.sums], (k + 1,), C.THREADS,
                         obj.stream)
+    obj.sums_written = True  # sum_block_parts writes all k + 1 of them: nothing to zero
     obj.one_pass = runs_one_pass(k, n, cols, obj.device)
     obj.fused = obj.one_pass or runs_fused(k, obj.device)
     if obj.one_pass:  # forward product, softmax and gradient product in one kernel

@@ -147,6 +147,9 @@ class ShardObjective:
         self.out = out
         self.grad = out[: 4 * d * k].view(np.float32).reshape(d, k)
         self.sums = out[self._sums_at:].view(np.float64)
+        # Whether the evaluation writes every entry of ``sums`` (int8: one kernel sums
+        # the blocks' parts into them) or adds into them (atomics: zeroed first).
+        self.sums_written = False
         found = None
         if wanted in strategies:
             found = (strategies[wanted].prepare(self, n, d) if given is None
@@ -197,7 +200,8 @@ class ShardObjective:
         with self.device:
             runtime.memcpyAsync(self.params.data.ptr, self.params_h.ctypes.data,
                                 self.params.nbytes, runtime.memcpyHostToDevice, stream)
-            runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
+            if not self.sums_written:
+                runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
             for op in self._ops:
                 op()
             runtime.memcpyAsync(self.out_h.ctypes.data, self.out.data.ptr, self.out.nbytes,
@@ -221,7 +225,8 @@ class ShardObjective:
             self.stream.wait_event(after)
             runtime.memcpyAsync(self.params.data.ptr, params.data.ptr, self.params.nbytes,
                                 default, stream)
-            runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
+            if not self.sums_written:  # a memset in the iteration's graph costs microseconds
+                runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
             for op in self._ops:
                 op()
             runtime.memcpyAsync(grad_to.data.ptr, self.grad.data.ptr, self.grad.nbytes, default,
