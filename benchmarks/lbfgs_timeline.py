@@ -10,10 +10,11 @@ fits, then one fit under PyTorch's profiler (CUPTI), every GPU operation of it o
 clock.  ``busy_us`` is the operations' time, ``span_us`` first start to last end, and
 ``gap_before_op`` the idle time before each kind of operation, summed over the fit
 (the gaps of an iteration's CUDA graph lie between its nodes).  ``first_300_ops``
-lists the first operations in order.  ``chain_us_per_node``: a graph of 16 empty (or
+lists the first operations in order; ``fun`` and ``x_sha256`` are the fit's objective and
+its point's hash (two codes that must give the same bits give the same hash).  ``chain_us_per_node``: a graph of 16 empty (or
 nearly empty) kernels of 1, 31 and 651 blocks, launched 200 times: what a node costs.
 """
-import collections, gzip, json, os, re, statistics, sys, time
+import collections, gzip, hashlib, json, os, re, statistics, sys, time
 import numpy as np
 import cupy
 
@@ -106,9 +107,10 @@ def main():
         def run():
             assert backend.reuse([(X, labels)])
             r = loop.run(backend, maxiter=100, gtol=1e-4)
-            run.nit = r["nit"]
+            run.nit, run.fun = r["nit"], r["fun"]
+            run.x_sha256 = hashlib.sha256(np.ascontiguousarray(r["x"]).tobytes()).hexdigest()
         r = timeline(run, f"f{times}")
-        r["nit"] = run.nit
+        r["nit"], r["fun"], r["x_sha256"] = run.nit, run.fun, run.x_sha256
         print("nit", run.nit, "graph", backend.graphed)
         res[f"f{times}"] = {k: v for k, v in r.items() if k != "first_300_ops"}
     json.dump(res, open(f"{OUT}/lr_timeline.json", "w"), indent=1)

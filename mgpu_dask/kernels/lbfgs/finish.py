@@ -30,7 +30,8 @@ import math
 
 from numba import cuda, float64, int32
 
-from ..blocks import LANES, block_max, block_sum, row_maxes, row_sums
+from ..blocks import LANES, row_maxes, row_sums
+from ..jitable import inlined_device
 from .cuda import (ACCEPTED, ACTIVE, APPLY, AUTO, COMMIT, DECREASE, DONE, F, F_PREV, FTOL,
                    GMAX, GTOL, HEAD, INIT, NOT_DESCENT, PAIRS, SEARCH, SLOPE,
                    SLOPE0, SLOT, STATUS, STEP, STORED, SWEEP, VALUE)
@@ -44,6 +45,27 @@ PARTS_LANES = 48  # N_PARTS * blocks.LANES (literal: a shared array's shape)
 assert PARTS_LANES == N_PARTS * LANES
 # Values of ``scal[APPLY]``.
 NOTHING, GRADIENT, STEP_KEPT, PAIR_STORED = 0, 1, 2, 3
+
+
+@inlined_device
+def _block_parts(sh, fparts, c):
+    """``fparts[:, c]``: each of the N_PARTS rows of ``sh`` (one slot per thread) summed
+    over the block, TOP's row its largest entry, in one tree for all six (the same
+    tree, so the same bits, as one block-wide reduction each)."""
+    tid = cuda.threadIdx.x
+    cuda.syncthreads()
+    stride = cuda.blockDim.x // 2
+    while stride > 0:
+        if tid < stride:
+            for r in range(N_PARTS):
+                if r == TOP:
+                    sh[r, tid] = max(sh[r, tid], sh[r, tid + stride])
+                else:
+                    sh[r, tid] = sh[r, tid] + sh[r, tid + stride]
+        cuda.syncthreads()
+        stride //= 2
+    if tid < N_PARTS:
+        fparts[tid, c] = sh[tid, 0]
 
 
 @cuda.jit(cache=True)
@@ -65,7 +87,7 @@ def assemble(parts, psums, x, p, g, gt, scal, fparts, inv_n, penalty, mode):
     dk = parts.shape[1]
     n_parts = parts.shape[0]
     step = scal[STEP]
-    sh = cuda.shared.array(SWEEP, float64)
+    sh = cuda.shared.array((N_PARTS, SWEEP), float64)
     w2 = float64(0.0)
     gtp = float64(0.0)
     gg = float64(0.0)
@@ -95,19 +117,13 @@ def assemble(parts, psums, x, p, g, gt, scal, fparts, inv_n, penalty, mode):
         y_j = v - g[j]
         sy += step * pj * y_j
         yy += y_j * y_j
-    w2 = block_sum(w2, sh)
-    gtp = block_sum(gtp, sh)
-    gg = block_sum(gg, sh)
-    top = block_max(top, sh)
-    sy = block_sum(sy, sh)
-    yy = block_sum(yy, sh)
-    if tid == 0:
-        fparts[W2, c] = w2
-        fparts[GTP, c] = gtp
-        fparts[GG, c] = gg
-        fparts[TOP, c] = top
-        fparts[SY, c] = sy
-        fparts[YY, c] = yy
+    sh[W2, tid] = w2
+    sh[GTP, tid] = gtp
+    sh[GG, tid] = gg
+    sh[TOP, tid] = top
+    sh[SY, tid] = sy
+    sh[YY, tid] = yy
+    _block_parts(sh, fparts, c)
 
 
 @cuda.jit(cache=True)
