@@ -104,6 +104,18 @@ def test_shard_plan_on_one_worker_comes_straight_and_equals_the_task_path(parts,
             tasks = clf.predict(Q, on_host=True)
             assert placement.blocks_in_hand(tasks) is None
             np.testing.assert_array_equal(got, to_host(tasks))
+            # the worker refusing (its blocks moved on): the same predictions from tasks
+            monkeypatch.undo()
+            real = direct.held_calls
+
+            async def moved(calls, dask_worker=None):
+                return {"refused": "moved", "message": "test"}
+
+            monkeypatch.setattr(direct, "held_calls", moved)
+            refused = clf.predict(Q, on_host=True)
+            assert placement.blocks_in_hand(refused) is None
+            np.testing.assert_array_equal(to_host(refused), got)
+            monkeypatch.setattr(direct, "held_calls", real)
     assert (got == parts.y_test).mean() > 0.85
 
 
