@@ -127,11 +127,13 @@ def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package, f
     from mgpu_dask.kernels.logreg import fused as logreg_fused
     from mgpu_dask.kernels.logreg import onepass
 
-    variants = ([b.options() for b in (knn_fused.MMA_SYNC, knn_fused.WGMMA_STREAMED,
-                                        knn_fused.WGMMA_RESIDENT, knn_fused.WGMMA_TMA)]
-                if package.endswith("knn")
-                else [logreg_fused.options(10, 48)] if file == "fused.cu"
-                else [onepass.options(10, 48, 784)])
+    variants = {
+        ("mgpu_dask.kernels.knn", "fused.cu"): [
+            b.options() for b in (knn_fused.MMA_SYNC, knn_fused.WGMMA_STREAMED,
+                                  knn_fused.WGMMA_RESIDENT, knn_fused.WGMMA_TMA)],
+        ("mgpu_dask.kernels.logreg", "fused.cu"): [logreg_fused.options(10, 48)],
+        ("mgpu_dask.kernels.logreg", "onepass.cu"): [onepass.options(10, 48, 784)],
+    }[package, file]
     text = source(package, file)
     marker = resources.files(package).joinpath(file).read_text().splitlines()[0]
     listed = [i["cupy"] for items in json.loads(ahead.LIST.read_text())["runs"].values()

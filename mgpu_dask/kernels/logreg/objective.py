@@ -225,7 +225,7 @@ class ShardObjective:
             self.stream.wait_event(after)
             runtime.memcpyAsync(self.params.data.ptr, params.data.ptr, self.params.nbytes,
                                 default, stream)
-            if not self.sums_written:  # a memset in the iteration's graph costs microseconds
+            if not self.sums_written:  # else no memset node in the L-BFGS iteration's graph
                 runtime.memsetAsync(self.sums.data.ptr, 0, self.sums.nbytes, stream)
             for op in self._ops:
                 op()
