@@ -132,7 +132,7 @@ def test_listed_sources_of_our_kernel_files_are_the_files_as_they_are(package, f
             b.options() for b in (knn_fused.MMA_SYNC, knn_fused.WGMMA_STREAMED,
                                   knn_fused.WGMMA_RESIDENT, knn_fused.WGMMA_TMA)],
         ("mgpu_dask.kernels.logreg", "fused.cu"): [logreg_fused.options(10, 48)],
-        ("mgpu_dask.kernels.logreg", "onepass.cu"): [onepass.options(10, 48, 784)],
+        ("mgpu_dask.kernels.logreg", "onepass.cu"): [onepass.options(10, 48, 784, (9, 0))],
     }[package, file]
     text = source(package, file)
     marker = resources.files(package).joinpath(file).read_text().splitlines()[0]

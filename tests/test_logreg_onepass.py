@@ -24,6 +24,21 @@ def test_source_agrees_with_the_python_side_and_the_numba_kernels():
     assert onepass.UNIT == C.THREADS  # a unit's sums are one row of bpart, as unfused
     assert (d["TERMS"], d["TOP"], d["BASE"]) == (C.I8_TERMS, C.I8_TOP, C.I8_BASE)
     assert onepass.TERMS == C.I8_TERMS and onepass.MAX_ROWS_PER_BLOCK == C.I8_MAX_K
+    assert d["SOFT_WARPS"] * 32 + d["COMPUTE"] == onepass.SPECIALIZED_THREADS
+
+
+@pytest.mark.parametrize("capability, specialized", [((9, 0), True), ((8, 0), False),
+                                                      ((8, 9), False), ((10, 0), False)])
+def test_only_a_hopper_builds_the_softmax_on_warps_of_its_own(monkeypatch, capability,
+                                                               specialized):
+    """setmaxnreg is sm_90a's: the build that needs it is asked for on a 9.0 GPU only, and
+    SPECIALIZE off asks for the other build there too."""
+    got = onepass.options(10, 48, 800, capability)
+    assert onepass.specialized(capability) is specialized
+    assert ("-arch=sm_90a" in got, "-DSPECIALIZED" in got) == (specialized, specialized)
+    assert got[:4] == onepass.options(10, 48, 800)  # the class count and the row length
+    monkeypatch.setattr(onepass, "SPECIALIZE", False)
+    assert "-DSPECIALIZED" not in onepass.options(10, 48, 800, capability)
 
 
 @pytest.mark.parametrize("k, d, capability, optin, runs", [
@@ -72,6 +87,13 @@ def test_source_compiles_with_nvrtc_without_warnings_or_spills(k, d):
         code, "onepass.cu", ["--gpu-architecture=sm_90", *opts, "-Xptxas", "-v"])
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert ok and spills and spills.groups() == ("0", "0"), log
+    # Hopper's build: the softmax warps and the others each within the registers that
+    # setmaxnreg leaves them, without spilling
+    hopper = onepass.options(k, term_columns(k), d_pad, (9, 0))
+    assert "-DSPECIALIZED" in hopper
+    ok, log, _ = nvrtc_compile.compile_source(code, "onepass.cu", [*hopper, "-Xptxas", "-v"])
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert ok and spills and spills.groups() == ("0", "0"), log
 
 
 def test_combine_once_gives_combine_i8s_bits_and_zeroes_its_sums():
@@ -94,12 +116,14 @@ def test_combine_once_gives_combine_i8s_bits_and_zeroes_its_sums():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("specialize", [True, False], ids=["hopper-build", "plain-build"])
 @pytest.mark.parametrize("n, d, k", [(3 * 16384 + 7, 300, 10), (52500, 784, 10), (5, 1000, 3),
                                      (40000, 31, 7), (3001, 150, 9), (130, 64, 2),
                                      (300_000, 784, 10)])
-def test_on_a_gpu_one_pass_leaves_the_unfused_bits(monkeypatch, n, d, k):
+def test_on_a_gpu_one_pass_leaves_the_unfused_bits(monkeypatch, n, d, k, specialize):
     """Loss, coefficient and intercept gradients of the int8 evaluation in one pass and
-    unfused (cuBLAS's products and the softmax kernel) are the same bits at several points."""
+    unfused (cuBLAS's products and the softmax kernel) are the same bits at several points;
+    on a Hopper, from both builds of the kernel."""
     pytest.importorskip("cupy")
     from conftest import int8_objectives_agree
 
@@ -107,6 +131,10 @@ def test_on_a_gpu_one_pass_leaves_the_unfused_bits(monkeypatch, n, d, k):
 
     if not has_gpu():
         pytest.skip("no GPU")
+    if specialize and not onepass.specialized(onepass.capability(0)):
+        pytest.skip("the softmax on warps of its own is Hopper's build")
+    monkeypatch.setattr(onepass, "SPECIALIZE", specialize)
+    onepass._MODULES.clear()
     fast, slow = int8_objectives_agree(
         monkeypatch, n, d, k, {"ONE_PASS_FROM": 0, "ONE_PASS": True, "FUSED": True},
         {"ONE_PASS": False, "FUSED": False})
@@ -145,7 +173,8 @@ def test_on_a_gpu_the_warm_up_compiles_the_one_pass_evaluation():
     onepass._MODULES.clear()
     got = warmup.warm_up(gpu=True, **fields)
     assert "the one-pass evaluation" in got["steps"]
-    wanted = onepass.options(10, term_columns(10), padded_shape(1, 784)[1])
+    wanted = onepass.options(10, term_columns(10), padded_shape(1, 784)[1],
+                             onepass.capability(0))
     assert any(key[1] == wanted for key in onepass._MODULES)
     assert C.combine_i8_once.overloads
     assert int8.ONE_PASS_FROM == 1 << 20

@@ -19,6 +19,13 @@ so it serves up to :data:`MAX_CLASSES` classes and :data:`MAX_FEATURES`
 features; its whole-row tiles need the shared memory of a data-centre GPU
 (compute capability 8.0 or newer).  :func:`usable` says whether an evaluation
 qualifies; :mod:`.fused` and cuBLAS run otherwise.
+
+On a Hopper GPU (compute capability 9.0) the kernel is built for ``sm_90a`` with
+the softmax on warps of its own (``-DSPECIALIZED``, :func:`specialized`): four
+warps that hand most of their registers to eight warps holding the gradient's
+sums (``setmaxnreg``), so that one tile's float64 softmax runs while the tensor
+cores take the products of the next and the last.  Its arithmetic and every sum's
+order are the other build's, so the bits are too.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ import numpy as np
 from ..cuda_source import source
 
 TILE, UNIT, THREADS = 64, 128, 256  # as onepass.cu has them
-WARPS = THREADS // 32
+SPECIALIZED_THREADS = 384  # onepass.cu's BLOCK: four softmax warps and eight others
+SPECIALIZE = True
+"""Build the Hopper kernel with warps of their own for the softmax where the GPU is one."""
 TERMS = 4
 MAX_CLASSES = 10
 MAX_FEATURES = 1024
@@ -65,9 +74,19 @@ def usable(k: int, width: int, d_pad: int, capability: tuple[int, int],
             and shared_bytes(k, width, d_pad) <= shared_optin)
 
 
-def options(k: int, width: int, d_pad: int) -> tuple[str, ...]:
-    """NVRTC's options: a kernel per class count and row length (its loops unrolled)."""
-    return ("--std=c++17", f"-DCLASSES={k}", f"-DWIDTH={width}", f"-DKSTEPS={ksteps(d_pad)}")
+def specialized(capability: tuple[int, int]) -> bool:
+    """Whether a GPU of ``capability`` runs the build with the softmax on warps of its own:
+    a Hopper (9.0), whose ``setmaxnreg`` moves registers between the two kinds of warp."""
+    return SPECIALIZE and tuple(capability) == (9, 0)
+
+
+def options(k: int, width: int, d_pad: int,
+            capability: tuple[int, int] = (8, 0)) -> tuple[str, ...]:
+    """NVRTC's options: a kernel per class count and row length (its loops unrolled), and
+    on a GPU of ``capability`` that :func:`specialized` takes, that build, for ``sm_90a``
+    (CuPy adds its own ``-arch=sm_90`` after it; NVRTC keeps the ``a``)."""
+    plain = ("--std=c++17", f"-DCLASSES={k}", f"-DWIDTH={width}", f"-DKSTEPS={ksteps(d_pad)}")
+    return plain + ("-arch=sm_90a", "-DSPECIALIZED") if specialized(capability) else plain
 
 
 def blocks(n: int, sms: int) -> tuple[int, int]:
@@ -86,13 +105,24 @@ def shared_optin(device_id: int) -> int:
         cupy.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id))
 
 
-def _kernel(k: int, width: int, d_pad: int) -> Any:
+def capability(device_id: int) -> tuple[int, int]:
+    """GPU ``device_id``'s compute capability."""
     import cupy
 
-    key = (cupy.cuda.Device().id, options(k, width, d_pad))
+    cc = cupy.cuda.Device(device_id).compute_capability
+    return int(cc[:-1]), int(cc[-1])
+
+
+def _kernel(k: int, width: int, d_pad: int) -> tuple[Any, int]:
+    """The kernel for the current device, and the threads of its block."""
+    import cupy
+
+    device = cupy.cuda.Device().id
+    key = (device, options(k, width, d_pad, capability(device)))
     if key not in _MODULES:
         _MODULES[key] = cupy.RawModule(code=source(__package__, "onepass.cu"), options=key[1])
-    return _MODULES[key].get_function("evaluate_i8")
+    threads = SPECIALIZED_THREADS if "-DSPECIALIZED" in key[1] else THREADS
+    return _MODULES[key].get_function("evaluate_i8"), threads
 
 
 def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, g64: Any, bpart: Any,
@@ -106,7 +136,7 @@ def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, g64: Any, bpart: A
     d_pad = int(v.shape[1])
     if g64.shape != (d_pad, width) or g64.dtype != np.int64:
         raise ValueError(f"g64 must be int64 of shape {(d_pad, width)}, not {g64.dtype} {g64.shape}")
-    kernel = _kernel(k, width, d_pad)
+    kernel, threads = _kernel(k, width, d_pad)
     shared = shared_bytes(k, width, d_pad)
     kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
     grid, per = blocks(n, _sms(v.device.id))
@@ -115,7 +145,7 @@ def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, g64: Any, bpart: A
 
     def launch() -> None:
         with stream:
-            kernel((grid,), (THREADS,), args, shared_mem=shared)
+            kernel((grid,), (threads,), args, shared_mem=shared)
     return launch
 
 
