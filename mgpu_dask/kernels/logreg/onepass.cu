@@ -464,14 +464,15 @@ __device__ __forceinline__ void softmax_tile(int tile, int st, const int* sums, 
     }
     const double other = __shfl_xor_sync(0xffffffffu, top, 1);
     top = other > top ? other : top;
-    double total = 0.0;  // in class order, as softmax_xent_i8 adds them: 2m, then 2m + 1
+    double ex[CPH];
 #pragma unroll
     for (int m = 0; m < CPH; ++m) {
         const double e = exp(z[m] - top);
-        const double ex = q + 2 * m < K ? e : 0.0;
-        total += __shfl_sync(0xffffffffu, ex, lane & ~1);
-        if (2 * m + 1 < K) total += __shfl_sync(0xffffffffu, ex, lane | 1);
+        ex[m] = q + 2 * m < K ? e : 0.0;
     }
+    double total = 0.0;  // in class order, as softmax_xent_i8 adds them
+#pragma unroll
+    for (int c = 0; c < K; ++c) total += __shfl_sync(0xffffffffu, ex[c >> 1], (lane & ~1) | (c & 1));
     const double lse = top + log(total);
     if (!live && q == 0) pv[K * TM + rl] = odd ? pv[K * TM + rl] + 0.0 : 0.0;
 #pragma unroll
