@@ -136,7 +136,7 @@ def test_sigterm_mid_run_leaves_no_file_and_no_process(tmp_path):
 
 def test_gpu_out_of_memory_becomes_a_clear_error():
     from mgpu_dask.exceptions import DataError
-    from mgpu_dask.knn.plans import _guarded
+    from mgpu_dask.knn.blocks import guarded as _guarded
 
     class OutOfMemoryError(Exception):  # the name CuPy's error has
         pass

@@ -42,7 +42,7 @@ def _run(n_workers: int, split) -> dict:
             clf = KNeighborsClassifier(3, plan=plan).fit(s.X_train, s.y_train)
             assert clf.plan_ == plan
             out[plan] = to_host(clf.predict(Q))
-            host = clf.predict(Q, on_host=True)  # the replicate plan's come straight
+            host = clf.predict(Q, on_host=True)  # straight, under either plan
             out[plan, "straight"] = placement.blocks_in_hand(host) is not None
             out[plan, "host"] = to_host(host)
         X = shard(s.X_train, client)                      # uint8 pixels, scaled as read
@@ -99,7 +99,7 @@ def test_workers_sharing_one_gpu_match_one_worker(n_workers, split, one_worker):
         np.testing.assert_array_equal(got[plan], one_worker[plan])
         np.testing.assert_array_equal(got[plan, "host"], one_worker[plan])
     assert got["replicate", "straight"] and one_worker["replicate", "straight"]
-    assert not got["shard", "straight"]  # its candidates are merged across workers: tasks
+    assert got["shard", "straight"]  # every shard's holder searched every block: no task
     assert one_worker["shard", "straight"]  # one worker holds every shard: no task
     assert got["lr straight"] and one_worker["lr straight"]
     np.testing.assert_array_equal(got["lr host"], got["lr device"])

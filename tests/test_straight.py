@@ -119,14 +119,54 @@ def test_shard_plan_on_one_worker_comes_straight_and_equals_the_task_path(parts,
     assert (got == parts.y_test).mean() > 0.85
 
 
-def test_shard_plan_over_two_workers_stays_tasks(client, parts, straight_calls):
-    """Candidates that cross between workers are merged by tasks, never asked straight."""
+def _tasks_only():
+    import dask
+
+    return dask.config.set({"mgpu-dask.cluster.straight-predictions": False})
+
+
+@pytest.mark.parametrize("rows", [None, 41], ids=["a-block-a-worker", "several-blocks"])
+def test_shard_plan_over_two_workers_comes_straight_and_equals_the_task_path(
+        rows, client, parts, straight_calls):
+    """Every shard's holder searches every query block in one call, fetching the blocks it
+    lacks from their holders, and each block's holder merges and votes: the tasks'
+    predictions, in row order, with no task."""
+    if rows is None:
+        Q = shard(parts.X_test, client, dtype=np.float32)
+    else:
+        Q = client.persist(da.from_array(parts.X_test.astype(np.float32), chunks=(rows, -1)))
+        wait(futures_of(Q))
+    _, where = placement.locate(client, Q)
+    clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
+    assert len(set(clf.layout_.workers)) == 2 and len(set(where)) == 2
+    straight = clf.predict(Q, on_host=True)
+    assert placement.blocks_in_hand(straight) is not None
+    assert straight_calls and straight_calls[-1] is not None
+    got = to_host(straight)
+    with _tasks_only():
+        tasks = clf.predict(Q, on_host=True)
+    assert placement.blocks_in_hand(tasks) is None
+    np.testing.assert_array_equal(got, to_host(tasks))
+    assert (got == parts.y_test).mean() > 0.85
+
+
+def test_a_query_block_that_cannot_be_fetched_falls_back_to_tasks(client, parts, monkeypatch):
+    """A shard holder that cannot have another worker's query block (moved on, its holder
+    lost) answers None, and the same predictions come from tasks."""
+    from mgpu_dask.knn import blocks
+
     Q = shard(parts.X_test, client, dtype=np.float32)
     clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
+    want = clf.predict(Q, on_host=True)
+    assert placement.blocks_in_hand(want) is not None  # straight while the blocks are had
+
+    def gone(key, dask_worker=None):  # runs on the holder, a copy of it (pickled)
+        raise KeyError(key)
+
+    monkeypatch.setattr(blocks, "held_block", gone)
     pred = clf.predict(Q, on_host=True)
     assert placement.blocks_in_hand(pred) is None
-    assert all(answer is None for answer in straight_calls)
-    assert (to_host(pred) == parts.y_test).mean() > 0.85
+    np.testing.assert_array_equal(to_host(pred), to_host(want))
 
 
 def test_straight_predictions_can_be_turned_off_for_the_dashboard(client, parts):
@@ -202,6 +242,12 @@ def test_moved_blocks_fall_back_to_tasks(client, parts, straight_calls, monkeypa
     assert straight_calls[-1] is None and placement.blocks_in_hand(again) is None
     np.testing.assert_array_equal(to_host(again), first)
     monkeypatch.setattr(direct, "held_calls", real)
+    # the refusal forgot where the blocks were: the next predict asks the scheduler again
+    scheduler = client.scheduler.address
+    assert not any((scheduler, f.key) in placement._KNOWN_HOLDERS for f in futures_of(Q))
+    third = clf.predict(Q, on_host=True)
+    assert straight_calls[-1] is not None
+    np.testing.assert_array_equal(to_host(third), first)
 
 
 def test_an_unreachable_worker_falls_back(client, monkeypatch):

@@ -13,7 +13,7 @@ from distributed import futures_of, wait
 from ..cluster import StartingCluster
 from ..data import shard
 from ..data.sharding import cast_to, rows_as_dtype
-from ..knn import KNeighborsClassifier, plans
+from ..knn import KNeighborsClassifier, blocks, plans
 from ..parallel.inputs import accuracy, to_host
 from . import transfers
 from .phases import Phases
@@ -41,7 +41,7 @@ def predict_phases(clf: KNeighborsClassifier, queries: Any, client: Any, timeout
 def searched(client: Any, s: Any, clf: KNeighborsClassifier) -> dict[str, Any]:
     """Which searches the workers ran (``search``: the fused kernel's build or the tile
     loop), whether every worker's tile loop ran as one CUDA graph, and the run's notes."""
-    ran = client.run(plans.what_ran)
+    ran = client.run(blocks.what_ran)
     graphs = [r["graph"] for r in ran.values() if r["graph"] is not None]
     worker_notes = sorted({n for r in ran.values() for n in r["notes"]})
     return {"search": sorted({kind for r in ran.values() for kind in r.get("searches", ())}),

@@ -16,7 +16,7 @@ from ..kernels.knn import precision as precisions
 from ..kernels.launch import finished
 from ..kernels.precision import Precision
 from ..parallel.workers import gpu_capability
-from .plans import row_index
+from .blocks import row_index
 
 ROWS = 64  # training rows of the warm-up search (queries: a quarter of them)
 

@@ -79,6 +79,11 @@ class Held(NamedTuple):
     key: Any
 
 
+class Here(NamedTuple):
+    """An argument of a call in :func:`run_held`: the Dask worker that runs it (to ask
+    another worker straight, :func:`from_worker`)."""
+
+
 def _call_all(calls: list[tuple[Any, list[Any]]]) -> list[Any]:
     return [function(*args) for function, args in calls]
 
@@ -90,7 +95,8 @@ async def held_calls(calls: list[tuple[Any, tuple]], dask_worker: Any = None) ->
     loop.  ``{"results": [...]}``, or ``{"refused": "moved"}`` where a block is no longer
     here (nothing ran)."""
     try:
-        resolved = [(function, [dask_worker.data[a.key] if isinstance(a, Held) else a
+        resolved = [(function, [dask_worker.data[a.key] if isinstance(a, Held)
+                                else dask_worker if isinstance(a, Here) else a
                                 for a in args]) for function, args in calls]
     except KeyError as exc:
         return {"refused": "moved", "message": f"block {exc} is no longer on worker "

@@ -292,17 +292,34 @@ def run_straight(client: Any, name: str, calls: Sequence[tuple[str, Any, tuple]]
     done (a worker unreachable, a block moved on) or is not wanted
     (``mgpu-dask.cluster.straight-predictions`` false: tasks, which the dashboard
     shows): the caller submits tasks instead."""
-    if not config.get("cluster.straight-predictions", True):
-        return None
     by_worker: dict[str, list[tuple[Any, tuple]]] = {}
     order: list[tuple[str, int]] = []
     for worker, function, args in calls:
         by_worker.setdefault(worker, []).append((function, args))
         order.append((worker, len(by_worker[worker]) - 1))
-    answers = direct.run_held(client, by_worker, timeout)
+    answers = ask_straight(client, by_worker, timeout)
     if answers is None:
         return None
     return in_hand(name, [answers[w][i] for w, i in order], chunks, meta)
+
+
+def ask_straight(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
+                 timeout: float | None = None) -> dict[str, list[Any]] | None:
+    """:func:`.direct.run_held` where straight answers are wanted: None where they are not
+    (``mgpu-dask.cluster.straight-predictions`` false) or could not be had, and then the
+    holders remembered for the blocks asked about are forgotten (:func:`locate` asks the
+    scheduler again: a block released and made again lives where it was put last)."""
+    if not config.get("cluster.straight-predictions", True):
+        return None
+    answers = direct.run_held(client, calls, timeout)
+    if answers is None:  # a block not where it was remembered: ask the scheduler next time
+        scheduler = client.scheduler.address
+        for pairs in calls.values():
+            for _, args in pairs:
+                for a in args:
+                    if isinstance(a, direct.Held):
+                        _KNOWN_HOLDERS.pop((scheduler, a.key), None)
+    return answers
 
 
 def map_blocks(client: Any, fn: Callable[..., Any], array: da.Array, *args: Any, name: str,

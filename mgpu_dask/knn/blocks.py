@@ -1,0 +1,200 @@
+"""What a KNN predict runs on a worker for one query block: the search against a block of
+training rows, the merge of shards' candidates and the vote.
+
+:mod:`.plans` lays these out as Dask tasks, and :mod:`.straight` asks the workers
+for them straight; either way a block's arithmetic is the same, so are the bits.
+This module runs on the workers: it imports no scikit-learn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import DataError
+from ..kernels import knn as kernels
+from ..kernels.launch import all_entries_finite, array_module, finished
+from ..parallel import direct
+
+def _check_queries(Qb: Any, xp: Any) -> Any:
+    Qb = xp.asarray(Qb)
+    if not np.issubdtype(Qb.dtype, np.integer) and not all_entries_finite(Qb):
+        raise DataError("the query rows contain NaN or infinity; clean or impute them first")
+    return Qb
+
+
+def _out_of_memory(exc: BaseException, rows: int, n: int) -> DataError:
+    return DataError(f"GPU out of memory on a worker while comparing {rows} queries with {n} "
+                     "training rows; lower --memory-budget (so the training set is sharded), "
+                     f"lower block_bytes, or add GPUs ({type(exc).__name__})")
+
+
+def guarded(fn: Any, Qb: Any, train: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a block function; a CUDA out-of-memory or unfit queries become one clear error."""
+    try:
+        return fn(Qb, train, *args, **kwargs)
+    except MemoryError as exc:
+        raise _out_of_memory(exc, Qb.shape[0], train.shape[0]) from None
+    except ValueError as exc:  # queries that the prepared training rows cannot take
+        raise DataError(str(exc)) from None
+    except Exception as exc:
+        if type(exc).__name__ == "OutOfMemoryError":  # cupy.cuda.memory.OutOfMemoryError
+            raise _out_of_memory(exc, Qb.shape[0], train.shape[0]) from None
+        raise
+
+
+RAN: dict[str, Any] = {}
+"""What the searches in this process ran, for :func:`what_ran`: which search (the fused
+kernel's build or the tile loop), whether the tile loop was one CUDA graph, and why not;
+whether the kernels had their fast launch."""
+
+
+def _searched(stats: dict[str, Any], gpu: bool) -> None:
+    if stats.get("search"):
+        RAN.setdefault("searches", set()).add(stats["search"])
+    if not gpu:
+        return
+    RAN["graph"] = RAN.get("graph", True) and bool(stats.get("graph"))
+    for key in ("graph_note", "launch_note"):
+        if stats.get(key):
+            RAN.setdefault("notes", set()).add(stats[key])
+
+
+def what_ran() -> dict[str, Any]:
+    """Run on a worker: which searches it ran, whether their tile loops ran as CUDA graphs,
+    and the notes of what fell back (the graph, the kernels' fast launch)."""
+    return {"graph": RAN.get("graph"), "notes": sorted(RAN.get("notes", ())),
+            "searches": sorted(RAN.get("searches", ()))}
+
+
+def row_index(xp: Any, n: int, offset: int) -> Any:
+    """The global indices of a block's ``n`` training rows that start at ``offset``."""
+    return xp.arange(n, dtype=np.int64) + offset
+
+
+def search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int,
+            tile_bytes: int | None) -> Any:
+    xp = array_module(train.norms)
+    Qb = _check_queries(Qb, xp)
+    index = row_index(xp, train.n, offset)
+    stats: dict[str, Any] = {}
+    cand = guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
+                    tile_bytes=tile_bytes, stats=stats)
+    _searched(stats, xp is not np)
+    return cand
+
+
+def replicated_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: int | None,
+                      vote: tuple | None = None) -> Any:
+    cand = search(Qb, train, yb, 0, k, margin, tile_bytes)
+    if vote is not None:  # predict in the same task: one task per query block
+        return vote_pred(cand, *vote)
+    return finished(cand)
+
+
+def sharded_block(train: Any, yb: Any, Qb: Any, offset: int, k: int, margin: int,
+                   tile_bytes: int | None) -> Any:
+    return finished(search(Qb, train, yb, offset, k, margin, tile_bytes))
+
+
+def merge_blocks(a: Any, b: Any, vote: tuple | None = None) -> Any:
+    merged = kernels.merge(a, b)
+    return vote_pred(merged, *vote) if vote is not None else finished(merged)
+
+
+def shards_block(Qb: Any, *held: Any, offsets: tuple[int, ...], vote: tuple, k: int,
+                  margin: int, tile_bytes: int | None) -> Any:
+    """A query block's predictions over every training shard held here (``held``: each
+    shard's rows and labels in turn): each shard's search, the pairwise tree of merges
+    that :func:`.plans.candidates` builds, and the vote."""
+    return vote_pred(merged([search(Qb, held[2 * p], held[2 * p + 1], offset, k, margin, tile_bytes)
+                             for p, offset in enumerate(offsets)]), *vote)
+
+
+def merged(level: list[Any]) -> Any:
+    """One candidate set from each training shard's (in shard order), merged by the pairwise
+    tree that :func:`.plans.candidates` builds of tasks: the same bits either way."""
+    while len(level) > 1:
+        level = [kernels.merge(level[j], level[j + 1]) if j + 1 < len(level) else level[j]
+                 for j in range(0, len(level), 2)]
+    return level[0]
+
+
+def vote_pred(cand: Any, n_classes: int, weights: str, classes: np.ndarray | None,
+               host: bool = False) -> Any:
+    _, pred = kernels.vote(cand, n_classes, weights)
+    if classes is not None:
+        pred = array_module(pred).asarray(classes)[pred]
+    if host and hasattr(pred, "get"):
+        return pred.get()
+    return finished(pred)
+
+
+def vote_block(cand: Any, vote: tuple) -> Any:
+    return vote_pred(cand, *vote)
+
+
+def vote_proba(cand: Any, n_classes: int, weights: str) -> Any:
+    return kernels.vote(cand, n_classes, weights)[0]
+
+
+def host_candidates(Qb: Any, train: Any, yb: Any, *, offset: int, k: int, margin: int,
+                    tile_bytes: int | None) -> np.ndarray:
+    """A query block's candidates among one shard's training rows, in host memory."""
+    cand = search(Qb, train, yb, offset, k, margin, tile_bytes)
+    return cand.get() if hasattr(cand, "get") else cand
+
+
+def merged_vote(*candidates: np.ndarray, vote: tuple, gpu: bool) -> Any:
+    """A query block's predictions from each training shard's candidates (host arrays, in
+    shard order), merged and voted on this worker's GPU where ``gpu``, as the tasks do."""
+    if gpu:
+        import cupy
+
+        candidates = tuple(cupy.asarray(c) for c in candidates)
+    return vote_pred(merged(list(candidates)), *vote)
+
+
+def held_block(key: Any, dask_worker: Any = None) -> np.ndarray:
+    """Run on a query block's holder, asked by another worker: the block, in host memory."""
+    block = dask_worker.data[key]
+    if not hasattr(block, "get"):
+        return np.asarray(block)
+    import cupy
+
+    with cupy.cuda.Device(block.device.id), cupy.cuda.Stream(non_blocking=True) as stream:
+        host = block.get(stream=stream)  # not behind this worker's own search
+        stream.synchronize()
+    return host
+
+
+def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tuple[int, ...],
+                    remote: tuple[tuple[int, str, Any], ...], wait: float, k: int, margin: int,
+                    tile_bytes: int | None) -> dict[int, list[np.ndarray]] | None:
+    """On the holder of one or more training shards (``held``: each shard's rows and labels,
+    at ``offsets``, then the query blocks ``local`` held here): every query block's
+    candidates against each of these shards, in host memory, ``{block: [per shard]}``.
+
+    The blocks held elsewhere (``remote``: block, holder, key) are asked of their holders
+    at once and searched after this worker's own, so that they cross while it searches;
+    None where one of them could not be had in ``wait`` seconds (moved on, its holder
+    lost): the caller falls back to tasks."""
+    shards = [(held[2 * s], held[2 * s + 1], offset) for s, offset in enumerate(offsets)]
+    asked = [(i, direct.from_worker(holder, held_block, key, worker=worker))
+             for i, holder, key in remote]
+    out: dict[int, list[np.ndarray]] = {}
+
+    def search_all(i: int, Qb: Any) -> None:
+        out[i] = [host_candidates(Qb, X, y, offset=offset, k=k, margin=margin,
+                                  tile_bytes=tile_bytes) for X, y, offset in shards]
+
+    for i, Qb in zip(local, held[2 * len(shards):]):
+        search_all(i, Qb)
+    for i, future in asked:
+        try:
+            Qb = future.result(timeout=wait)
+        except (OSError, KeyError, TimeoutError):  # moved on, or its holder lost
+            return None
+        search_all(i, Qb)
+    return out
