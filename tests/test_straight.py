@@ -125,29 +125,60 @@ def _tasks_only():
     return dask.config.set({"mgpu-dask.cluster.straight-predictions": False})
 
 
+@pytest.mark.parametrize("mail", [True, False], ids=["worker-to-worker", "through-the-client"])
 @pytest.mark.parametrize("rows", [None, 41], ids=["a-block-a-worker", "several-blocks"])
 def test_shard_plan_over_two_workers_comes_straight_and_equals_the_task_path(
-        rows, client, parts, straight_calls):
+        rows, mail, client, parts, straight_calls, monkeypatch):
     """Every shard's holder searches every query block in one call, fetching the blocks it
-    lacks from their holders, and each block's holder merges and votes: the tasks'
+    lacks from their holders, and each block's holder merges and votes (the others'
+    candidates handed to it worker to worker, or through the client): the tasks'
     predictions, in row order, with no task."""
+    from mgpu_dask.knn import straight as straight_paths
+
+    monkeypatch.setattr(straight_paths, "MAIL", mail)
     if rows is None:
         Q = shard(parts.X_test, client, dtype=np.float32)
     else:
-        Q = client.persist(da.from_array(parts.X_test.astype(np.float32), chunks=(rows, -1)))
+        Q = client.persist(da.from_array(parts.X_test.astype(np.float32), chunks=(rows, -1),
+                                         name=False))  # keys of its own: none remembered
         wait(futures_of(Q))
     _, where = placement.locate(client, Q)
     clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
     assert len(set(clf.layout_.workers)) == 2 and len(set(where)) == 2
+    asks = []
+    real_ask = placement.ask_straight
+    monkeypatch.setattr(placement, "ask_straight", lambda *a, **k: asks.append(1) or real_ask(*a, **k))
     straight = clf.predict(Q, on_host=True)
     assert placement.blocks_in_hand(straight) is not None
-    assert straight_calls and straight_calls[-1] is not None
+    # worker to worker: one ask of the shard holders; through the client: a second one
+    assert len(asks) == (1 if mail else 2) and len(straight_calls) == (0 if mail else 1)
     got = to_host(straight)
     with _tasks_only():
         tasks = clf.predict(Q, on_host=True)
     assert placement.blocks_in_hand(tasks) is None
     np.testing.assert_array_equal(got, to_host(tasks))
     assert (got == parts.y_test).mean() > 0.85
+
+
+def test_candidates_that_never_come_fall_back_to_tasks(client, parts, monkeypatch):
+    """A block's holder whose box stays short of the other holders' candidates gives up
+    after the compute timeout, and the same predictions come from tasks."""
+    import dask
+
+    from mgpu_dask.knn import blocks
+
+    Q = shard(parts.X_test, client, dtype=np.float32)
+    clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
+    want = to_host(clf.predict(Q, on_host=True))
+
+    def lost(name, block, candidates):  # runs on the holder, a copy of it (pickled)
+        return None
+
+    monkeypatch.setattr(blocks, "deposit", lost)
+    with dask.config.set({"mgpu-dask.cluster.compute-timeout": "2s"}):
+        pred = clf.predict(Q, on_host=True)
+    assert placement.blocks_in_hand(pred) is None
+    np.testing.assert_array_equal(to_host(pred), want)
 
 
 def test_a_query_block_that_cannot_be_fetched_falls_back_to_tasks(client, parts, monkeypatch):

@@ -8,7 +8,10 @@ This module runs on the workers: it imports no scikit-learn.
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -139,13 +142,6 @@ def vote_proba(cand: Any, n_classes: int, weights: str) -> Any:
     return kernels.vote(cand, n_classes, weights)[0]
 
 
-def host_candidates(Qb: Any, train: Any, yb: Any, *, offset: int, k: int, margin: int,
-                    tile_bytes: int | None) -> np.ndarray:
-    """A query block's candidates among one shard's training rows, in host memory."""
-    cand = search(Qb, train, yb, offset, k, margin, tile_bytes)
-    return cand.get() if hasattr(cand, "get") else cand
-
-
 def merged_vote(*candidates: np.ndarray, vote: tuple, gpu: bool) -> Any:
     """A query block's predictions from each training shard's candidates (host arrays, in
     shard order), merged and voted on this worker's GPU where ``gpu``, as the tasks do."""
@@ -169,32 +165,94 @@ def held_block(key: Any, dask_worker: Any = None) -> np.ndarray:
     return host
 
 
+class Mail(NamedTuple):
+    """Where the shard holders of one straight predict hand each query block's candidates
+    to the block's holder, which merges and votes (:func:`candidates_here`)."""
+
+    name: str                              # the predict's
+    shards: tuple[int, ...]                # the training shards held here, of n_shards
+    n_shards: int
+    mergers: tuple[tuple[int, str], ...]   # (block, holder) of every block held elsewhere
+    vote: tuple                            # as vote_pred's
+    gpu: bool
+
+
+_MAIL: "OrderedDict[tuple[str, int], dict[int, Any]]" = OrderedDict()
+_MAIL_CHANGED = threading.Condition()
+_MAIL_KEPT = 256  # boxes kept at most (a merger that gave up leaves its box behind)
+
+
+def deposit(name: str, block: int, candidates: dict[int, np.ndarray]) -> None:
+    """Run on a query block's holder, asked by a shard holder: its shards' candidates for
+    the block (``{shard: candidates}``), into the block's box."""
+    with _MAIL_CHANGED:
+        _MAIL.setdefault((name, block), {}).update(candidates)
+        while len(_MAIL) > _MAIL_KEPT:
+            _MAIL.popitem(last=False)
+        _MAIL_CHANGED.notify_all()
+
+
+def _collected(name: str, block: int, shards: set[int], wait: float) -> dict[int, Any] | None:
+    """The other shard holders' candidates for a block held here, once all are in; None
+    past ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    with _MAIL_CHANGED:
+        while not shards <= set(_MAIL.get((name, block), ())):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _MAIL.pop((name, block), None)
+                return None
+            _MAIL_CHANGED.wait(left)
+        return _MAIL.pop((name, block))
+
+
 def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tuple[int, ...],
                     remote: tuple[tuple[int, str, Any], ...], wait: float, k: int, margin: int,
-                    tile_bytes: int | None) -> dict[int, list[np.ndarray]] | None:
+                    tile_bytes: int | None, mail: Mail | None = None) -> dict[int, Any] | None:
     """On the holder of one or more training shards (``held``: each shard's rows and labels,
     at ``offsets``, then the query blocks ``local`` held here): every query block's
-    candidates against each of these shards, in host memory, ``{block: [per shard]}``.
+    candidates against each of these shards, ``{block: [per shard]}`` in host memory.
 
     The blocks held elsewhere (``remote``: block, holder, key) are asked of their holders
-    at once and searched after this worker's own, so that they cross while it searches;
-    None where one of them could not be had in ``wait`` seconds (moved on, its holder
-    lost): the caller falls back to tasks."""
+    at once and searched after this worker's own, so that they cross while it searches.
+    With ``mail``, each of those blocks' candidates go straight to its holder
+    (:func:`deposit`), and this worker answers with the predictions of its own blocks,
+    ``{block: predictions}``, merged with the others' candidates in the tasks' tree order
+    and voted.  None where a block or a box could not be had in ``wait`` seconds (moved
+    on, a worker lost): the caller falls back to tasks."""
     shards = [(held[2 * s], held[2 * s + 1], offset) for s, offset in enumerate(offsets)]
     asked = [(i, direct.from_worker(holder, held_block, key, worker=worker))
              for i, holder, key in remote]
-    out: dict[int, list[np.ndarray]] = {}
+    mergers = dict(mail.mergers) if mail else {}
+    out: dict[int, Any] = {}
+    sent = []
 
-    def search_all(i: int, Qb: Any) -> None:
-        out[i] = [host_candidates(Qb, X, y, offset=offset, k=k, margin=margin,
-                                  tile_bytes=tile_bytes) for X, y, offset in shards]
+    def search_all(i: int, Qb: Any, host: bool) -> list[Any]:
+        found = [search(Qb, X, y, offset, k, margin, tile_bytes) for X, y, offset in shards]
+        return [c.get() if host and hasattr(c, "get") else c for c in found]
 
     for i, Qb in zip(local, held[2 * len(shards):]):
-        search_all(i, Qb)
-    for i, future in asked:
-        try:
-            Qb = future.result(timeout=wait)
-        except (OSError, KeyError, TimeoutError):  # moved on, or its holder lost
+        out[i] = search_all(i, Qb, host=mail is None)  # merged here with mail: kept on device
+    try:
+        for i, future in asked:
+            found = search_all(i, future.result(timeout=wait), host=True)
+            if mail is None:
+                out[i] = found
+            else:
+                sent.append(direct.from_worker(mergers[i], deposit, mail.name, i,
+                                               dict(zip(mail.shards, found)), worker=worker))
+        for delivery in sent:
+            delivery.result(timeout=wait)
+    except (OSError, KeyError, TimeoutError):  # moved on, or a worker lost
+        return None
+    if mail is None:
+        return out
+    others = set(range(mail.n_shards)) - set(mail.shards)
+    for i in local:
+        got = _collected(mail.name, i, others, wait)
+        if got is None:
             return None
-        search_all(i, Qb)
+        got.update(zip(mail.shards, out[i]))
+        out[i] = merged_vote(*(got[p] for p in range(mail.n_shards)), vote=mail.vote,
+                             gpu=mail.gpu)
     return out
