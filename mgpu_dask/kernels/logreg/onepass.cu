@@ -140,6 +140,39 @@ __device__ __forceinline__ void gradient(Sums& acc, const signed char* res, cons
     }
 }
 
+// w8's rows in use into sW, by N threads (t: this one's index among them).
+template <int N>
+__device__ __forceinline__ void load_w(signed char* sW, const signed char* w8, int d_pad, int t) {
+    for (int i = t; i < WROWS * KSTEPS * 2; i += N) {
+        const int r = i / (KSTEPS * 2), c = i % (KSTEPS * 2);
+        const bool ok = c * 16 < d_pad;
+        cp_async16(smem_u32(sW + at(r, c)), ok ? w8 + (long long)r * d_pad + c * 16 : w8, ok ? 16 : 0);
+    }
+}
+
+// Row tile `tile` of v into dst (zeros past the rows and the row's length), by N threads.
+template <int N>
+__device__ __forceinline__ void load_tile(signed char* dst, const signed char* v, int tile,
+                                          int v_rows, int d_pad, int t) {
+    const long long row0 = (long long)tile * TM;
+    for (int i = t; i < TM * KSTEPS * 2; i += N) {
+        const int r = i / (KSTEPS * 2), c = i % (KSTEPS * 2);
+        const bool ok = row0 + r < v_rows && c * 16 < d_pad;
+        cp_async16(smem_u32(dst + at(r, c)), ok ? v + (row0 + r) * d_pad + c * 16 : v, ok ? 16 : 0);
+    }
+}
+
+__device__ __forceinline__ void zero(Sums& acc) {
+#pragma unroll
+    for (int q = 0; q < GPW; ++q)
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int j = 0; j < NTG; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[q][m][j][e] = 0;
+}
+
 // The block's gradient sums into g64: m-tile 0 of group G holds features 32 G + 4 g (rows g)
 // and 32 G + 4 g + 1 (rows g + 8), m-tile 1 features 32 G + 4 g + 2 and + 3.
 __device__ __forceinline__ void flush(const Sums& acc, unsigned long long* g64, int d_pad, int w,
@@ -201,32 +234,15 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
     const int first = 2 * u0, last = 2 * u1;  // tiles [first, last)
 
     for (int i = tid; i < 2 * WROWS * RPITCH / 4; i += THREADS) ((unsigned*)sR)[i] = 0u;
-    for (int i = tid; i < WROWS * KSTEPS * 2; i += THREADS) {
-        const int r = i / (KSTEPS * 2), c = i % (KSTEPS * 2);
-        const bool ok = c * 16 < d_pad;
-        cp_async16(smem_u32(sW + at(r, c)), ok ? w8 + (long long)r * d_pad + c * 16 : w8, ok ? 16 : 0);
-    }
+    load_w<THREADS>(sW, w8, d_pad, tid);
     auto load = [&](int tile, int buf) {
-        signed char* dst = sX + buf * TM * PITCH;
-        const long long row0 = (long long)tile * TM;
-        for (int i = tid; i < TM * KSTEPS * 2; i += THREADS) {
-            const int r = i / (KSTEPS * 2), c = i % (KSTEPS * 2);
-            const bool ok = row0 + r < v_rows && c * 16 < d_pad;
-            cp_async16(smem_u32(dst + at(r, c)), ok ? v + (row0 + r) * d_pad + c * 16 : v, ok ? 16 : 0);
-        }
+        load_tile<THREADS>(sX + buf * TM * PITCH, v, tile, v_rows, d_pad, tid);
     };
     if (first < last) load(first, 0);
     cp_async_commit();
 
     Sums acc;
-#pragma unroll
-    for (int q = 0; q < GPW; ++q)
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int j = 0; j < NTG; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[q][m][j][e] = 0;
+    zero(acc);
 
     auto softmax = [&](int tile, const int rows0) {  // rows rows0 .. rows0 + 31 of the tile
         const int rl = rows0 + ((tid & 127) >> 2), q = tid & 3;
@@ -556,32 +572,15 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(COMPUTE_REGS));
     const int ct = tid - SOFT_WARPS * 32, cw = ct >> 5;
     const int g = lane >> 2, t4 = lane & 3;
-    for (int i = ct; i < WROWS * KSTEPS * 2; i += COMPUTE) {
-        const int r = i / (KSTEPS * 2), c = i % (KSTEPS * 2);
-        const bool ok = c * 16 < d_pad;
-        cp_async16(smem_u32(sW + at(r, c)), ok ? w8 + (long long)r * d_pad + c * 16 : w8, ok ? 16 : 0);
-    }
+    load_w<COMPUTE>(sW, w8, d_pad, ct);
     auto load = [&](int tile, int buf) {
-        signed char* dst = sX + buf * TM * PITCH;
-        const long long row0 = (long long)tile * TM;
-        for (int i = ct; i < TM * KSTEPS * 2; i += COMPUTE) {
-            const int r = i / (KSTEPS * 2), c = i % (KSTEPS * 2);
-            const bool ok = row0 + r < v_rows && c * 16 < d_pad;
-            cp_async16(smem_u32(dst + at(r, c)), ok ? v + (row0 + r) * d_pad + c * 16 : v, ok ? 16 : 0);
-        }
+        load_tile<COMPUTE>(sX + buf * TM * PITCH, v, tile, v_rows, d_pad, ct);
     };
     if (first < last) load(first, 0);
     cp_async_commit();
 
     Sums acc;
-#pragma unroll
-    for (int q = 0; q < GPW; ++q)
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int j = 0; j < NTG; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[q][m][j][e] = 0;
+    zero(acc);
 
     int buf = 0;  // tile j's buffer: (j - first) % 3
     for (int tile = first; tile <= last; ++tile) {
