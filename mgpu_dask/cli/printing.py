@@ -56,7 +56,7 @@ def print_job(result: dict) -> None:
         parts = [f"{run} " + ", ".join(f"{k} {human(v)}" for k, v in moved[run].items())
                  for run in ("cold", "warm per repetition") if moved[run]]
         print(f"moved between workers ({result.get('protocol', 'tcp')}, Dask's transfer "
-              f"records): " + "; ".join(parts))
+              f"records and the straight predicts'): " + "; ".join(parts))
 
 
 def print_comparison(result: dict) -> None:

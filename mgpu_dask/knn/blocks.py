@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -177,6 +177,10 @@ class Mail(NamedTuple):
     gpu: bool
 
 
+RECEIVED: "deque[tuple[float, int]]" = deque(maxlen=100_000)
+"""``(time, bytes)`` of each query block and each set of candidates this worker had from
+another worker in a straight predict: Dask's own transfer log does not hold them."""
+
 _MAIL: "OrderedDict[tuple[str, int], dict[int, Any]]" = OrderedDict()
 _MAIL_CHANGED = threading.Condition()
 _MAIL_KEPT = 256  # boxes kept at most (a merger that gave up leaves its box behind)
@@ -185,6 +189,7 @@ _MAIL_KEPT = 256  # boxes kept at most (a merger that gave up leaves its box beh
 def deposit(name: str, block: int, candidates: dict[int, np.ndarray]) -> None:
     """Run on a query block's holder, asked by a shard holder: its shards' candidates for
     the block (``{shard: candidates}``), into the block's box."""
+    RECEIVED.append((time.time(), sum(int(c.nbytes) for c in candidates.values())))
     with _MAIL_CHANGED:
         _MAIL.setdefault((name, block), {}).update(candidates)
         while len(_MAIL) > _MAIL_KEPT:
@@ -235,7 +240,9 @@ def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tu
         out[i] = search_all(i, Qb, host=mail is None)  # merged here with mail: kept on device
     try:
         for i, future in asked:
-            found = search_all(i, future.result(timeout=wait), host=True)
+            Qb = future.result(timeout=wait)
+            RECEIVED.append((time.time(), int(Qb.nbytes)))
+            found = search_all(i, Qb, host=True)
             if mail is None:
                 out[i] = found
             else:
