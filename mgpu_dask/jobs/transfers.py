@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..knn import blocks
 from .phases import Phases
 
 
 def _incoming(dask_worker: Any) -> list[tuple[float, int]]:
+    from ..knn import blocks  # on the worker: the client's first imports stay light
+
     return [(float(e["middle"]), int(e["total"])) for e in dask_worker.transfer_incoming_log] + [
         (float(when), int(size)) for when, size in list(blocks.RECEIVED)]
 
