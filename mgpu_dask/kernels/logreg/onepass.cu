@@ -58,6 +58,7 @@
 #define RPITCH (TM + 16)               // bytes per residual column in shared memory
 #define SPITCH (NCOL + 1)              // int32 per row of forward sums
 
+
 static_assert(K + 1 <= 2 * THREADS / 32, "the block sums' reduction takes half a warp per value");
 
 __device__ __forceinline__ int at(int r, int c) { return r * PITCH + (c << 4); }
@@ -203,15 +204,37 @@ __device__ __forceinline__ void flush(const Sums& acc, unsigned long long* g64, 
     }
 }
 
+// Class c's logit of a row from its forward sums: s0's, plus s1's where the forward split
+// the features in two (HALVES 2), each term's integer sum exact.
+template <int HALVES>
 __device__ __forceinline__ double logit_of(const int* s0, const int* s1, int c,
                                            const double* colinfo) {
     double z = 0.0, f = 1.0;
 #pragma unroll
     for (int t = 0; t < TERMS; ++t) {
-        z += (double)(s0[t * K + c] + s1[t * K + c]) * f;
+        z += (double)(HALVES == 2 ? s0[t * K + c] + s1[t * K + c] : s0[t * K + c]) * f;
         f /= BASE;
     }
     return colinfo[c] * z + colinfo[K + c];
+}
+
+// The rest of a unit's reduction, its first step (v[i] += v[i + 32]) taken by the softmax:
+// half a warp per value, + 16 (both here), then 8, 4, 2, 1, into row `unit` of bpart.
+// WARPS warps take it, 16 values in all (the static_asserts: k + 1 of them at most).
+template <int WARPS>
+__device__ __forceinline__ void reduce_unit(const double* sPart, int unit, double* bpart,
+                                            int warp, int lane) {
+    const int l = lane & 15;
+#pragma unroll
+    for (int r = 0; r < 8 / WARPS; ++r) {
+        const int c = 2 * warp + (lane >> 4) + 2 * WARPS * r;
+        const double* pv = sPart + (unit & 1) * (K + 1) * TM + c * TM + l;
+        double a = c <= K ? (pv[0] + pv[32]) + (pv[16] + pv[48]) : 0.0;
+#pragma unroll
+        for (int stride = 8; stride > 0; stride >>= 1)
+            a += __shfl_down_sync(0xffffffffu, a, stride, 16);
+        if (l == 0 && c <= K) bpart[(long long)unit * (K + 1) + c] = a;
+    }
 }
 
 #ifndef SPECIALIZED
@@ -262,7 +285,7 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
 #pragma unroll
         for (int m = 0; m < CPQ; ++m) {
             const int c = q + 4 * m;
-            z[m] = logit_of(s0, s1, c < K ? c : K - 1, colinfo);
+            z[m] = logit_of<2>(s0, s1, c < K ? c : K - 1, colinfo);
             top = c < K && z[m] > top ? z[m] : top;
         }
         double other = __shfl_xor_sync(0xffffffffu, top, 1);
@@ -352,16 +375,8 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
                         if (col < NCOL) sums[(mt * 16 + g + h * 8) * SPITCH + col] = facc[nt][h * 2 + e];
                     }
         }
-        if (done && !(tile & 1)) {  // tile - 1 ended a unit: the rest of its reduction,
-            // half a warp per value: v[i] += v[i + 32], then + 16 (both here), 8, 4, 2, 1
-            const int unit = (tile - 1) >> 1, c = 2 * warp + (lane >> 4), l = lane & 15;
-            const double* pv = sPart + (unit & 1) * (K + 1) * TM + c * TM + l;
-            double a = c <= K ? (pv[0] + pv[32]) + (pv[16] + pv[48]) : 0.0;
-#pragma unroll
-            for (int stride = 8; stride > 0; stride >>= 1)
-                a += __shfl_down_sync(0xffffffffu, a, stride, 16);
-            if (l == 0 && c <= K) bpart[(long long)unit * (K + 1) + c] = a;
-        }
+        if (done && !(tile & 1))  // tile - 1 ended a unit
+            reduce_unit<THREADS / 32>(sPart, (tile - 1) >> 1, bpart, warp, lane);
         __syncthreads();
 
         // 2. the softmax of this tile beside the gradient of the one before
@@ -468,14 +483,7 @@ __device__ __forceinline__ void softmax_tile(int tile, int st, const int* sums, 
 #pragma unroll
     for (int m = 0; m < CPH; ++m) {
         const int c = q + 2 * m;
-        const int cc = c < K ? c : K - 1;
-        double zz = 0.0, f = 1.0;
-#pragma unroll
-        for (int t = 0; t < TERMS; ++t) {
-            zz += (double)s[t * K + cc] * f;
-            f /= BASE;
-        }
-        z[m] = colinfo[cc] * zz + colinfo[K + cc];
+        z[m] = logit_of<1>(s, nullptr, c < K ? c : K - 1, colinfo);
         top = c < K && z[m] > top ? z[m] : top;
     }
     const double other = __shfl_xor_sync(0xffffffffu, top, 1);
@@ -550,20 +558,9 @@ evaluate_i8(const signed char* __restrict__ v, int v_rows, int d_pad,
             softmax_tile(tile, tid, sSum + (tile & 1) * TM * SPITCH, sR + (tile & 1) * WROWS * RPITCH,
                          sPart + ((tile >> 1) & 1) * (K + 1) * TM, colinfo, labels, n);
             bar_arrive(BAR_RES + (tile & 1), BLOCK);
-            if (tile & 1) {  // the unit's rest of the reduction, half a warp per value:
-                // v[i] += v[i + 32], then + 16 (both here), 8, 4, 2, 1
+            if (tile & 1) {  // the unit is whole
                 bar_sync(BAR_SOFT, SOFT_WARPS * 32);
-                const int unit = tile >> 1, l = lane & 15;
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int c = 2 * warp + (lane >> 4) + 2 * SOFT_WARPS * r;
-                    const double* pv = sPart + (unit & 1) * (K + 1) * TM + c * TM + l;
-                    double a = c <= K ? (pv[0] + pv[32]) + (pv[16] + pv[48]) : 0.0;
-#pragma unroll
-                    for (int stride = 8; stride > 0; stride >>= 1)
-                        a += __shfl_down_sync(0xffffffffu, a, stride, 16);
-                    if (l == 0 && c <= K) bpart[(long long)unit * (K + 1) + c] = a;
-                }
+                reduce_unit<SOFT_WARPS>(sPart, tile >> 1, bpart, warp, lane);
             }
         }
         return;
