@@ -232,17 +232,17 @@ def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tu
     out: dict[int, Any] = {}
     sent = []
 
-    def search_all(i: int, Qb: Any, host: bool) -> list[Any]:
+    def search_all(Qb: Any, host: bool) -> list[Any]:
         found = [search(Qb, X, y, offset, k, margin, tile_bytes) for X, y, offset in shards]
         return [c.get() if host and hasattr(c, "get") else c for c in found]
 
     for i, Qb in zip(local, held[2 * len(shards):]):
-        out[i] = search_all(i, Qb, host=mail is None)  # merged here with mail: kept on device
+        out[i] = search_all(Qb, host=mail is None)  # merged here with mail: kept on device
     try:
         for i, future in asked:
             Qb = future.result(timeout=wait)
             RECEIVED.append((time.time(), int(Qb.nbytes)))
-            found = search_all(i, Qb, host=True)
+            found = search_all(Qb, host=True)
             if mail is None:
                 out[i] = found
             else:
