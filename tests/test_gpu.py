@@ -16,6 +16,8 @@ from mgpu_dask.parallel.workers import scheduler_workers  # noqa: E402
 if not has_gpu() or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
     pytest.skip("needs a CUDA GPU (not the simulator)", allow_module_level=True)
 
+from numba import cuda  # noqa: E402
+
 from mgpu_dask.kernels import knn as K  # noqa: E402
 
 
@@ -710,6 +712,57 @@ def test_small_launches_raise_no_performance_warning(method):
         cand = K.local_candidates(Q, train, y, cupy.arange(40, dtype=cupy.int64), 3)
         K.vote(K.merge(cand, cand), 3, "distance")
         K.refine(Q, T, cupy.zeros((9, 4), dtype=cupy.int32), 2)
+
+
+def test_direct_launches_give_numbas_own_launches_bits():
+    """Kernels launched through the driver (``launch._launched``) write what Numba's own
+    launch writes, for array, bool, int and float parameters on a stream of CuPy's."""
+    from mgpu_dask.kernels import launch as L
+    from mgpu_dask.kernels.knn import cuda as KC
+
+    rng = np.random.default_rng(5)
+    m = 700
+    cand = np.empty((m, 5, 3))
+    cand[..., 0] = np.sort(rng.integers(0, 30, (m, 5)), axis=1)  # exact matches and ties
+    cand[..., 1] = rng.permutation(m * 5).reshape(m, 5)
+    cand[..., 2] = rng.integers(0, 4, (m, 5))
+    other = cand.copy()
+    other[..., 0] = np.sort(rng.integers(0, 30, (m, 5)), axis=1)
+    a, b = cupy.asarray(cand), cupy.asarray(other)
+    with cupy.cuda.Stream(non_blocking=True) as stream:
+        for uniform in (False, True):
+            outs = []
+            for direct in (True, False):
+                proba, pred = cupy.zeros((m, 4)), cupy.zeros(m, np.int32)
+                if direct:
+                    L.launch(KC.vote_rows, *L.thread_grid(m), a, 4, uniform, proba, pred)
+                else:
+                    KC.vote_rows[L.thread_grid(m), cuda.external_stream(stream.ptr)](
+                        a, 4, uniform, proba, pred)
+                outs.append((proba.get(), pred.get()))
+            np.testing.assert_array_equal(outs[0][0], outs[1][0])
+            np.testing.assert_array_equal(outs[0][1], outs[1][1])
+        merged = [cupy.empty_like(a), cupy.empty_like(a)]
+        L.launch(KC.merge_pairs, *L.thread_grid(m), a, b, merged[0])
+        KC.merge_pairs[L.thread_grid(m), cuda.external_stream(stream.ptr)](a, b, merged[1])
+        np.testing.assert_array_equal(merged[0].get(), merged[1].get())
+        for flag in (False, True):
+            x, out = cupy.asarray(rng.standard_normal(m)), [cupy.zeros(m), cupy.zeros(m)]
+            L.launch(_scalars, *L.thread_grid(m), x, 0.37, np.float32(1.25), flag, m - 3,
+                     np.int32(-2), out[0])
+            _scalars[L.thread_grid(m), cuda.external_stream(stream.ptr)](
+                x, 0.37, np.float32(1.25), flag, m - 3, np.int32(-2), out[1])
+            np.testing.assert_array_equal(out[0].get(), out[1].get())
+    assert not {KC.vote_rows, KC.merge_pairs, _scalars} & L._NUMBA_LAUNCH
+    assert {KC.vote_rows, KC.merge_pairs, _scalars} <= {key[0] for key in L._FUNCTIONS}
+
+
+@cuda.jit
+def _scalars(x, a, b, flag, n, shift, out):
+    """A kernel of every scalar kind our kernels take: float64, float32, bool, int64, int32."""
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = x[i] * a + b if flag else x[i] - n + shift
 
 
 @pytest.mark.parametrize("Est", ["knn", "logreg"])

@@ -255,3 +255,47 @@ def test_no_graph_capture_where_ucx_carries_the_messages(monkeypatch):
     comm.ucxx = None
     core._ctx = object()  # a UCX context made directly (cuML's comms)
     assert not capture_allowed()
+
+
+_SCALAR_LAYOUTS = """
+import numba, numpy as np
+from numba.cuda.dispatcher import _Kernel
+from mgpu_dask.kernels.launch import _scalar_ok, _scalar_param
+
+class NoExtensions:
+    extensions = []
+
+rows = []
+for value in (True, False, np.bool_(True), 3, -(1 << 40), np.int32(-7), np.uint8(200),
+              np.int16(-3), np.int64(9), np.uint64(5), 1.5, np.float32(2.25), np.float64(-0.5)):
+    want = []
+    _Kernel._prepare_args(NoExtensions(), numba.typeof(value), value, None, None, want)
+    got = _scalar_param(value)
+    rows.append((repr(value), _scalar_ok(value), type(got).__name__, got.value,
+                 type(want[0]).__name__, want[0].value))
+print(rows)
+"""
+
+
+def test_direct_launch_lays_scalars_out_as_numba_does():
+    """``launch._scalar_param`` gives each scalar the ctypes type and value that Numba's own
+    launch gives it for the type Numba infers (a bool as a byte, a Python int as int64,
+    a NumPy scalar in its own type); scalars it cannot lay out take Numba's launch.
+    Numba's launch code is read in a process without the simulator (which replaces it)."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    from mgpu_dask.kernels.launch import _scalar_ok
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", _SCALAR_LAYOUTS], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert len(rows) == 13
+    for value, ok, got_type, got, want_type, want in rows:
+        assert ok and (got_type, got) == (want_type, want), value
+    for value in (np.float16(1.0), 1 << 64, "3", None, 1j):
+        assert not _scalar_ok(value)

@@ -86,21 +86,69 @@ def launch(dispatcher: Any, grid: Any, block: Any, *args: Any, stream: Any = Non
     get grids that Numba calls under-utilising; that warning is about them,
     not about anything the user can change, so it is silenced for these
     launches only.
+
+    Where every argument is a CuPy array or a scalar, the kernel Numba compiled
+    for those types is launched through the driver directly (:func:`_launched`):
+    Numba's own launch types every argument again at each call, which costs a
+    predict's vote more host time than the kernel takes on the GPU.
     """
+    if stream is None and any(on_gpu(a) for a in args):
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+    if stream is not None and _launched(dispatcher, grid, block, args, stream):
+        return
     import warnings
 
     with warnings.catch_warnings():  # Numba warns when the launch is configured, not run
         warnings.filterwarnings("ignore", message=".*will likely result in GPU under-utilization")
         configured = dispatcher[grid, block]
-        if stream is None and any(on_gpu(a) for a in args):
-            import cupy
-
-            stream = cupy.cuda.get_current_stream()
         if stream is not None and stream.ptr:
             from numba import cuda
 
             configured = dispatcher[grid, block, cuda.external_stream(stream.ptr)]
         configured(*args)
+
+
+_NUMBA_LAUNCH: set = set()
+"""Kernels whose direct launch could not be set up in this process (the simulator, a
+Numba whose compiled kernels are not what :func:`_cufunction` expects): Numba's own."""
+
+
+def _scalar_ok(a: Any) -> bool:
+    """A scalar whose kernel parameter :func:`_scalar_param` lays out as Numba types it."""
+    if isinstance(a, (bool, np.bool_, float, np.float32, np.float64)):
+        return True
+    if isinstance(a, np.integer):
+        return True
+    return isinstance(a, int) and -(1 << 63) <= a < (1 << 63)  # Numba: int64
+
+
+def _dims(value: Any) -> tuple[int, int, int]:
+    dims = tuple(int(v) for v in value) if isinstance(value, (tuple, list)) else (int(value),)
+    return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+def _launched(dispatcher: Any, grid: Any, block: Any, args: tuple, stream: Any) -> bool:
+    """``dispatcher[grid, block, stream](*args)`` through the driver (one
+    ``cuLaunchKernel``, the parameters laid out as Numba lays them out); False where
+    that cannot be done here and nothing was launched."""
+    if dispatcher in _NUMBA_LAUNCH or not all(_on_device(a) or _scalar_ok(a) for a in args):
+        return False
+    try:
+        import ctypes
+
+        from cupy.cuda import driver
+
+        function = _cufunction(dispatcher, list(args))
+        params, _ = _numba_params(list(args))
+    except Exception:  # the simulator, another Numba: its own launch, from now on
+        _NUMBA_LAUNCH.add(dispatcher)
+        return False
+    pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
+    driver.launchKernel(function, *_dims(grid), *_dims(block), 0, stream.ptr,
+                        ctypes.addressof(pointers), 0)
+    return True
 
 
 def thread_grid(n_rows: int, threads: int = 128) -> tuple[int, int]:
@@ -123,10 +171,27 @@ def _numba_params(values: list) -> tuple[list, dict[int, Any]]:
             params += [ctypes.c_ssize_t(extent) for extent in a.shape]
             params += [ctypes.c_ssize_t(stride) for stride in a.strides]
         else:
-            slot = ctypes.c_double(a) if isinstance(a, np.floating) else ctypes.c_int64(a)
+            slot = _scalar_param(a)
             slots[i] = slot
             params.append(slot)
     return params, slots
+
+
+def _scalar_param(a: Any) -> Any:
+    """A scalar kernel parameter as Numba passes it for the type it gives the value: a
+    bool as one byte, a Python int as int64, a Python float as float64, a NumPy scalar
+    in its own type."""
+    import ctypes
+
+    if isinstance(a, (bool, np.bool_)):
+        return ctypes.c_uint8(int(a))
+    if isinstance(a, np.floating):
+        return ctypes.c_float(a) if a.dtype == np.float32 else ctypes.c_double(a)
+    if isinstance(a, float):
+        return ctypes.c_double(a)
+    if isinstance(a, np.integer):
+        return getattr(ctypes, f"c_{a.dtype.name}")(int(a))
+    return ctypes.c_int64(a)
 
 
 def bound_launch(dispatcher: Any, args: list, grid: tuple, block: int, stream: Any) -> Any:
