@@ -29,7 +29,8 @@
 #            several GPUs
 #   gpus-ab  the same with .ab's package and the working tree alternating (ROUNDS, default
 #            2; ORDER), TASKS (logreg) at NGPUS (1 2): gpus_TASK_SIZE_nN_CODE_I; one GPU runs
-#            the working tree's package only; rounds numbered from FIRST (1)
+#            the working tree's package only (both with OLD_ON_ONE=1); rounds numbered from
+#            FIRST (1)
 #   precisions  knn with each of PRECISIONS (bf16 auto) at FRACTIONS (0: none) and deformed
 #            (COPIES), alternating ROUNDS times: the tile loop against the fused search
 #   sizes-ab TASKS (logreg) at FRACTIONS (0: none) and deformed (COPIES, 0: none), .ab's
@@ -263,7 +264,7 @@ gpus-ab)
   for i in $(seq ${FIRST:-1} $(( ${FIRST:-1} + ${ROUNDS:-2} - 1 ))); do for code in ${ORDER:-old new}; do
     where=$top; [ "$code" = old ] && where=$top/.ab
     for n in ${NGPUS:-1 2}; do for task in ${TASKS:-logreg}; do
-      [ "$code" = old ] && [ "$n" = 1 ] && continue
+      [ "$code" = old ] && [ "$n" = 1 ] && [ "${OLD_ON_ONE:-0}" = 0 ] && continue
       repeats=10; [ $task = logreg ] && repeats=5
       for f in ${FRACTIONS:-1 4}; do
         [ "$f" = 0 ] && continue

@@ -1,7 +1,10 @@
 """Where a warm KNN predict's time goes across the workers: every task and transfer of
 the last REPEATS fused predicts (Dask's task stream), and on each worker the search
 calls themselves (``kernels.knn.local_candidates``, timed to the end of their GPU
-work) and the merges and votes, all on one clock (one host).
+work) and the merges and votes, all on one clock (one host).  A predict asked of the
+workers straight (``parallel.direct.run_held``) is timed stage by stage too: on the
+client the call, the connection check and each worker's answer; on each worker Dask's
+``run`` handler, the calls in its task thread and the vote to host predictions.
 
 usage (GPU machine): python benchmarks/knn_timeline.py OUT.json [knn job options as
 keywords, e.g. dataset=mnist-deformed copies=155 workers=2 fraction=4 repeats=3]
@@ -41,6 +44,44 @@ def _install() -> None:
         mod = importlib.import_module(module)
         for name in names:
             setattr(mod, name, wrap(name, getattr(mod, name)))
+    import mgpu_dask.knn.blocks as blocks
+    import mgpu_dask.parallel.direct as direct
+    for mod, name, label in ((direct, "_call_all", "thread calls"),
+                             (blocks, "vote_pred", "vote to predictions")):
+        setattr(mod, name, stamped(events, label, getattr(mod, name)))
+
+
+def stamped(events: list, label: str, fn):
+    """``fn`` recording its span (no synchronisation: it returns when its work is done)."""
+    def timed(*args, **kwargs):
+        start = time.time()
+        out = fn(*args, **kwargs)
+        events.append((label, start, time.time(), None))
+        return out
+    return timed
+
+
+def stamped_async(events: list, label: str, fn):
+    async def timed(*args, **kwargs):
+        start = time.time()
+        out = await fn(*args, **kwargs)
+        events.append((label, start, time.time(), None))
+        return out
+    return timed
+
+
+def _install_handler(dask_worker=None) -> None:
+    """On a worker: time Dask's ``run`` handler (what a straight call reaches)."""
+    import mgpu_dask.knn.plans as plans
+    run = dask_worker.handlers["run"]
+
+    async def timed(comm=None, **msg):  # Dask hands ``comm`` to handlers that name it
+        start = time.time()
+        out = await run(comm=comm, **msg)
+        plans._TIMELINE.append(("run handler", start, time.time(), None))
+        return out
+
+    dask_worker.handlers["run"] = timed
 
 
 def _collect() -> list:
@@ -68,6 +109,7 @@ def main() -> None:
         client = get_client()
         if "installed" not in state:
             client.run(_install)
+            client.run(_install_handler)
             client.get_task_stream(start=time.time())  # the scheduler records from here
             state["installed"] = True
         start = time.time()
@@ -82,6 +124,13 @@ def main() -> None:
         state["workers"] = client.run(_collect)
         return real_searched(client, s, clf)
 
+    import mgpu_dask.parallel.direct as direct
+    import mgpu_dask.parallel.results as results
+    here: list = []  # the client's stages, on the same clock
+    direct.run_held = stamped(here, "client run_held", direct.run_held)
+    results.reachable = stamped_async(here, "client reachable", results.reachable)
+    direct._run = stamped_async(here, "client one worker's answer", direct._run)
+    job.to_host = stamped(here, "client to_host", job.to_host)
     job.KNeighborsClassifier.predict = predict
     job.searched = searched
     result = job.knn_job(cluster_options={"workers": workers}, **options)
@@ -99,6 +148,11 @@ def main() -> None:
                                    "start_ms": round(1e3 * (ss["start"] - a), 2),
                                    "stop_ms": round(1e3 * (ss["stop"] - a), 2)})
         spans = {}
+        for name, start, stop, _ in here:
+            if a <= start <= b:
+                events.append({"what": name, "worker": "client",
+                               "start_ms": round(1e3 * (start - a), 2),
+                               "stop_ms": round(1e3 * (stop - a), 2)})
         for worker, recorded in state.get("workers", {}).items():
             for name, start, stop, shape in recorded:
                 if a <= start <= b:
