@@ -20,13 +20,7 @@ import asyncio
 import concurrent.futures
 from typing import Any, NamedTuple
 
-from distributed import WorkerPlugin
-
-from . import plugins, results
-
-HANDLER = "mgpu_dask_held"
-"""The workers' handler of :func:`run_held`'s calls, where :class:`HeldCallsHandler` is
-registered (Dask's ``run`` handler otherwise)."""
+from . import results
 
 
 class WorkerUnreachable(OSError):
@@ -112,46 +106,6 @@ async def held_calls(calls: list[tuple[Any, tuple]], dask_worker: Any = None) ->
     return {"results": answers}
 
 
-class HeldCallsHandler(WorkerPlugin):
-    """Worker plugin: a handler of its own for :func:`run_held`'s calls.
-
-    Dask's ``run`` handler unpickles the function, inspects its signature twice
-    and logs every call before it runs it; on the GPU machines that is a fifth
-    of a millisecond a call, on the path of every straight predict.  This handler
-    runs :func:`held_calls` and nothing else.
-    """
-
-    name = "mgpu-dask-held-calls"
-    idempotent = True
-
-    def setup(self, worker: Any) -> None:
-        async def mgpu_dask_held(calls: bytes) -> dict:
-            from distributed.core import error_message
-            from distributed.protocol import pickle, to_serialize
-
-            try:
-                answer = await held_calls(pickle.loads(calls), dask_worker=worker)
-            except Exception as exc:  # raised again by the caller, as ``run`` does
-                return error_message(exc)
-            return {"status": "OK", "result": to_serialize(answer)}
-
-        worker.handlers[HANDLER] = mgpu_dask_held
-
-
-async def _ask(rpc: Any, calls: list[tuple[Any, tuple]], handler: bool) -> Any:
-    """One worker's :func:`held_calls`, through our handler where it is registered."""
-    if not handler:
-        return await _run(rpc, held_calls, (calls,))
-    from distributed.core import clean_exception
-    from distributed.protocol import pickle
-
-    response = await getattr(rpc, HANDLER)(calls=pickle.dumps(calls))
-    if response.get("status") != "OK":
-        _, exc, tb = clean_exception(**response)
-        raise exc.with_traceback(tb)
-    return response["result"]
-
-
 def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
              timeout: float | None = None) -> dict[str, list[Any]] | None:
     """Run each worker's calls on the blocks it holds, every worker asked at once, straight.
@@ -171,12 +125,11 @@ def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
     ``TimeoutError``.
     """
     workers = list(calls)
-    handler = plugins.register_once(client, HeldCallsHandler.name, HeldCallsHandler) is None
 
     async def ask() -> dict[str, list[Any]] | None:
         if not await results.reachable(client, workers):
             return None
-        answers = await asyncio.gather(*(_ask(client.rpc(w), calls[w], handler)
+        answers = await asyncio.gather(*(_run(client.rpc(w), held_calls, (calls[w],))
                                          for w in workers))
         if any("refused" in a for a in answers):
             return None
