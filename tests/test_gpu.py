@@ -737,20 +737,20 @@ def test_direct_launches_give_numbas_own_launches_bits():
                 if direct:
                     L.launch(KC.vote_rows, *L.thread_grid(m), a, 4, uniform, proba, pred)
                 else:
-                    KC.vote_rows[L.thread_grid(m), cuda.external_stream(stream.ptr)](
+                    KC.vote_rows[(*L.thread_grid(m), cuda.external_stream(stream.ptr))](
                         a, 4, uniform, proba, pred)
                 outs.append((proba.get(), pred.get()))
             np.testing.assert_array_equal(outs[0][0], outs[1][0])
             np.testing.assert_array_equal(outs[0][1], outs[1][1])
         merged = [cupy.empty_like(a), cupy.empty_like(a)]
         L.launch(KC.merge_pairs, *L.thread_grid(m), a, b, merged[0])
-        KC.merge_pairs[L.thread_grid(m), cuda.external_stream(stream.ptr)](a, b, merged[1])
+        KC.merge_pairs[(*L.thread_grid(m), cuda.external_stream(stream.ptr))](a, b, merged[1])
         np.testing.assert_array_equal(merged[0].get(), merged[1].get())
         for flag in (False, True):
             x, out = cupy.asarray(rng.standard_normal(m)), [cupy.zeros(m), cupy.zeros(m)]
             L.launch(_scalars, *L.thread_grid(m), x, 0.37, np.float32(1.25), flag, m - 3,
                      np.int32(-2), out[0])
-            _scalars[L.thread_grid(m), cuda.external_stream(stream.ptr)](
+            _scalars[(*L.thread_grid(m), cuda.external_stream(stream.ptr))](
                 x, 0.37, np.float32(1.25), flag, m - 3, np.int32(-2), out[1])
             np.testing.assert_array_equal(out[0].get(), out[1].get())
     assert not {KC.vote_rows, KC.merge_pairs, _scalars} & L._NUMBA_LAUNCH
