@@ -349,3 +349,21 @@ def test_small_training_sets_do_not_ask_the_gpus_for_free_memory(monkeypatch):
     assert choices.worker_budget(object(), "gpu", int(0.02 * whole)) == int(0.8 * whole // 2)
     assert choices.worker_budget(object(), "gpu") == int(0.8 * whole // 2)
     assert asked == [1, 1]
+
+
+def test_row_indices_are_kept_per_size_and_offset():
+    """A training block's global row indices are made once per size and offset and kept
+    (every search of the block asks for them), the eight most recently used."""
+    from mgpu_dask.knn import blocks
+
+    first = blocks.row_index(np, 5, 7)
+    np.testing.assert_array_equal(first, np.arange(7, 12))
+    assert first.dtype == np.int64
+    assert blocks.row_index(np, 5, 7) is first
+    np.testing.assert_array_equal(blocks.row_index(np, 5, 0), np.arange(5))
+    for offset in range(100, 108):  # eight others push the first out
+        blocks.row_index(np, 3, offset)
+    again = blocks.row_index(np, 5, 7)
+    assert again is not first
+    np.testing.assert_array_equal(again, first)
+    assert len(blocks._INDEXES) <= blocks._INDEXES_KEPT

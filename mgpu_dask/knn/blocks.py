@@ -71,9 +71,26 @@ def what_ran() -> dict[str, Any]:
             "searches": sorted(RAN.get("searches", ()))}
 
 
+_INDEXES: "OrderedDict[tuple, Any]" = OrderedDict()
+_INDEXES_LOCK = threading.Lock()
+_INDEXES_KEPT = 8
+
+
 def row_index(xp: Any, n: int, offset: int) -> Any:
-    """The global indices of a block's ``n`` training rows that start at ``offset``."""
-    return xp.arange(n, dtype=np.int64) + offset
+    """The global indices of a block's ``n`` training rows that start at ``offset``
+    (read only): made once per size, offset and device and kept, the eight most recently
+    used, since every search of a training block asks for the same ones, and making them
+    is GPU work queued ahead of the search."""
+    device = xp.cuda.runtime.getDevice() if xp is not np else None
+    key = (xp.__name__, device, n, offset)
+    with _INDEXES_LOCK:
+        index = _INDEXES.pop(key, None)
+        if index is None:
+            index = xp.arange(offset, offset + n, dtype=np.int64)
+        _INDEXES[key] = index  # most recently used last
+        while len(_INDEXES) > _INDEXES_KEPT:
+            _INDEXES.popitem(last=False)
+    return index
 
 
 def search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int,
