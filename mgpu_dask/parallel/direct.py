@@ -115,7 +115,9 @@ def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
     under that key.  Each worker runs its calls one after another in its task
     thread, and the answers come back with one message each way: no task, no
     scheduler in between, no fetch after.  For small answers (predictions on
-    the host): an answer is pickled back to this client.
+    the host): an answer is pickled back to this client.  Workers on this
+    client's host are asked over their own lane (:mod:`.lane`, a Unix socket
+    each), the others through Dask's RPC.
 
     Returns each worker's results, in the order of its calls; None where a
     worker does not accept a connection, no longer holds a block, or is lost
@@ -124,6 +126,13 @@ def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
     exception raised by a call is raised here.  Past ``timeout`` seconds,
     ``TimeoutError``.
     """
+    from . import lane
+
+    answers = lane.ask(client, calls, timeout, f"{__name__}:held_calls")
+    if answers is not None:
+        if any("refused" in a for a in answers.values()):
+            return None
+        return {w: a["results"] for w, a in answers.items()}
     workers = list(calls)
 
     async def ask() -> dict[str, list[Any]] | None:

@@ -1,0 +1,211 @@
+"""A lane of its own between a client and the workers on its host, for straight calls.
+
+A straight call (:func:`.direct.run_held`) through Dask's RPC costs about two
+milliseconds on our GPU machines before any work is done: Dask's message
+framing and handler on both sides and the client's event loop in between
+(``docs/performance-history.md`` has the figures), where a round trip over a
+local socket costs tens of microseconds.  Each worker with the
+:class:`StraightLane` plugin serves the same calls over a Unix socket of its
+own: a thread reads a call, hands it to the coroutine the plugin was made with
+(:func:`.direct.held_calls`: the blocks read on the worker's event loop, the
+work done in its task thread, as over Dask's RPC) and writes the answer back.  No port is opened:
+the socket lives in a folder only this user can enter, and only a client on
+the worker's own host can reach it.  Where a worker has no lane (another
+host, a cluster that could not load the plugin, ``mgpu-dask.cluster.
+straight-lane`` false) the call goes through Dask's RPC as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import weakref
+from typing import Any, Callable
+
+from distributed import WorkerPlugin
+
+from .. import config
+from . import plugins
+
+_LENGTH = struct.Struct("<Q")
+
+
+def _read(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if not k:
+            raise ConnectionError("the lane closed")
+        got += k
+    return buf
+
+
+def _message(sock: socket.socket) -> Any:
+    from distributed.protocol import pickle
+
+    return pickle.loads(_read(sock, _LENGTH.unpack(_read(sock, _LENGTH.size))[0]))
+
+
+def _send(sock: socket.socket, value: Any) -> None:
+    from distributed.protocol import pickle  # cloudpickle where plain pickle cannot
+
+    payload = pickle.dumps(value)
+    sock.sendall(_LENGTH.pack(len(payload)) + payload)
+
+
+class StraightLane(WorkerPlugin):
+    """Worker plugin: serves ``serve(calls, dask_worker=...)``, a coroutine function named
+    ``"module:function"`` (looked up at each call, as Dask's RPC finds it), over a Unix
+    socket (see the module)."""
+
+    name = "mgpu-dask-straight-lane"
+    idempotent = True
+
+    def __init__(self, serve: str) -> None:
+        self.serve = serve
+
+    def _serve(self) -> Callable[..., Any]:
+        import importlib
+
+        module, name = self.serve.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def setup(self, worker: Any) -> None:
+        self._folder = tempfile.mkdtemp(prefix="mgpu-dask-lane-")  # mode 0700
+        self.path = os.path.join(self._folder, "lane")
+        try:
+            self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._server.bind(self.path)  # fails where TMPDIR makes the path too long
+            self._server.listen(16)
+        except (OSError, AttributeError):  # no lane here: Dask's RPC serves this worker
+            shutil.rmtree(self._folder, ignore_errors=True)
+            return
+        loop = worker.loop.asyncio_loop
+
+        def serve(conn: socket.socket) -> None:
+            with conn:
+                while True:
+                    try:
+                        calls = _message(conn)
+                    except Exception:  # closed, or calls this process cannot unpickle:
+                        return  # the caller then asks through Dask's RPC
+                    try:
+                        answer = ("ok", asyncio.run_coroutine_threadsafe(
+                            self._serve()(calls, dask_worker=worker), loop).result())
+                    except BaseException as exc:  # raised again by the caller
+                        answer = ("error", exc)
+                    try:
+                        _send(conn, answer)
+                    except OSError:
+                        return
+                    except Exception as exc:  # an answer that does not pickle
+                        _send(conn, ("error", RuntimeError(f"the answer did not pickle: {exc}")))
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = self._server.accept()
+                except OSError:  # closed in teardown
+                    return
+                threading.Thread(target=serve, args=(conn,), daemon=True,
+                                 name="mgpu-dask-lane").start()
+
+        threading.Thread(target=accept, daemon=True, name="mgpu-dask-lane-accept").start()
+        worker.extensions["mgpu-dask-lane"] = self
+
+    def teardown(self, worker: Any) -> None:
+        if worker.extensions.pop("mgpu-dask-lane", None) is self:
+            self._server.close()
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _lane_of(dask_worker: Any = None) -> tuple[str, str] | None:
+    """Run on a worker: its host name and its lane's socket (None: no lane here)."""
+    lane = getattr(dask_worker, "extensions", {}).get("mgpu-dask-lane")
+    return (socket.gethostname(), lane.path) if lane is not None else None
+
+
+class _Lanes:
+    """A client's connections to its workers' lanes, each used by one call at a time."""
+
+    def __init__(self) -> None:
+        self.socks: dict[str, socket.socket | None] = {}  # None: no lane to that worker
+        self.locks: dict[str, threading.Lock] = {}
+        self.lock = threading.Lock()
+
+    def connect(self, client: Any, worker: str) -> socket.socket | None:
+        with self.lock:
+            if worker in self.socks:
+                return self.socks[worker]
+        sock = None
+        try:
+            found = client.run(_lane_of, workers=[worker], on_error="return",
+                               wait=True).get(worker)
+            if isinstance(found, tuple) and found[0] == socket.gethostname():
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(found[1])
+        except (OSError, TimeoutError, ValueError):
+            sock = None
+        with self.lock:
+            self.socks[worker] = sock
+            self.locks.setdefault(worker, threading.Lock())
+        return sock
+
+    def forget(self, worker: str) -> None:
+        with self.lock:
+            sock = self.socks.pop(worker, None)
+        if sock is not None:
+            sock.close()
+
+
+_CLIENTS: "weakref.WeakKeyDictionary[Any, _Lanes]" = weakref.WeakKeyDictionary()
+_CLIENTS_LOCK = threading.Lock()
+
+
+def ask(client: Any, calls: dict[str, list[tuple[Any, tuple]]], timeout: float | None,
+        serve: str) -> dict[str, Any] | None:
+    """Each worker's answer to ``calls[worker]`` over its lane, where the lane serves
+    ``serve`` (``"module:function"``, :func:`.direct.held_calls`), every worker asked at
+    once; None where a worker has no lane or its lane failed before an answer (the
+    caller asks through Dask's RPC instead).  An exception raised by a call is raised
+    here; past ``timeout`` seconds, ``TimeoutError``."""
+    if not config.get("cluster.straight-lane", True):
+        return None
+    if plugins.register_once(client, StraightLane.name, lambda: StraightLane(serve)) is not None:
+        return None
+    with _CLIENTS_LOCK:
+        lanes = _CLIENTS.setdefault(client, _Lanes())
+    workers = sorted(calls)
+    socks = {w: lanes.connect(client, w) for w in workers}
+    if any(s is None for s in socks.values()):
+        return None
+    held = [lanes.locks[w] for w in workers]  # one call at a time on a lane, in one order
+    for lock in held:
+        lock.acquire()
+    try:
+        try:
+            for w in workers:
+                socks[w].settimeout(timeout)
+                _send(socks[w], calls[w])
+            answers = {w: _message(socks[w]) for w in workers}
+        except socket.timeout:
+            for w in workers:  # an answer may still be on its way: these lanes are spent
+                lanes.forget(w)
+            raise TimeoutError(f"no answer from the workers within {timeout} s") from None
+        except (OSError, EOFError):  # a worker lost on the way: Dask's RPC says how
+            for w in workers:
+                lanes.forget(w)
+            return None
+    finally:
+        for lock in held:
+            lock.release()
+    for status, value in answers.values():
+        if status == "error":
+            raise value
+    return {w: answer[1] for w, answer in answers.items()}

@@ -1,0 +1,138 @@
+"""Straight calls over the workers' own lanes (``parallel.lane``), not Dask's RPC.
+
+Workers on the client's host serve :func:`.direct.run_held`'s calls over a Unix
+socket each.  These tests check that the lane is taken, that it answers what
+Dask's RPC answers, that a call's own error comes through it, and that a lane
+that is off, missing or broken ends in Dask's RPC with the same answer.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from mgpu_dask.data import shard
+from mgpu_dask.parallel import direct, lane
+from mgpu_dask.parallel.placement import locate
+
+
+def _head(block, n):
+    return np.asarray(block)[:n].sum(axis=1)
+
+
+def _fails(block, n):
+    raise ValueError("the call's own error")
+
+
+@pytest.fixture(scope="module")
+def cluster_client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture
+def calls(cluster_client):
+    rows = np.arange(40 * 3, dtype=np.float64).reshape(40, 3)
+    X = shard(rows, cluster_client, device="cpu", timeout=30)  # NumPy blocks, GPU or not
+    futures, where = locate(cluster_client, X, remembered=False)
+    assert len(set(where)) == 2
+    by_worker: dict = {}
+    for f, w in zip(futures, where):
+        by_worker.setdefault(w, []).append((_head, (direct.Held(f.key), 4)))
+    want = {}
+    for f, w in zip(futures, where):
+        want.setdefault(w, []).append(_head(f.result(), 4))
+    yield by_worker, want
+    del X  # held until the test is done: the blocks live while their keys do
+
+
+def _rpc_only(monkeypatch):
+    """Dask's RPC: counts its calls."""
+    seen = []
+    real = direct._run
+
+    async def counted(*args, **kwargs):
+        seen.append(args)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(direct, "_run", counted)
+    return seen
+
+
+def _same(got, want):
+    assert set(got) == set(want)
+    for w in want:
+        for a, b in zip(got[w], want[w]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_straight_calls_take_the_workers_lanes(cluster_client, calls, monkeypatch):
+    by_worker, want = calls
+    rpc = _rpc_only(monkeypatch)
+    _same(direct.run_held(cluster_client, by_worker, 30), want)
+    assert not [a for a in rpc if a[1] is direct.held_calls]  # none through Dask's RPC
+    info = cluster_client.run(lane._lane_of)
+    for w in by_worker:
+        host, path = info[w]
+        folder = os.path.dirname(path)
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700  # only this user reaches it
+        assert stat.S_ISSOCK(os.stat(path).st_mode)
+
+
+def test_the_lane_off_goes_through_dasks_rpc_with_the_same_answer(cluster_client, calls,
+                                                                  monkeypatch):
+    import dask
+
+    by_worker, want = calls
+    rpc = _rpc_only(monkeypatch)
+    with dask.config.set({"mgpu-dask.cluster.straight-lane": False}):
+        _same(direct.run_held(cluster_client, by_worker, 30), want)
+    assert len([a for a in rpc if a[1] is direct.held_calls]) == 2
+
+
+def test_a_calls_own_error_comes_through_the_lane(cluster_client, calls, monkeypatch):
+    by_worker, _ = calls
+    rpc = _rpc_only(monkeypatch)
+    failing = {w: [(_fails, args)] for w, pairs in by_worker.items() for _, args in pairs[:1]}
+    with pytest.raises(ValueError, match="the call's own error"):
+        direct.run_held(cluster_client, failing, 30)
+    assert not [a for a in rpc if a[1] is direct.held_calls]
+    by_worker, want = calls  # the lanes still serve the next call
+    _same(direct.run_held(cluster_client, by_worker, 30), want)
+
+
+def test_a_block_gone_is_refused_through_the_lane(cluster_client, calls):
+    by_worker, _ = calls
+    w = next(iter(by_worker))
+    assert direct.run_held(cluster_client, {w: [(_head, (direct.Held("no-such-key"), 4))]},
+                           30) is None
+
+
+def test_a_broken_lane_falls_back_to_dasks_rpc(cluster_client, calls, monkeypatch):
+    by_worker, want = calls
+    direct.run_held(cluster_client, by_worker, 30)  # the lanes are open
+    lanes = lane._CLIENTS[cluster_client]
+    for w in by_worker:
+        lanes.socks[w].close()  # broken under the client's feet
+    rpc = _rpc_only(monkeypatch)
+    _same(direct.run_held(cluster_client, by_worker, 30), want)
+    assert len([a for a in rpc if a[1] is direct.held_calls]) == 2
+    monkeypatch.undo()
+    rpc = _rpc_only(monkeypatch)
+    _same(direct.run_held(cluster_client, by_worker, 30), want)  # new lanes next time
+    assert not [a for a in rpc if a[1] is direct.held_calls]
+
+
+def test_a_worker_without_a_lane_is_asked_through_dasks_rpc(cluster_client, calls,
+                                                            monkeypatch):
+    by_worker, want = calls
+    monkeypatch.setattr(lane, "_CLIENTS", type(lane._CLIENTS)())  # connections asked anew
+    monkeypatch.setattr(lane, "_lane_of", lambda dask_worker=None: None)
+    rpc = _rpc_only(monkeypatch)
+    _same(direct.run_held(cluster_client, by_worker, 30), want)
+    assert len([a for a in rpc if a[1] is direct.held_calls]) == 2
