@@ -106,8 +106,8 @@ def gpu_means(summary: dict[str, Any]) -> dict[str, float]:
 
 def gpu_ab_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``gpus_TASK_SIZE_nN_CODE_I`` (``PHASE=gpus-ab``), ms, and each
-    code's speed-up on N GPUs over one GPU (one GPU runs the working tree's code only:
-    the path both share)."""
+    code's speed-up on N GPUs over its own one-GPU runs (over the working tree's where
+    one GPU ran only those: ``OLD_ON_ONE`` unset, the path both share)."""
     import re
 
     runs: dict[tuple[str, str, str, str], list[float]] = {}
@@ -121,7 +121,7 @@ def gpu_ab_means(summary: dict[str, Any]) -> dict[str, float]:
     out = {f"{task} {size}, {n} GPUs, {code}": round(mean, 1)
            for (task, size, n, code), mean in means.items()}
     for (task, size, n, code), mean in means.items():
-        one = means.get((task, size, "1", "new"))
+        one = means.get((task, size, "1", code), means.get((task, size, "1", "new")))
         if n != "1" and one:
             out[f"{task} {size}, speed-up on {n} GPUs, {code} (ratio)"] = round(one / mean, 2)
     return out
