@@ -31,7 +31,7 @@ def _fails(block, n):
 @pytest.fixture(scope="module")
 def cluster_client():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         yield client
 
 
@@ -136,3 +136,21 @@ def test_a_worker_without_a_lane_is_asked_through_dasks_rpc(cluster_client, call
     rpc = _rpc_only(monkeypatch)
     _same(direct.run_held(cluster_client, by_worker, 30), want)
     assert len([a for a in rpc if a[1] is direct.held_calls]) == 2
+
+
+def test_a_closing_worker_closes_its_lanes():
+    """A worker that closes shuts the lanes it serves: a client waiting on one hears it at
+    once and asks through Dask's RPC."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        X = shard(np.ones((8, 2)), client, device="cpu", timeout=30)
+        futures, where = locate(client, X, remembered=False)
+        calls = {where[0]: [(_head, (direct.Held(futures[0].key), 2))]}
+        assert direct.run_held(client, calls, 30) is not None  # the lane is open
+        sock = lane._CLIENTS[client].socks[where[0]]
+        host, path = client.run(lane._lane_of)[where[0]]
+        client.run(lambda dask_worker: dask_worker.plugins[lane.StraightLane.name].teardown(
+            dask_worker))
+        sock.settimeout(10)
+        assert sock.recv(1) == b""  # closed at the worker's end, not left hanging
+        assert not os.path.exists(path)

@@ -87,25 +87,33 @@ class StraightLane(WorkerPlugin):
             shutil.rmtree(self._folder, ignore_errors=True)
             return
         loop = worker.loop.asyncio_loop
+        self._conns: set[socket.socket] = set()
 
         def serve(conn: socket.socket) -> None:
-            with conn:
-                while True:
-                    try:
-                        calls = _message(conn)
-                    except Exception:  # closed, or calls this process cannot unpickle:
-                        return  # the caller then asks through Dask's RPC
-                    try:
-                        answer = ("ok", asyncio.run_coroutine_threadsafe(
-                            self._serve()(calls, dask_worker=worker), loop).result())
-                    except BaseException as exc:  # raised again by the caller
-                        answer = ("error", exc)
-                    try:
-                        _send(conn, answer)
-                    except OSError:
-                        return
-                    except Exception as exc:  # an answer that does not pickle
-                        _send(conn, ("error", RuntimeError(f"the answer did not pickle: {exc}")))
+            self._conns.add(conn)
+            try:
+                with conn:
+                    answer_calls(conn)
+            finally:
+                self._conns.discard(conn)
+
+        def answer_calls(conn: socket.socket) -> None:
+            while True:
+                try:
+                    calls = _message(conn)
+                except Exception:  # closed, or calls this process cannot unpickle:
+                    return  # the caller then asks through Dask's RPC
+                try:
+                    answer = ("ok", asyncio.run_coroutine_threadsafe(
+                        self._serve()(calls, dask_worker=worker), loop).result())
+                except BaseException as exc:  # raised again by the caller
+                    answer = ("error", exc)
+                try:
+                    _send(conn, answer)
+                except OSError:
+                    return
+                except Exception as exc:  # an answer that does not pickle
+                    _send(conn, ("error", RuntimeError(f"the answer did not pickle: {exc}")))
 
         def accept() -> None:
             while True:
@@ -120,8 +128,15 @@ class StraightLane(WorkerPlugin):
         worker.extensions["mgpu-dask-lane"] = self
 
     def teardown(self, worker: Any) -> None:
+        """The worker closes: its lanes close too, so that a client waiting on one hears
+        it at once (and asks through Dask's RPC, which says the worker is gone)."""
         if worker.extensions.pop("mgpu-dask-lane", None) is self:
             self._server.close()
+            for conn in list(self._conns):
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
             shutil.rmtree(self._folder, ignore_errors=True)
 
 
@@ -150,7 +165,7 @@ class _Lanes:
             if isinstance(found, tuple) and found[0] == socket.gethostname():
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 sock.connect(found[1])
-        except (OSError, TimeoutError, ValueError):
+        except Exception:  # no lane to that worker: Dask's RPC serves it
             sock = None
         with self.lock:
             self.socks[worker] = sock
