@@ -129,20 +129,25 @@ def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
     from . import lane
 
     answers = lane.ask(client, calls, timeout, f"{__name__}:held_calls")
-    if answers is not None:
-        if any("refused" in a for a in answers.values()):
-            return None
-        return {w: a["results"] for w, a in answers.items()}
+    if answers is None:
+        answers = _through_rpc(client, calls, timeout)
+    if answers is None or any("refused" in a for a in answers.values()):
+        return None
+    return {w: a["results"] for w, a in answers.items()}
+
+
+def _through_rpc(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
+                 timeout: float | None) -> dict[str, Any] | None:
+    """Each worker's :func:`held_calls` answer through Dask's RPC; None where a worker
+    does not accept a connection or is lost on the way."""
     workers = list(calls)
 
-    async def ask() -> dict[str, list[Any]] | None:
+    async def ask() -> dict[str, Any] | None:
         if not await results.reachable(client, workers):
             return None
         answers = await asyncio.gather(*(_run(client.rpc(w), held_calls, (calls[w],))
                                          for w in workers))
-        if any("refused" in a for a in answers):
-            return None
-        return {w: a["results"] for w, a in zip(workers, answers)}
+        return dict(zip(workers, answers))
 
     try:
         return client.sync(ask, callback_timeout=timeout)

@@ -1,15 +1,14 @@
 """A lane of its own between a client and the workers on its host, for straight calls.
 
-A straight call (:func:`.direct.run_held`) through Dask's RPC costs about two
-milliseconds on our GPU machines before any work is done: Dask's message
-framing and handler on both sides and the client's event loop in between
-(``docs/performance-history.md`` has the figures), where a round trip over a
-local socket costs tens of microseconds.  Each worker with the
+A straight call (:func:`.direct.run_held`) through Dask's RPC pays for Dask's
+message framing and handler on both sides and the client's event loop in
+between, many times what a round trip over a local socket costs
+(``docs/performance-history.md`` has the figures).  Each worker with the
 :class:`StraightLane` plugin serves the same calls over a Unix socket of its
 own: a thread reads a call, hands it to the coroutine the plugin was made with
 (:func:`.direct.held_calls`: the blocks read on the worker's event loop, the
-work done in its task thread, as over Dask's RPC) and writes the answer back.  No port is opened:
-the socket lives in a folder only this user can enter, and only a client on
+work done in its task thread, as over Dask's RPC) and writes the answer back.
+No port is opened: the socket lives in a folder only this user can enter, and only a client on
 the worker's own host can reach it.  Where a worker has no lane (another
 host, a cluster that could not load the plugin, ``mgpu-dask.cluster.
 straight-lane`` false) the call goes through Dask's RPC as before.
