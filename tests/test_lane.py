@@ -28,6 +28,14 @@ def _fails(block, n):
     raise ValueError("the call's own error")
 
 
+async def _where_am_i(tag, dask_worker=None):
+    return tag, dask_worker.address, os.getpid()
+
+
+def _sync_fails(tag):
+    raise KeyError(f"no {tag} here")
+
+
 @pytest.fixture(scope="module")
 def cluster_client():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -104,6 +112,27 @@ def test_a_calls_own_error_comes_through_the_lane(cluster_client, calls, monkeyp
     assert not [a for a in rpc if a[1] is direct.held_calls]
     by_worker, want = calls  # the lanes still serve the next call
     _same(direct.run_held(cluster_client, by_worker, 30), want)
+
+
+def test_a_call_from_the_client_takes_the_lane_with_dasks_answer(cluster_client, calls,
+                                                                 monkeypatch):
+    """``from_client`` (the leader's fit is asked this way) over the lane: the answer Dask's
+    RPC gives (a coroutine function given its worker), and a call's own error."""
+    import dask
+
+    by_worker, _ = calls
+    w = sorted(by_worker)[0]
+    rpc = _rpc_only(monkeypatch)
+    got = direct.from_client(cluster_client, w, _where_am_i, "lane", timeout=30)
+    assert not rpc  # not through Dask's RPC
+    with dask.config.set({"mgpu-dask.cluster.straight-lane": False}):
+        want = direct.from_client(cluster_client, w, _where_am_i, "lane", timeout=30)
+    assert len(rpc) == 1
+    assert got == want and got[1] == w and got[2] != os.getpid()
+    with pytest.raises(KeyError, match="no tag here"):
+        direct.from_client(cluster_client, w, _sync_fails, "tag", timeout=30)
+    assert len(rpc) == 1
+    _same(direct.run_held(cluster_client, by_worker, 30), calls[1])  # the lanes still serve
 
 
 def test_a_block_gone_is_refused_through_the_lane(cluster_client, calls):

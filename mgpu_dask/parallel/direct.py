@@ -61,16 +61,45 @@ def from_client(client: Any, address: str, function: Any, *args: Any,
     """Run ``function(*args)`` on the worker at ``address``, asked by ``client``, and
     return its result.
 
-    A worker that does not accept a connection within
-    ``results.CONNECT_SECONDS`` raises :class:`WorkerUnreachable` (Dask's own
-    bound is 30 s); past ``timeout`` seconds in all, ``TimeoutError``.
+    A worker on this client's host is asked over its lane (:mod:`.lane`), the
+    others through Dask's RPC, as :func:`run_held` asks.  A worker that does not
+    accept a connection within ``results.CONNECT_SECONDS`` raises
+    :class:`WorkerUnreachable` (Dask's own bound is 30 s); past ``timeout``
+    seconds in all, ``TimeoutError``.
     """
+    from . import lane
+
+    answers = lane.ask(client, {address: ("run", function, args)}, timeout, SERVED)
+    if answers is not None:
+        return answers[address]
+
     async def ask() -> Any:
         if not await results.reachable(client, [address]):
             raise WorkerUnreachable(f"worker {address} does not accept connections")
         return await _run(client.rpc(address), function, args)
 
     return client.sync(ask, callback_timeout=timeout)
+
+
+async def served(message: tuple, dask_worker: Any = None) -> Any:
+    """On a worker, what its lane (:mod:`.lane`) serves: ``("held", calls)``, the calls of
+    :func:`run_held` (:func:`held_calls`), or ``("run", function, args)``, a call of
+    :func:`from_client`, run as Dask's own ``run`` handler runs it (on the event loop,
+    awaited where it is a coroutine function, given ``dask_worker`` where it takes it)."""
+    if message[0] == "held":
+        return await held_calls(message[1], dask_worker=dask_worker)
+    import inspect
+
+    from distributed.utils import has_arg
+
+    _, function, args = message
+    kwargs = {"dask_worker": dask_worker} if has_arg(function, "dask_worker") else {}
+    answer = function(*args, **kwargs)
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+SERVED = f"{__name__}:served"
+"""What the workers' lanes serve (:func:`served`)."""
 
 
 class Held(NamedTuple):
@@ -128,7 +157,7 @@ def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
     """
     from . import lane
 
-    answers = lane.ask(client, calls, timeout, f"{__name__}:held_calls")
+    answers = lane.ask(client, {w: ("held", c) for w, c in calls.items()}, timeout, SERVED)
     if answers is None:
         answers = _through_rpc(client, calls, timeout)
     if answers is None or any("refused" in a for a in answers.values()):

@@ -1,13 +1,15 @@
 """A lane of its own between a client and the workers on its host, for straight calls.
 
-A straight call (:func:`.direct.run_held`) through Dask's RPC pays for Dask's
-message framing and handler on both sides and the client's event loop in
-between, many times what a round trip over a local socket costs
+A straight call (:func:`.direct.run_held`, :func:`.direct.from_client`) through
+Dask's RPC pays for Dask's message framing and handler on both sides and the
+client's event loop in between, many times what a round trip over a local
+socket costs
 (``docs/performance-history.md`` has the figures).  Each worker with the
 :class:`StraightLane` plugin serves the same calls over a Unix socket of its
 own: a thread reads a call, hands it to the coroutine the plugin was made with
-(:func:`.direct.held_calls`: the blocks read on the worker's event loop, the
-work done in its task thread, as over Dask's RPC) and writes the answer back.
+(:func:`.direct.served`, on the worker's event loop, as Dask's RPC would:
+predictions' calls read their blocks there and run in the task thread, a
+leader's fit in a thread of its own) and writes the answer back.
 No port is opened: the socket lives in a folder only this user can enter, and only a client on
 the worker's own host can reach it.  Where a worker has no lane (another
 host, a cluster that could not load the plugin, ``mgpu-dask.cluster.
@@ -185,7 +187,7 @@ _CLIENTS_LOCK = threading.Lock()
 def ask(client: Any, calls: dict[str, list[tuple[Any, tuple]]], timeout: float | None,
         serve: str) -> dict[str, Any] | None:
     """Each worker's answer to ``calls[worker]`` over its lane, where the lane serves
-    ``serve`` (``"module:function"``, :func:`.direct.held_calls`), every worker asked at
+    ``serve`` (``"module:function"``, :func:`.direct.served`), every worker asked at
     once; None where a worker has no lane or its lane failed before an answer (the
     caller asks through Dask's RPC instead).  An exception raised by a call is raised
     here; past ``timeout`` seconds, ``TimeoutError``."""
