@@ -32,6 +32,12 @@ async def _where_am_i(tag, dask_worker=None):
     return tag, dask_worker.address, os.getpid()
 
 
+def _thread_name(block):
+    import threading
+
+    return threading.current_thread().name
+
+
 def _sync_fails(tag):
     raise KeyError(f"no {tag} here")
 
@@ -112,6 +118,28 @@ def test_a_calls_own_error_comes_through_the_lane(cluster_client, calls, monkeyp
     assert not [a for a in rpc if a[1] is direct.held_calls]
     by_worker, want = calls  # the lanes still serve the next call
     _same(direct.run_held(cluster_client, by_worker, 30), want)
+
+
+def test_held_calls_run_in_the_workers_task_thread_by_either_route(cluster_client, calls,
+                                                                   monkeypatch):
+    """Over the lane as through Dask's RPC, held calls run in the thread where the worker
+    runs its tasks (one at a time with them), not in the lane's own thread."""
+    import dask
+
+    by_worker, _ = calls
+    named = {w: [(_thread_name, args[:1])] for w, pairs in by_worker.items()
+             for _, args in pairs[:1]}
+    rpc = _rpc_only(monkeypatch)
+    over_lane = direct.run_held(cluster_client, named, 30)
+    assert not rpc
+    with dask.config.set({"mgpu-dask.cluster.straight-lane": False}):
+        over_rpc = direct.run_held(cluster_client, named, 30)
+    assert rpc
+    tasks = cluster_client.run(lambda dask_worker: dask_worker.executors["default"].submit(
+        _thread_name, None).result())
+    for w in named:
+        assert over_lane[w] == over_rpc[w] == [tasks[w]]
+        assert "lane" not in tasks[w]
 
 
 def test_a_call_from_the_client_takes_the_lane_with_dasks_answer(cluster_client, calls,
