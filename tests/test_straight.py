@@ -106,16 +106,16 @@ def test_shard_plan_on_one_worker_comes_straight_and_equals_the_task_path(parts,
             np.testing.assert_array_equal(got, to_host(tasks))
             # the worker refusing (its blocks moved on): the same predictions from tasks
             monkeypatch.undo()
-            real = direct._resolved
+            real = direct.held_calls
 
-            def moved(calls, dask_worker):
+            async def moved(calls, dask_worker=None):
                 return {"refused": "moved", "message": "test"}
 
-            monkeypatch.setattr(direct, "_resolved", moved)
+            monkeypatch.setattr(direct, "held_calls", moved)
             refused = clf.predict(Q, on_host=True)
             assert placement.blocks_in_hand(refused) is None
             np.testing.assert_array_equal(to_host(refused), got)
-            monkeypatch.setattr(direct, "_resolved", real)
+            monkeypatch.setattr(direct, "held_calls", real)
     assert (got == parts.y_test).mean() > 0.85
 
 
@@ -263,16 +263,16 @@ def test_moved_blocks_fall_back_to_tasks(client, parts, straight_calls, monkeypa
     Q = shard(parts.X_test, client, dtype=np.float32)
     clf = KNeighborsClassifier(3, plan="replicate").fit(parts.X_train, parts.y_train)
     first = to_host(clf.predict(Q, on_host=True))
-    real = direct._resolved
+    real = direct.held_calls
 
-    def moved(calls, dask_worker):
+    async def moved(calls, dask_worker=None):
         return {"refused": "moved", "message": "test"}
 
-    monkeypatch.setattr(direct, "_resolved", moved)
+    monkeypatch.setattr(direct, "held_calls", moved)
     again = clf.predict(Q, on_host=True)
     assert straight_calls[-1] is None and placement.blocks_in_hand(again) is None
     np.testing.assert_array_equal(to_host(again), first)
-    monkeypatch.setattr(direct, "_resolved", real)
+    monkeypatch.setattr(direct, "held_calls", real)
     # the refusal forgot where the blocks were: the next predict asks the scheduler again
     scheduler = client.scheduler.address
     assert not any((scheduler, f.key) in placement._KNOWN_HOLDERS for f in futures_of(Q))

@@ -81,31 +81,18 @@ def from_client(client: Any, address: str, function: Any, *args: Any,
     return client.sync(ask, callback_timeout=timeout)
 
 
-def served(message: tuple, dask_worker: Any = None) -> Any:
-    """On a worker, in its lane's thread (:mod:`.lane`): ``("held", calls)``, the calls of
-    :func:`run_held`, answered as :func:`held_calls` answers them, or ``("run", function,
-    args)``, a call of :func:`from_client`, run as Dask's own ``run`` handler runs it (on
-    the event loop, awaited where it is a coroutine function, given ``dask_worker`` where
-    it takes it).  Held calls go from the lane's thread straight to the worker's task
-    thread, the blocks read here: no hop through the event loop on the way in or out."""
+async def served(message: tuple, dask_worker: Any = None) -> Any:
+    """On a worker, what its lane (:mod:`.lane`) serves: ``("held", calls)``, the calls of
+    :func:`run_held` (:func:`held_calls`), or ``("run", function, args)``, a call of
+    :func:`from_client`, run as Dask's own ``run`` handler runs it (on the event loop,
+    awaited where it is a coroutine function, given ``dask_worker`` where it takes it)."""
     if message[0] == "held":
-        resolved = _resolved(message[1], dask_worker)
-        if isinstance(resolved, dict):
-            return resolved
-        executor = getattr(dask_worker, "executors", {}).get("default")
-        if executor is None:
-            return {"results": _call_all(resolved)}
-        return {"results": executor.submit(_call_all, resolved).result()}
-    _, function, args = message
-    return asyncio.run_coroutine_threadsafe(_run_here(function, args, dask_worker),
-                                            dask_worker.loop.asyncio_loop).result()
-
-
-async def _run_here(function: Any, args: tuple, dask_worker: Any) -> Any:
+        return await held_calls(message[1], dask_worker=dask_worker)
     import inspect
 
     from distributed.utils import has_arg
 
+    _, function, args = message
     kwargs = {"dask_worker": dask_worker} if has_arg(function, "dask_worker") else {}
     answer = function(*args, **kwargs)
     return await answer if inspect.isawaitable(answer) else answer
@@ -130,27 +117,19 @@ def _call_all(calls: list[tuple[Any, list[Any]]]) -> list[Any]:
     return [function(*args) for function, args in calls]
 
 
-def _resolved(calls: list[tuple[Any, tuple]], dask_worker: Any) -> Any:
-    """``calls`` with their :class:`Held` and :class:`Here` arguments read on
-    ``dask_worker``; the refusal of :func:`held_calls` where a block is not here."""
+async def held_calls(calls: list[tuple[Any, tuple]], dask_worker: Any = None) -> dict[str, Any]:
+    """On a worker, asked by :func:`run_held`: every ``(function, args)`` of ``calls``, its
+    :class:`Held` arguments read from this worker's blocks, one after another in the
+    worker's own task thread (where its tasks keep their GPU buffers), not on the event
+    loop.  ``{"results": [...]}``, or ``{"refused": "moved"}`` where a block is no longer
+    here (nothing ran)."""
     try:
-        return [(function, [dask_worker.data[a.key] if isinstance(a, Held)
-                            else dask_worker if isinstance(a, Here) else a
-                            for a in args]) for function, args in calls]
+        resolved = [(function, [dask_worker.data[a.key] if isinstance(a, Held)
+                                else dask_worker if isinstance(a, Here) else a
+                                for a in args]) for function, args in calls]
     except KeyError as exc:
         return {"refused": "moved", "message": f"block {exc} is no longer on worker "
                                                f"{dask_worker.address}"}
-
-
-async def held_calls(calls: list[tuple[Any, tuple]], dask_worker: Any = None) -> dict[str, Any]:
-    """On a worker, asked by :func:`run_held` through Dask's RPC: every ``(function, args)``
-    of ``calls``, its :class:`Held` arguments read from this worker's blocks, one after
-    another in the worker's own task thread (where its tasks run, one at a time), not on
-    the event loop.  ``{"results": [...]}``, or ``{"refused": "moved"}`` where a block is
-    no longer here (nothing ran)."""
-    resolved = _resolved(calls, dask_worker)
-    if isinstance(resolved, dict):
-        return resolved
     executor = getattr(dask_worker, "executors", {}).get("default")
     answers = await asyncio.get_running_loop().run_in_executor(executor, _call_all, resolved)
     return {"results": answers}

@@ -6,11 +6,10 @@ client's event loop in between, many times what a round trip over a local
 socket costs
 (``docs/performance-history.md`` has the figures).  Each worker with the
 :class:`StraightLane` plugin serves the same calls over a Unix socket of its
-own: a thread reads a call, hands it to the function the plugin was made with
-(:func:`.direct.served`: predictions' calls go from that thread to the
-worker's task thread, where Dask's RPC would reach it through the worker's
-event loop; a leader's fit runs as Dask's RPC would run it) and writes the
-answer back.
+own: a thread reads a call, hands it to the coroutine the plugin was made with
+(:func:`.direct.served`, on the worker's event loop, as Dask's RPC would:
+predictions' calls read their blocks there and run in the task thread, a
+leader's fit in a thread of its own) and writes the answer back.
 No port is opened: the socket lives in a folder only this user can enter, and only a client on
 the worker's own host can reach it.  Where a worker has no lane (another
 host, a cluster that could not load the plugin, ``mgpu-dask.cluster.
@@ -19,6 +18,7 @@ straight-lane`` false) the call goes through Dask's RPC as before.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -61,9 +61,9 @@ def _send(sock: socket.socket, value: Any) -> None:
 
 
 class StraightLane(WorkerPlugin):
-    """Worker plugin: serves ``serve(calls, dask_worker=...)``, a function named
-    ``"module:function"`` (looked up at each call, as Dask's RPC finds it) and called in
-    the thread that reads the calls, over a Unix socket (see the module)."""
+    """Worker plugin: serves ``serve(calls, dask_worker=...)``, a coroutine function named
+    ``"module:function"`` (looked up at each call, as Dask's RPC finds it), over a Unix
+    socket (see the module)."""
 
     name = "mgpu-dask-straight-lane"
     idempotent = True
@@ -87,6 +87,7 @@ class StraightLane(WorkerPlugin):
         except (OSError, AttributeError):  # no lane here: Dask's RPC serves this worker
             shutil.rmtree(self._folder, ignore_errors=True)
             return
+        loop = worker.loop.asyncio_loop
         self._conns: set[socket.socket] = set()
 
         def serve(conn: socket.socket) -> None:
@@ -104,7 +105,8 @@ class StraightLane(WorkerPlugin):
                 except Exception:  # closed, or calls this process cannot unpickle:
                     return  # the caller then asks through Dask's RPC
                 try:
-                    answer = ("ok", self._serve()(calls, dask_worker=worker))
+                    answer = ("ok", asyncio.run_coroutine_threadsafe(
+                        self._serve()(calls, dask_worker=worker), loop).result())
                 except BaseException as exc:  # raised again by the caller
                     answer = ("error", exc)
                 try:
