@@ -136,19 +136,29 @@ def _launched(dispatcher: Any, grid: Any, block: Any, args: tuple, stream: Any) 
     if dispatcher in _NUMBA_LAUNCH or not all(_on_device(a) or _scalar_ok(a) for a in args):
         return False
     try:
-        import ctypes
-
         from cupy.cuda import driver
 
-        function = _cufunction(dispatcher, list(args))
-        params, _ = _numba_params(list(args))
+        function, params, _, pointers = _prepared(dispatcher, list(args))
     except Exception:  # the simulator, another Numba: its own launch, from now on
         _NUMBA_LAUNCH.add(dispatcher)
         return False
-    pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
-    driver.launchKernel(function, *_dims(grid), *_dims(block), 0, stream.ptr,
-                        ctypes.addressof(pointers), 0)
+    driver.launchKernel(function, *_dims(grid), *_dims(block), 0, stream.ptr, pointers, 0)
+    del params  # alive until the launch has read them
     return True
+
+
+def _prepared(dispatcher: Any, values: list) -> tuple[int, list, dict[int, Any], int]:
+    """What a launch through the driver takes: the address of the kernel Numba compiled
+    for these values' types, their parameters laid out as Numba lays them out (ctypes
+    values: keep them alive until the launch), the scalar slots by argument index (to
+    rewrite), and the address of the array of pointers to the parameters (kept alive
+    by the parameter list, as its last entry)."""
+    import ctypes
+
+    function = _cufunction(dispatcher, values)
+    params, slots = _numba_params(values)
+    pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
+    return function, params + [pointers], slots, ctypes.addressof(pointers)
 
 
 def thread_grid(n_rows: int, threads: int = 128) -> tuple[int, int]:
@@ -249,15 +259,10 @@ class Launcher:
         self.fast = False
         self.why: str | None = None
         try:
-            import ctypes
-
             from cupy.cuda import driver as cupy_driver
 
-            self._function = _cufunction(dispatcher, self.values)
-            self._params, self._slots = _numba_params(self.values)
-            self._pointers = (ctypes.c_void_p * len(self._params))(
-                *[ctypes.addressof(p) for p in self._params])
-            self._pointers_at = ctypes.addressof(self._pointers)
+            self._function, self._params, self._slots, self._pointers_at = _prepared(
+                dispatcher, self.values)
             self._driver = cupy_driver
             self.fast = True
         except Exception as exc:  # the simulator, other Numba versions: the documented launch
