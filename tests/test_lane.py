@@ -211,3 +211,41 @@ def test_a_closing_worker_closes_its_lanes():
         sock.settimeout(10)
         assert sock.recv(1) == b""  # closed at the worker's end, not left hanging
         assert not os.path.exists(path)
+
+
+async def _close_my_lanes(tag, dask_worker=None):
+    """Run on a worker: its lanes' connections shut before the answer goes back."""
+    import socket
+
+    extension = dask_worker.extensions.get("mgpu-dask-lane")
+    for conn in list(getattr(extension, "_conns", ())):
+        conn.shutdown(socket.SHUT_RDWR)
+    return tag
+
+
+def _shut_lanes_then_head(block, n, dask_worker):
+    import asyncio
+
+    asyncio.run_coroutine_threadsafe(_close_my_lanes(None, dask_worker),
+                                     dask_worker.loop.asyncio_loop).result()
+    return _head(block, n)
+
+
+def test_a_lane_closed_mid_call():
+    """A lane that closes after its call went: a held call (it only reads) is asked again
+    through Dask's RPC, with the same answer; a call from the client is not asked again
+    (it may have run) and raises an OSError, as a connection Dask's RPC lost does."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+        X = shard(np.arange(16.0).reshape(8, 2), client, device="cpu", timeout=30)
+        futures, where = locate(client, X, remembered=False)
+        w = where[0]
+        plain = {w: [(_head, (direct.Held(futures[0].key), 2))]}
+        want = direct.run_held(client, plain, 30)  # over the lane
+        shut = {w: [(_shut_lanes_then_head, (direct.Held(futures[0].key), 2, direct.Here()))]}
+        _same(direct.run_held(client, shut, 30), want)
+        assert direct.from_client(client, w, _where_am_i, "again", timeout=30)[0] == "again"
+        with pytest.raises(lane.LaneLost):
+            direct.from_client(client, w, _close_my_lanes, "lost", timeout=30)
+        assert direct.from_client(client, w, _where_am_i, "then", timeout=30)[0] == "then"
+        assert lane._CLIENTS[client].socks[w] is not None  # a new lane, not Dask's RPC

@@ -64,8 +64,10 @@ def from_client(client: Any, address: str, function: Any, *args: Any,
     A worker on this client's host is asked over its lane (:mod:`.lane`), the
     others through Dask's RPC, as :func:`run_held` asks.  A worker that does not
     accept a connection within ``results.CONNECT_SECONDS`` raises
-    :class:`WorkerUnreachable` (Dask's own bound is 30 s); past ``timeout``
-    seconds in all, ``TimeoutError``.
+    :class:`WorkerUnreachable` (Dask's own bound is 30 s); one lost on the way,
+    an ``OSError`` (over the lane :class:`.lane.LaneLost`, where Dask's RPC raises
+    its ``CommClosedError``: the call is not asked again, it may have run); past
+    ``timeout`` seconds in all, ``TimeoutError``.
     """
     from . import lane
 
@@ -157,7 +159,10 @@ def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
     """
     from . import lane
 
-    answers = lane.ask(client, {w: ("held", c) for w, c in calls.items()}, timeout, SERVED)
+    try:
+        answers = lane.ask(client, {w: ("held", c) for w, c in calls.items()}, timeout, SERVED)
+    except lane.LaneLost:  # held calls only read: Dask's RPC may ask them again
+        answers = None
     if answers is None:
         answers = _through_rpc(client, calls, timeout)
     if answers is None or any("refused" in a for a in answers.values()):

@@ -36,6 +36,11 @@ from . import plugins
 _LENGTH = struct.Struct("<Q")
 
 
+class LaneLost(ConnectionError):
+    """A lane broke after its calls were sent: the worker may have run them (lost on the
+    way, or still running); asking again elsewhere is the caller's choice."""
+
+
 def _read(sock: socket.socket, n: int) -> bytearray:
     buf = bytearray(n)
     view, got = memoryview(buf), 0
@@ -188,8 +193,9 @@ def ask(client: Any, calls: dict[str, list[tuple[Any, tuple]]], timeout: float |
         serve: str) -> dict[str, Any] | None:
     """Each worker's answer to ``calls[worker]`` over its lane, where the lane serves
     ``serve`` (``"module:function"``, :func:`.direct.served`), every worker asked at
-    once; None where a worker has no lane or its lane failed before an answer (the
-    caller asks through Dask's RPC instead).  An exception raised by a call is raised
+    once; None where a worker has no lane or its lane closed before the calls went (the
+    caller asks through Dask's RPC instead).  A lane that closes after they went raises
+    :class:`LaneLost` (the calls may have run).  An exception raised by a call is raised
     here; past ``timeout`` seconds, ``TimeoutError``."""
     if not config.get("cluster.straight-lane", True):
         return None
@@ -209,15 +215,20 @@ def ask(client: Any, calls: dict[str, list[tuple[Any, tuple]]], timeout: float |
             for w in workers:
                 socks[w].settimeout(timeout)
                 _send(socks[w], calls[w])
+        except OSError:  # a lane closed before its call went: Dask's RPC says why
+            for w in workers:
+                lanes.forget(w)
+            return None
+        try:
             answers = {w: _message(socks[w]) for w in workers}
         except socket.timeout:
             for w in workers:  # an answer may still be on its way: these lanes are spent
                 lanes.forget(w)
             raise TimeoutError(f"no answer from the workers within {timeout} s") from None
-        except (OSError, EOFError):  # a worker lost on the way: Dask's RPC says how
+        except (OSError, EOFError) as exc:  # a worker lost on the way, or its lane closed
             for w in workers:
                 lanes.forget(w)
-            return None
+            raise LaneLost(f"a worker's lane closed before its answer came ({exc})") from None
     finally:
         for lock in held:
             lock.release()
