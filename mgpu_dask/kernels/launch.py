@@ -138,12 +138,12 @@ def _launched(dispatcher: Any, grid: Any, block: Any, args: tuple, stream: Any) 
     try:
         from cupy.cuda import driver
 
+        # ``params`` holds what ``pointers`` points at: alive here until the launch
         function, params, _, pointers = _prepared(dispatcher, list(args))
     except Exception:  # the simulator, another Numba: its own launch, from now on
         _NUMBA_LAUNCH.add(dispatcher)
         return False
     driver.launchKernel(function, *_dims(grid), *_dims(block), 0, stream.ptr, pointers, 0)
-    del params  # alive until the launch has read them
     return True
 
 

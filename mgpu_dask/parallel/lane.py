@@ -3,15 +3,14 @@
 A straight call (:func:`.direct.run_held`, :func:`.direct.from_client`) through
 Dask's RPC pays for Dask's message framing and handler on both sides and the
 client's event loop in between, many times what a round trip over a local
-socket costs
-(``docs/performance-history.md`` has the figures).  Each worker with the
-:class:`StraightLane` plugin serves the same calls over a Unix socket of its
-own: a thread reads a call, hands it to the coroutine the plugin was made with
-(:func:`.direct.served`, on the worker's event loop, as Dask's RPC would:
-predictions' calls read their blocks there and run in the task thread, a
-leader's fit in a thread of its own) and writes the answer back.
-No port is opened: the socket lives in a folder only this user can enter, and only a client on
-the worker's own host can reach it.  Where a worker has no lane (another
+socket costs (``docs/performance-history.md`` has the figures).  Each worker
+with the :class:`StraightLane` plugin serves the same calls over a Unix socket
+of its own: a thread reads a call, hands it to the coroutine the plugin was
+made with (:func:`.direct.served`, on the worker's event loop, as Dask's RPC
+would: predictions' calls read their blocks there and run in the task thread,
+a leader's fit in a thread of its own) and writes the answer back.  No port is
+opened: the socket lives in a folder only this user can enter, and only a
+client on the worker's own host can reach it.  Where a worker has no lane (another
 host, a cluster that could not load the plugin, ``mgpu-dask.cluster.
 straight-lane`` false) the call goes through Dask's RPC as before.
 """
@@ -178,11 +177,13 @@ class _Lanes:
             self.locks.setdefault(worker, threading.Lock())
         return sock
 
-    def forget(self, worker: str) -> None:
+    def forget(self, workers: list[str]) -> None:
+        """Close these workers' connections: their next call connects anew."""
         with self.lock:
-            sock = self.socks.pop(worker, None)
-        if sock is not None:
-            sock.close()
+            socks = [self.socks.pop(worker, None) for worker in workers]
+        for sock in socks:
+            if sock is not None:
+                sock.close()
 
 
 _CLIENTS: "weakref.WeakKeyDictionary[Any, _Lanes]" = weakref.WeakKeyDictionary()
@@ -216,18 +217,15 @@ def ask(client: Any, calls: dict[str, list[tuple[Any, tuple]]], timeout: float |
                 socks[w].settimeout(timeout)
                 _send(socks[w], calls[w])
         except OSError:  # a lane closed before its call went: Dask's RPC says why
-            for w in workers:
-                lanes.forget(w)
+            lanes.forget(workers)
             return None
         try:
             answers = {w: _message(socks[w]) for w in workers}
-        except socket.timeout:
-            for w in workers:  # an answer may still be on its way: these lanes are spent
-                lanes.forget(w)
+        except socket.timeout:  # an answer may still be on its way: these lanes are spent
+            lanes.forget(workers)
             raise TimeoutError(f"no answer from the workers within {timeout} s") from None
         except (OSError, EOFError) as exc:  # a worker lost on the way, or its lane closed
-            for w in workers:
-                lanes.forget(w)
+            lanes.forget(workers)
             raise LaneLost(f"a worker's lane closed before its answer came ({exc})") from None
     finally:
         for lock in held:
