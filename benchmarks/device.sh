@@ -15,6 +15,9 @@
 #            tree's alternating, ROUNDS times (default 2; ORDER "old new")
 #   tables   TASKS (knn logreg) --backend all --workers 1 at each of FRACTIONS (1 4)
 #   runs     our knn and logreg at FRACTIONS, and on deformed MNIST (COPIES, 155)
+#   faiss    knn --backend faiss,numba at FRACTIONS and on deformed MNIST (COPIES; 0: none):
+#            FAISS's flat index and ours in one process (FAISS parts installed)
+#   host-fit benchmarks/host_fit.py --repeats 15 (one worker), the working tree
 #   first    first contact: in the first call of a lease (a fresh machine), then again
 #            with NUMBA_CACHE_DIR and CUPY_CACHE_DIR new empty folders: the bare
 #            LocalCUDACluster floor three times, knn and logreg --workers 1 twice each;
@@ -174,6 +177,19 @@ runs)
   done
   cli knn_deformed knn --dataset mnist-deformed --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet
   cli logreg_deformed logreg --dataset mnist-deformed --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet
+  ;;
+faiss)
+  for f in ${FRACTIONS:-1 4}; do
+    [ "$f" = 0 ] && continue
+    LIMIT=400 cli "table_faiss_f$f" knn --backend faiss,numba --workers 1 --fraction $f --repeats 10
+  done
+  [ "${COPIES:-155}" = 0 ] || LIMIT=500 cli table_faiss_deformed knn --backend faiss,numba \
+    --dataset mnist-deformed --copies ${COPIES:-155} --workers 1 --repeats 3
+  ;;
+host-fit)
+  log "host_fit_n1_1: python benchmarks/host_fit.py --repeats 15"
+  timeout 250 python3 benchmarks/host_fit.py "$R/host_fit_n1_1.json" --repeats 15 > "$R/host_fit_n1_1.log" 2>&1
+  tail -1 "$R/host_fit_n1_1.log" | cut -c1-300 | tee -a "$OUT/summary.log"
   ;;
 first)
   echo "$FLOOR" > /tmp/floor.py
