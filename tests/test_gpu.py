@@ -498,38 +498,6 @@ def test_device_lbfgs_graph_gives_the_launches_bits():
     assert got[True]["nfev"] == got[False]["nfev"] and got[True]["nit"] == 40
 
 
-@pytest.mark.parametrize("graph", [True, False])
-def test_device_lbfgs_copies_end_at_one_copys_bits(graph):
-    """A copy of the L-BFGS state per shard or per GPU (peer copies of the partial sums
-    between them, every copy ending each iteration itself) ends at the bits of one copy
-    on the leader (int8 products: no atomics), every copy equal; on one GPU the rows
-    go in two shards, a copy each, on it."""
-    from mgpu_dask.logreg.lbfgs import loop as lbfgs
-    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
-
-    n, k = 30000, 10
-    shards, devices = _level_shards(n, 784, k, seed=7)
-    if devices == 1:
-        (X, y), = shards
-        shards = [(X[: n // 2], y[: n // 2]), (X[n // 2:], y[n // 2:])]
-    got = {}
-    for layout in ("leader", "shard", "device"):
-        with cupy.cuda.Device(0):
-            backend = DeviceBackend(shards, k, n, 1.0 / n, precision="int8", graph=graph,
-                                    replicas=layout)
-            got[layout] = lbfgs.run(backend, maxiter=40, gtol=1e-9)
-            assert backend.graphed == graph, backend.graph_note
-            assert len(backend.replicas) == {"leader": 1, "shard": 2, "device": devices}[layout]
-            for r in backend.replicas[1:]:
-                with r.device:
-                    np.testing.assert_array_equal(cupy.asnumpy(r.x), got[layout]["x"])
-            backend.close()
-    assert got["leader"]["nit"] == 40
-    for layout in ("shard", "device"):
-        np.testing.assert_array_equal(got[layout]["x"], got["leader"]["x"])
-        assert got[layout]["nfev"] == got["leader"]["nfev"]
-
-
 def test_levels_made_by_a_holder_evaluate_like_the_rows():
     """Levels converted where the rows live (what a peer exports) give the int8
     evaluation's bits; other methods get the rows back exactly."""

@@ -457,31 +457,6 @@ def test_device_lbfgs_stops_where_the_host_loop_stops(ahead):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-def test_device_lbfgs_copies_take_the_leaders_every_step():
-    """One copy of the state per shard (``replicas="shard"``): each shard is evaluated at
-    its own copy's trial parameters, and every copy ends every iteration itself, line
-    searches included; all copies end equal, at the single copy's bits."""
-    from mgpu_dask.logreg.lbfgs import loop as lbfgs
-    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
-
-    shards, n, d, k = _two_shard_problem()
-    got, backends = {}, {}
-    for layout in ("leader", "shard"):
-        backends[layout] = DeviceBackend(shards, k, n, 1.0 / n, memory=2, replicas=layout)
-        got[layout] = lbfgs.run(backends[layout], maxiter=4, gtol=1e-4)
-    assert [len(b.replicas) for b in backends.values()] == [1, 2]
-    assert got["shard"]["searches"] >= 1  # probes and commits mirrored on every copy
-    assert (got["shard"]["nit"], got["shard"]["nfev"]) == (got["leader"]["nit"],
-                                                           got["leader"]["nfev"])
-    np.testing.assert_array_equal(got["shard"]["x"], got["leader"]["x"])
-    first, second = backends["shard"].replicas
-    for a, b in zip(first.state, second.state):
-        np.testing.assert_array_equal(a, b)
-    with pytest.raises(ValueError, match="replicas='each'"):
-        DeviceBackend(shards, k, n, 1.0 / n, replicas="each")
-
-
-@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
 def test_a_kept_device_lbfgs_fits_again_as_a_new_one_would():
     """The device L-BFGS kept with the rows' blocks (``fit_on_device``'s ``kept_under``):
     a second fit of the same rows, with other labels, starts from it (the labels copied

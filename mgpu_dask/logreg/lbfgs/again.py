@@ -10,6 +10,7 @@ launches and the graph stay bound to the same buffers.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -36,10 +37,9 @@ def ready(backend: Any, shards: list[tuple[Any, Any]]) -> bool:
             return False
     for o, (_, labels) in zip(objectives, shards):
         o.relabel(labels)
-    backend._fork()  # each copy of the state zeroed in order with its kernels
-    for replica in backend.replicas:
-        replica.zero()
-    backend._join()
+    with backend._leader(), backend.stream or contextlib.nullcontext():
+        for array in backend.state:
+            array.fill(0)
     backend._ahead = RunAhead(backend._run_ahead)
     backend.evaluations = backend.syncs = backend.graph_launches = 0
     if backend._graph is not None:

@@ -2,39 +2,31 @@
 device backend).
 
 One process holds every shard of the fit (the single-host fit maps the other
-workers' shards into it).  The optimiser's state -- point, gradient,
-direction, curvature pairs, and the scalars it decides on -- lives on each
-GPU that holds shards, one copy per GPU (:mod:`.replica`), the leader's (this
-process's own GPU) first.  One iteration is queued without waiting:
+workers' shards into it).  The optimiser's state -- point,
+gradient, direction, curvature pairs, and the scalars it decides on -- lives
+on the *leader* GPU (this process's own).  One iteration is queued without
+waiting:
 
-1. on every copy's GPU, once the leader's stream gets there: the proposal --
-   two-loop recursion, first step, trial parameters (float32) -- then an event;
-2. every shard, on its own GPU and stream, once its copy's event fires:
-   copies the parameters in, evaluates its rows (cuBLAS, our softmax kernel,
-   cuBLAS) and copies its partial gradient and sums into its slot of that copy
-   -- then an event;
-3. every copy, after every shard's event: the other copies' slots by peer
-   copies (NVLink), then the end of the iteration
+1. the proposal on the leader: two-loop recursion, first step, trial
+   parameters (float32) -- then an event;
+2. every shard, on its own GPU and stream, once that event fires: copies the
+   parameters in (a peer copy over NVLink where the shard is on another GPU),
+   evaluates its rows (cuBLAS, our softmax kernel, cuBLAS) and copies its
+   partial gradient and sums into its slot on the leader -- then an event;
+3. the end of the iteration on the leader, after every shard's event
    (:mod:`mgpu_dask.kernels.lbfgs.finish`): the objective and gradient at
    the trial point, the strong-Wolfe test, and the update of the point and
-   the curvature pairs when the step is kept; the leader's stream waits for
-   every copy;
-4. one copy of a dozen scalars from the leader to the host, the only wait of
-   the iteration.
-
-The copies take the same steps bit for bit, so only the leader's scalars are
-read (:mod:`.replica`: why, and what the copies buy).
+   the curvature pairs when the step is kept;
+4. one copy of a dozen scalars to the host, the only wait of the iteration.
 
 Steps 1-3 are the same launches every iteration (the same buffers, the
 same arguments), so they are captured once per fit as one CUDA graph that
 spans every GPU of the fit (stream capture follows the events from the
-leader's stream to the others and back); each iteration is then one graph
+leader's stream to the shards' and back); each iteration is then one graph
 launch instead of some twenty Python-issued launches per shard, which
 would cost more host time than an MNIST evaluation takes on the GPU.  Where
 capture is not possible (UCX running in the process, a driver that
 refuses), the iteration is launched op by op and ``graph_note`` says why.
-Whatever is queued op by op starts after the leader's stream and ends with
-the leader's stream waiting for it (:func:`.replica.fork`, :func:`.replica.join`).
 
 Most first steps are kept, so the host queues ``run_ahead`` iterations
 before it reads the scalars (``advance``); a step not kept stops the ones
@@ -62,9 +54,9 @@ from ...kernels.lbfgs import finish as Fin
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
 from . import again
+from .launches import launches
 from .loop import Step
 from .pace import RunAhead
-from .replica import Replica, enable_peers, fork, homes, join, pull
 
 SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: few, or slow
 
@@ -75,7 +67,7 @@ def usable(arrays: list[tuple[Any, Any]]) -> bool:
 
 
 class DeviceBackend:
-    """The L-BFGS state of a multinomial logistic regression, on the GPUs of its shards.
+    """The L-BFGS state of a multinomial logistic regression on the leader GPU.
 
     Parameters
     ----------
@@ -102,16 +94,13 @@ class DeviceBackend:
     scale : float or None
         The objective's rows are ``X * scale`` (uint8 pixels kept 8-bit; see
         ``ShardObjective``); None: ``X``.
-    replicas : {"device", "leader", "shard"}
-        Copies of the state (:data:`.replica.LAYOUTS`): one per GPU of the shards, one
-        on the leader's GPU only, or one per shard.
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
                  penalty: float, memory: int = 10,
                  precision: Precision | str = Precision.FP32,
                  run_ahead: int | None = None, graph: bool = True,
-                 scale: float | None = None, replicas: str = "device") -> None:
+                 scale: float | None = None) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
         self._ahead = RunAhead(run_ahead)
@@ -132,6 +121,7 @@ class DeviceBackend:
                 raise ValueError("the device L-BFGS needs CuPy shards (or the CUDA simulator)")
         k = int(n_classes)
         d = int(shards[0][0].shape[1])
+        m, dk = d * k + k, d * k
         self.shape = (d, k)
         self.evaluations = 0
         self.syncs = 0  # host waits for the device
@@ -140,24 +130,43 @@ class DeviceBackend:
             import cupy
             import cupyx
 
-            leader = cupy.cuda.Device().id
-            where, self._home = homes([o.device.id for o in self.objectives], leader, replicas)
-            devices = [cupy.cuda.Device(i) for i in where]
+            xp = cupy
+            self.device = cupy.cuda.Device()
+            self.stream = cupy.cuda.Stream(non_blocking=True)
             self._scal_h = cupyx.empty_pinned(K.N_SCALARS, dtype=np.float64)
-            enable_peers(sorted(set(where)))
-            sweep, threads = K.SWEEP, Fin.THREADS
+            self._enable_peers()
+            threads = Fin.THREADS
         else:
-            where, self._home = homes([None] * len(shards), None, replicas)
-            devices = [None] * len(where)
-            sweep = threads = SIMULATOR_THREADS
-        self.replicas = [Replica(device, len(shards), d, k, memory, sweep, threads,
-                                 1.0 / n_rows, float(penalty)) for device in devices]
-        lead = self.replicas[0]
-        self.device, self.stream, self.x, self.scal = lead.device, lead.stream, lead.x, lead.scal
-        self._trial_blocks = -(-(d * k + k) // 256)
+            xp, self.device, self.stream = np, None, None
+            threads = SIMULATOR_THREADS
+        with self._leader():
+            z = lambda *shape, dtype=np.float64: xp.zeros(shape, dtype=dtype)  # noqa: E731
+            self.x, self.g, self.gt, self.p = z(m), z(m), z(m), z(m)
+            self.S, self.Y, self.rho = z(memory, m), z(memory, m), z(memory)
+            self.scal = z(K.N_SCALARS)
+            self.params = z(m, dtype=np.float32)
+            self.parts = z(len(shards), dk, dtype=np.float32)
+            self.psums = z(len(shards), k + 1)
+            sweep = K.SWEEP if self.gpu else SIMULATOR_THREADS
+            # One entry per thread: the sweeps wait on memory side by side, not in a chain
+            chunks = max(1, min(K.MAX_CHUNKS, -(-m // sweep)))
+            self.SY, self.YY = z(memory, memory), z(memory, memory)
+            self.dparts, self.pparts = z(2 * memory + 1, chunks), z(1, chunks)
+            self.gparts = z(3 * memory, chunks)
+            self.fparts = z(Fin.N_PARTS, chunks)
+            self.state = (self.x, self.g, self.gt, self.p, self.S, self.Y, self.rho, self.scal,
+                          self.params, self.parts, self.psums, self.SY, self.YY, self.dparts,
+                          self.pparts, self.gparts, self.fparts)
+            (self._propose_launches, self._finish_launches, self._gram_launches, self._k_trial,
+             self._k_forget, self._k_arm) = launches(self, memory, chunks, sweep, threads,
+                                                     1.0 / n_rows, float(penalty))
+            self._trial_blocks = -(-m // 256)
+            if self.gpu:
+                self._ready = cupy.cuda.Event(disable_timing=True)
+                # The zeros above were queued on the legacy default stream, which a
+                # non-blocking stream is not ordered with: done before any kernel reads them.
+                cupy.cuda.Stream.null.synchronize()
         if self.gpu:
-            with self.device:
-                self._forked = cupy.cuda.Event(disable_timing=True)
             self._done = []
             for o in self.objectives:
                 with o.device:
@@ -171,89 +180,96 @@ class DeviceBackend:
 
     # -- plumbing ---------------------------------------------------------------------------
     def _leader(self) -> Any:
-        return self.replicas[0].on()
+        import contextlib
 
-    def _fork(self) -> None:  # the other copies' streams after the leader's
-        if self.gpu and len(self.replicas) > 1:
-            fork(self.replicas, self._forked)
+        return self.device if self.device is not None else contextlib.nullcontext()
 
-    def _join(self) -> None:  # the leader's stream after the other copies'
-        if self.gpu and len(self.replicas) > 1:
-            join(self.replicas)
+    def _enable_peers(self) -> None:
+        """Peer access between the leader GPU and every shard's GPU, both ways (NVLink copies)."""
+        import cupy
+        from cupy.cuda import runtime
 
-    def _each(self, launch: Any) -> None:
-        """``launch(replica)`` for every copy, on its GPU."""
-        for r in self.replicas:
-            with r.on():
-                launch(r)
+        leader = self.device.id
+        for peer in {o.device.id for o in self.objectives} - {leader}:
+            for a, b in ((leader, peer), (peer, leader)):
+                if runtime.deviceCanAccessPeer(a, b):
+                    with cupy.cuda.Device(a):
+                        try:
+                            runtime.deviceEnablePeerAccess(b)
+                        except runtime.CUDARuntimeError:  # already enabled
+                            pass
 
     def _evaluate(self, counted: bool = True) -> None:
-        """Every shard at its copy's ``params``; their partial sums land in every copy's
-        ``parts`` / ``psums``."""
+        """Every shard at ``params``; their partial sums land in ``parts`` / ``psums``."""
         self.evaluations += counted
         if self.gpu:
-            for r in self.replicas:
-                with r.device:
-                    r.ready.record(r.stream)
+            with self.device:
+                self._ready.record(self.stream)
             for i, o in enumerate(self.objectives):
-                r = self.replicas[self._home[i]]
-                o.queue_from(r.params, r.ready, r.parts[i], r.psums[i], self._done[i])
-            for r in self.replicas:
-                pull(r, self._home, self.replicas, self._done)
+                o.queue_from(self.params, self._ready, self.parts[i], self.psums[i],
+                             self._done[i])
+            with self.device:
+                for event in self._done:
+                    self.stream.wait_event(event)
             return
         d, k = self.shape
+        coef, intercept = self.params[: d * k].reshape(d, k), self.params[d * k:]
         for i, o in enumerate(self.objectives):
-            params = self.replicas[self._home[i]].params
-            loss, g_coef, g_intercept = o(params[: d * k].reshape(d, k), params[d * k:])
-            for r in self.replicas:
-                r.parts[i] = g_coef.ravel()
-                r.psums[i, :k] = g_intercept
-                r.psums[i, k] = loss
+            loss, g_coef, g_intercept = o(coef, intercept)
+            self.parts[i] = g_coef.ravel()
+            self.psums[i, :k] = g_intercept
+            self.psums[i, k] = loss
 
     def _finish(self, mode: int) -> None:
-        self._each(lambda r: r.queue_finish(mode))
+        (assemble, _), (finish, _), _ = self._finish_launches
+        assemble.set(10, mode)
+        finish.set(6, mode)
+        with self._leader():
+            for launcher, grid in self._finish_launches:
+                launcher(grid)
+            if mode in (K.AUTO, K.COMMIT):  # a pair may have been stored
+                for launcher, grid in self._gram_launches:
+                    launcher(grid)
 
     def _propose(self) -> None:
-        self._each(Replica.queue_proposal)
-
-    def _iteration(self) -> None:
-        """One iteration's launches, from the leader's stream back to it."""
-        self._fork()
-        self._propose()
-        self._evaluate(counted=False)
-        self._finish(K.AUTO)
-        self._join()
+        with self._leader():
+            for launcher, grid in self._propose_launches:
+                launcher(grid)
 
     def _iterate(self) -> None:
         """Queue one iteration: propose, evaluate, finish (one graph launch once captured)."""
         if self._graph is None and self.graph_note is None:
             self._capture()
-        self.evaluations += 1
         if self._graph is not None:
+            self.evaluations += 1
             self.graph_launches += 1
             with self.device:
                 self._graph.launch(self.stream)
             return
-        self._iteration()
+        self._propose()
+        self._evaluate()
+        self._finish(K.AUTO)
 
     def _capture(self) -> None:
-        """The iteration's launches, captured from the leader's stream (the other streams
+        """The iteration's launches, captured from the leader's stream (the shards' streams
         join through the events); on failure ``graph_note`` says why and nothing changed."""
         began = time.perf_counter()
         try:
             with self.device:
                 self.stream.begin_capture()
                 try:
-                    self._iteration()
+                    self._propose()
+                    self._evaluate(counted=False)
+                    self._finish(K.AUTO)
                 finally:
                     graph = self.stream.end_capture()
             self._graph = graph
         except Exception as exc:  # a driver or CuPy that cannot capture: op by op
             self.graph_note = f"not captured: {type(exc).__name__}: {exc}"
         self.graph_seconds = time.perf_counter() - began
+
     def _read(self) -> np.ndarray:
-        """The leader's scalars, after everything queued so far (the one wait of an
-        iteration)."""
+        """The scalars, after everything queued so far (the one wait of an iteration)."""
         self.syncs += 1
         if self.gpu:
             from cupy.cuda import runtime
@@ -292,19 +308,15 @@ class DeviceBackend:
             # Nor is a first touch: the first kernels to read another process's rows (CUDA
             # IPC) take many times an evaluation, which would make run_ahead 1.  One
             # evaluation at zero beforehand, not counted.
-            self._fork()
             self._evaluate(counted=False)
-            self._join()
             with self.device:
                 self._timed = (cupy.cuda.Event(), cupy.cuda.Event())
                 self._timed[0].record(self.stream)
-        self._fork()
         self._evaluate()  # at zero: params, x and p start zeroed, scal[STEP] = 0
         if self.gpu:
             with self.device:
                 self._timed[1].record(self.stream)
         self._finish(K.INIT)
-        self._join()
         return self._step()
 
     @property
@@ -312,9 +324,9 @@ class DeviceBackend:
         """Why the loop's kernels (or a shard's) go through Numba's own launch (GPU only)."""
         if not self.gpu:
             return None
-        r = self.replicas[0]
-        launchers = [launcher for launcher, _ in r.propose + r.finish + r.gram]
-        launchers += [r.trial, r.forget, r.arm]
+        launchers = [launcher for launcher, _ in
+                     self._propose_launches + self._finish_launches + self._gram_launches]
+        launchers += [self._k_trial, self._k_forget, self._k_arm]
         slow = [launcher.why for launcher in launchers if not launcher.fast]
         if slow:
             return f"the L-BFGS kernels are launched through Numba's own launch, slower ({slow[0]})"
@@ -335,16 +347,14 @@ class DeviceBackend:
 
     def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]:
         """Queue ``ahead`` iterations, read the scalars once (see the module's docstring)."""
-        for r in self.replicas:
-            r.arm.set(1, float(gtol))
-            r.arm.set(2, float(ftol))
+        self._k_arm.set(1, float(gtol))
+        self._k_arm.set(2, float(ftol))
         # Timed once the iteration's graph exists (its capture is host time, not theirs).
         span = self._ahead.span(self.device) if self._graph is not None else None
         if span is not None:
             span[0].record(self.stream)
-        self._fork()
-        self._each(lambda r: r.arm(1))
-        self._join()
+        with self._leader():
+            self._k_arm(1)
         for _ in range(ahead):
             self._iterate()
         if span is not None:
@@ -356,26 +366,21 @@ class DeviceBackend:
         return step, done
 
     def probe(self, step: float) -> tuple[float, float]:
-        self._fork()
-        for r in self.replicas:
-            r.trial.set(4, step)
-        self._each(lambda r: r.trial(self._trial_blocks))
+        self._k_trial.set(4, step)
+        with self._leader():
+            self._k_trial(self._trial_blocks)
         self._evaluate()
         self._finish(K.PROBE)
-        self._join()
         s = self._read()
         return float(s[K.VALUE]), float(s[K.SLOPE])
 
     def commit(self) -> Step:
-        self._fork()
         self._finish(K.COMMIT)
-        self._join()
         return self._step()
 
     def forget(self) -> None:
-        self._fork()
-        self._each(lambda r: r.forget(1))
-        self._join()
+        with self._leader():
+            self._k_forget(1)
         self._last[K.PAIRS] = 0
 
     def solution(self) -> np.ndarray:
@@ -388,8 +393,7 @@ class DeviceBackend:
     def close(self) -> None:
         """Let go of the shards (mapped views must have no users) and of the graph."""
         if self.gpu:
-            for r in self.replicas:
-                with r.device:
-                    r.stream.synchronize()
+            with self.device:
+                self.stream.synchronize()
         self._graph = None
         self.objectives.clear()

@@ -1,4 +1,4 @@
-"""The device L-BFGS's kernel launches over one copy of its buffers (:class:`.replica.Replica`).
+"""The device L-BFGS's kernel launches over its buffers (:class:`.device.DeviceBackend`).
 
 Each is a :class:`~mgpu_dask.kernels.launch.Launcher`, laid out once and launched
 every iteration (or captured into its CUDA graph) with the grid beside it:
@@ -17,7 +17,7 @@ from ...kernels.lbfgs import finish as Fin
 
 def launches(b: Any, memory: int, chunks: int, sweep: int, threads: int, inv_n: float,
              penalty: float) -> tuple[list, list, list, Launcher, Launcher, Launcher]:
-    """``(propose, finish, gram, set_trial, forget, arm)`` over the buffers of copy
+    """``(propose, finish, gram, set_trial, forget, arm)`` over the buffers of backend
     ``b``: three lists of ``(launcher, grid)`` and three launchers; ``chunks`` blocks of
     ``sweep`` threads run the sweeps over the vectors, ``threads`` the one block of
     ``finish``."""
