@@ -498,6 +498,42 @@ def test_device_lbfgs_graph_gives_the_launches_bits():
     assert got[True]["nfev"] == got[False]["nfev"] and got[True]["nit"] == 40
 
 
+def test_an_objective_in_place_gives_the_copies_bits():
+    """An int8 evaluation that reads the parameters and writes its gradient and sums in the
+    caller's buffers (on GPU 0, the shard on the last GPU: peer reads and writes where
+    there are two) gives the bits of one that copies them in and out."""
+    from mgpu_dask.kernels import logreg as L
+    from mgpu_dask.kernels import peers
+
+    n, d, k = 20001, 300, 7
+    shards, devices = _level_shards(n, d, k, seed=4)
+    X, y = shards[-1]
+    rng = np.random.default_rng(2)
+    theta = np.concatenate([rng.standard_normal(d * k) * 0.05, rng.standard_normal(k)])
+    with cupy.cuda.Device(0):
+        peers.enable(0, [X.device.id])
+        params = cupy.asarray(theta, dtype=np.float32)
+        slots = [(cupy.full(d * k, np.nan, dtype=np.float32), cupy.full(k + 1, np.nan))
+                 for _ in range(2)]
+        ready = cupy.cuda.Stream.null.record()
+    copying = L.ShardObjective(X, y, k, "int8")
+    in_place = L.ShardObjective(X, y, k, "int8", out=(params, *slots[1]))
+    assert in_place.in_place and not copying.in_place
+    with X.device:
+        done = [cupy.cuda.Event(), cupy.cuda.Event()]
+    copying.queue_from(params, ready, *slots[0], done[0])
+    in_place.queue(ready, done[1])
+    for event in done:
+        event.synchronize()
+    with cupy.cuda.Device(0):
+        (g0, s0), (g1, s1) = [(cupy.asnumpy(g), cupy.asnumpy(s)) for g, s in slots]
+    assert np.isfinite(g1).all() and np.isfinite(s1).all()
+    np.testing.assert_array_equal(g1, g0)
+    np.testing.assert_array_equal(s1, s0)
+    with pytest.raises(RuntimeError, match="queue"):
+        in_place.launch(theta[: d * k].reshape(d, k), theta[d * k:])
+
+
 def test_levels_made_by_a_holder_evaluate_like_the_rows():
     """Levels converted where the rows live (what a peer exports) give the int8
     evaluation's bits; other methods get the rows back exactly."""

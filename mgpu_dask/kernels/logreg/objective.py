@@ -59,6 +59,12 @@ class ShardObjective:
         Where the tensor-core precision does not apply (rows that are not
         levels, an older GPU): ``False`` runs float32 products and says why in
         ``fallback``; ``True`` raises ValueError.
+    out : (params, grad, sums) or None, default None
+        Arrays on any GPU where an evaluation in int8 products reads the parameters
+        (float32 ``[coef, intercept]``) and writes the coefficient gradient (float32,
+        ``d * k``) and the sums ``[grad_intercept, loss]`` (float64) itself: a caller
+        that keeps them there (the device L-BFGS) then queues evaluations with
+        :meth:`queue`, no copy in or out (``in_place``); ``launch`` is not for it.
 
     Attributes
     ----------
@@ -69,17 +75,20 @@ class ShardObjective:
         it is then the best that applies).
     launch_note : str or None
         Why our kernels go through Numba's own launch, not the bound one (GPU only).
+    in_place : bool
+        Whether the evaluations read and write ``out`` itself.
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int,
                  precision: Precision | str = Precision.FP32, scale: float | None = None,
-                 strict: bool = False) -> None:
+                 strict: bool = False, out: tuple[Any, Any, Any] | None = None) -> None:
         self.requested = Precision.parse(precision, (Precision.AUTO, *PRECISIONS))
         self.asked = Precision.INT8 if self.requested is Precision.AUTO else self.requested
         self.precision = self.asked
         self.strict = strict
         self.fallback: str | None = None
         self.launch_note: str | None = None
+        self.in_place, self._bind = False, out
         self.X, self.labels, self.k = X, labels, int(n_classes)
         self.scale = None if scale is None else float(scale)
         n, d = X.shape
@@ -168,6 +177,11 @@ class ShardObjective:
                 # uint8 rows kept for the levels: float32 after all
                 self.X = cupy.ascontiguousarray(scaled_rows(self.X, self.scale))
         if found is not None:
+            # int8 writes every entry of its sums (nothing to zero): in place where asked
+            self.in_place = wanted is Precision.INT8 and self._bind is not None
+            if self.in_place:
+                self.params, grad, self.sums = self._bind
+                self.grad = grad.reshape(d, k)
             self._ops = strategies[wanted].ops(self, n, d, *found)
         else:
             self.resid = cupy.empty((n, k), dtype=np.float32)
@@ -193,6 +207,8 @@ class ShardObjective:
             return
         from cupy.cuda import runtime
 
+        if self.in_place:
+            raise RuntimeError("an objective evaluated in place is queued with queue()")
         dk = coef.size
         self.params_h[:dk] = coef.ravel()
         self.params_h[dk:] = intercept
@@ -233,6 +249,16 @@ class ShardObjective:
                                 stream)
             runtime.memcpyAsync(sums_to.data.ptr, self.sums.data.ptr, self.sums.nbytes, default,
                                 stream)
+            done.record(self.stream)
+
+    def queue(self, after: Any, done: Any) -> None:
+        """Queue an evaluation in place (``in_place``): on the shard's stream, once event
+        ``after`` has fired, read the parameters in ``out`` and write the gradient and
+        sums there, then record event ``done``."""
+        with self.device:
+            self.stream.wait_event(after)
+            for op in self._ops:
+                op()
             done.record(self.stream)
 
     def _cpu_xent(self) -> tuple[np.ndarray, np.ndarray]:

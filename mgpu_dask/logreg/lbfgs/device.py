@@ -9,10 +9,11 @@ waiting:
 
 1. the proposal on the leader: two-loop recursion, first step, trial
    parameters (float32) -- then an event;
-2. every shard, on its own GPU and stream, once that event fires: copies the
-   parameters in (a peer copy over NVLink where the shard is on another GPU),
-   evaluates its rows (cuBLAS, our softmax kernel, cuBLAS) and copies its
-   partial gradient and sums into its slot on the leader -- then an event;
+2. every shard, on its own GPU and stream, once that event fires: evaluates its
+   rows at those parameters, and its partial gradient and sums land in its slot
+   on the leader -- then an event.  Int8 products read the parameters and write
+   the slot themselves (over NVLink where the shard is on another GPU); others
+   copy the parameters in and the sums out;
 3. the end of the iteration on the leader, after every shard's event
    (:mod:`mgpu_dask.kernels.lbfgs.finish`): the objective and gradient at
    the trial point, the strong-Wolfe test, and the update of the point and
@@ -43,6 +44,7 @@ the shards are evaluated by the CPU path: how CI tests the loop.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -51,6 +53,7 @@ import numpy as np
 from ...kernels.launch import capture_allowed
 from ...kernels.lbfgs import cuda as K
 from ...kernels.lbfgs import finish as Fin
+from ...kernels import peers
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
 from . import again
@@ -125,7 +128,6 @@ class DeviceBackend:
         self.shape = (d, k)
         self.evaluations = 0
         self.syncs = 0  # host waits for the device
-        self.objectives = [ShardObjective(X, labels, k, precision, scale) for X, labels in shards]
         if self.gpu:
             import cupy
             import cupyx
@@ -134,7 +136,6 @@ class DeviceBackend:
             self.device = cupy.cuda.Device()
             self.stream = cupy.cuda.Stream(non_blocking=True)
             self._scal_h = cupyx.empty_pinned(K.N_SCALARS, dtype=np.float64)
-            self._enable_peers()
             threads = Fin.THREADS
         else:
             xp, self.device, self.stream = np, None, None
@@ -166,11 +167,15 @@ class DeviceBackend:
                 # The zeros above were queued on the legacy default stream, which a
                 # non-blocking stream is not ordered with: done before any kernel reads them.
                 cupy.cuda.Stream.null.synchronize()
-        if self.gpu:
-            self._done = []
-            for o in self.objectives:
-                with o.device:
-                    self._done.append(cupy.cuda.Event(disable_timing=True))
+        near = peers.enable(self.device.id, [X.device.id for X, _ in shards]) if self.gpu else ()
+        self.objectives = [ShardObjective(X, labels, k, precision, scale,
+                                          out=(self.params, self.parts[i], self.psums[i])
+                                          if not self.gpu or X.device.id in near else None)
+                           for i, (X, labels) in enumerate(shards)]
+        self._done = []
+        for o in self.objectives if self.gpu else ():
+            with o.device:
+                self._done.append(cupy.cuda.Event(disable_timing=True))
         self._last = np.zeros(K.N_SCALARS)
 
     def reuse(self, shards: list[tuple[Any, Any]]) -> bool:
@@ -180,24 +185,7 @@ class DeviceBackend:
 
     # -- plumbing ---------------------------------------------------------------------------
     def _leader(self) -> Any:
-        import contextlib
-
         return self.device if self.device is not None else contextlib.nullcontext()
-
-    def _enable_peers(self) -> None:
-        """Peer access between the leader GPU and every shard's GPU, both ways (NVLink copies)."""
-        import cupy
-        from cupy.cuda import runtime
-
-        leader = self.device.id
-        for peer in {o.device.id for o in self.objectives} - {leader}:
-            for a, b in ((leader, peer), (peer, leader)):
-                if runtime.deviceCanAccessPeer(a, b):
-                    with cupy.cuda.Device(a):
-                        try:
-                            runtime.deviceEnablePeerAccess(b)
-                        except runtime.CUDARuntimeError:  # already enabled
-                            pass
 
     def _evaluate(self, counted: bool = True) -> None:
         """Every shard at ``params``; their partial sums land in ``parts`` / ``psums``."""
@@ -206,8 +194,11 @@ class DeviceBackend:
             with self.device:
                 self._ready.record(self.stream)
             for i, o in enumerate(self.objectives):
-                o.queue_from(self.params, self._ready, self.parts[i], self.psums[i],
-                             self._done[i])
+                if o.in_place:
+                    o.queue(self._ready, self._done[i])
+                else:
+                    o.queue_from(self.params, self._ready, self.parts[i], self.psums[i],
+                                 self._done[i])
             with self.device:
                 for event in self._done:
                     self.stream.wait_event(event)
