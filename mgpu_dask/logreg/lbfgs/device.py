@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
+from ...kernels import peers
 from ...kernels.launch import capture_allowed
 from ...kernels.lbfgs import cuda as K
 from ...kernels.lbfgs import finish as Fin
-from ...kernels import peers
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
 from . import again
@@ -170,7 +170,7 @@ class DeviceBackend:
         near = peers.enable(self.device.id, [X.device.id for X, _ in shards]) if self.gpu else ()
         self.objectives = [ShardObjective(X, labels, k, precision, scale,
                                           out=(self.params, self.parts[i], self.psums[i])
-                                          if not self.gpu or X.device.id in near else None)
+                                          if self.gpu and X.device.id in near else None)
                            for i, (X, labels) in enumerate(shards)]
         self._done = []
         for o in self.objectives if self.gpu else ():
