@@ -224,52 +224,6 @@ def test_knn_straight_matches_scikit_learn(client, parts, straight_calls):
     np.testing.assert_array_equal(got, ref.predict(parts.X_test))
 
 
-def _arrays(answer):
-    if isinstance(answer, dict):
-        return [a for value in answer.values() for a in _arrays(value)]
-    if isinstance(answer, (list, tuple)):
-        return [a for value in answer for a in _arrays(value)]
-    return [answer] if isinstance(answer, np.ndarray) else []
-
-
-@pytest.mark.parametrize("labels", ["codes", "shifted", "strings"])
-@pytest.mark.parametrize("plan", ["replicate", "shard"])
-def test_straight_answers_are_8_bit_codes_that_come_back_as_the_labels(
-        labels, plan, client, parts, monkeypatch):
-    """The workers answer with uint8 class codes and the client maps them: the task path's
-    values and dtype, whatever the labels (digits as they are, labels that are not their
-    own codes, strings)."""
-    y = {"codes": parts.y_train, "shifted": parts.y_train.astype(np.int64) * 3 + 5,
-         "strings": np.array([f"digit {v}" for v in parts.y_train])}[labels]
-    wire = []
-    real = direct.run_held
-    monkeypatch.setattr(direct, "run_held", lambda *a, **k: wire.append(real(*a, **k)) or wire[-1])
-    Q = shard(parts.X_test, client, dtype=np.float32)
-    clf = KNeighborsClassifier(3, plan=plan).fit(parts.X_train, y)
-    got = to_host(clf.predict(Q, on_host=True))
-    answers = [a for answer in wire for a in _arrays(answer)]
-    assert answers and {a.dtype for a in answers} == {np.dtype(np.uint8)}
-    with _tasks_only():
-        tasks = to_host(clf.predict(Q, on_host=True))
-    assert got.dtype == tasks.dtype and got.dtype.kind == y.dtype.kind
-    np.testing.assert_array_equal(got, tasks)
-    np.testing.assert_array_equal(got, clf.predict(parts.X_test))  # NumPy queries agree
-    assert np.mean(got == {"codes": parts.y_test, "shifted": parts.y_test * 3 + 5,
-                           "strings": np.array([f"digit {v}" for v in parts.y_test])}[labels]) > 0.85
-
-
-def test_many_classes_are_not_narrowed():
-    from mgpu_dask.knn import blocks
-
-    vote = (300, "distance", None, True)
-    assert blocks.wire_vote(vote) == (vote, None)
-    vote = (10, "distance", None, False)  # predictions kept on the workers: as they are
-    assert blocks.wire_vote(vote) == (vote, None)
-    narrowed, labels = blocks.wire_vote((10, "uniform", np.arange(10) * 2, True))
-    assert narrowed == (10, "uniform", None, True, np.uint8)
-    np.testing.assert_array_equal(labels, np.arange(10) * 2)
-
-
 def test_device_predictions_stay_tasks(client, parts, straight_calls):
     """Predictions kept on the workers (``on_host=False``) are never brought back straight."""
     Q = shard(parts.X_test, client, dtype=np.float32)

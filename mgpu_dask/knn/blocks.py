@@ -142,30 +142,13 @@ def merged(level: list[Any]) -> Any:
 
 
 def vote_pred(cand: Any, n_classes: int, weights: str, classes: np.ndarray | None,
-               host: bool = False, codes: Any = None) -> Any:
-    """The vote's predictions: ``classes[code]`` (the codes where ``classes`` is None), in
-    host memory where ``host``; with ``codes`` (a dtype), the class codes in that dtype
-    instead, for the caller to map (:func:`wire_vote`)."""
+               host: bool = False) -> Any:
     _, pred = kernels.vote(cand, n_classes, weights)
-    if codes is not None:
-        pred = pred.astype(codes)
-    elif classes is not None:
+    if classes is not None:
         pred = array_module(pred).asarray(classes)[pred]
     if host and hasattr(pred, "get"):
         return pred.get()
     return finished(pred)
-
-
-def wire_vote(vote: tuple) -> tuple[tuple, np.ndarray | None]:
-    """A host vote (``vote_pred``'s arguments) as a straight call answers it, and the labels
-    its answers index: 8-bit class codes where there are at most 256 classes, a quarter
-    of int32 labels' bytes through pickle and the socket, mapped to the labels once in
-    hand (``labels[codes]``, the same values and dtype).  ``(vote, None)`` otherwise."""
-    n_classes, weights, classes, host = vote[:4]
-    if not host or n_classes > 256:
-        return vote, None
-    labels = classes if classes is not None else np.arange(n_classes, dtype=np.int32)
-    return (n_classes, weights, None, True, np.uint8), labels
 
 
 def vote_block(cand: Any, vote: tuple) -> Any:

@@ -18,8 +18,6 @@ array in hand.
   vote: two.
 
 Each path gives the task path's bits (the same block functions, :mod:`.blocks`).
-The workers answer with 8-bit class codes where the classes allow
-(:func:`.blocks.wire_vote`), mapped to the labels here.
 :func:`predict` answers None where it cannot run (a block moved on, a worker
 unreachable): the caller submits the tasks instead.
 """
@@ -30,7 +28,6 @@ import functools
 from typing import Any
 
 import dask.array as da
-import numpy as np
 from distributed import Client
 
 from ..parallel import direct, placement
@@ -49,20 +46,6 @@ def predict(client: Client, name: str, layout: TrainLayout, queries: list, where
     holders) asked straight, as the module's docstring says; None where they cannot be."""
     if not all(hasattr(q, "key") for q in queries) or any(w is None for w in where):
         return None
-    vote, labels = blocks.wire_vote(vote)
-    wire = meta if labels is None else np.empty(0, vote[4])
-    done = _asked(client, name, layout, queries, where, opts, vote, chunks, wire, timeout)
-    if done is None or labels is None:
-        return done
-    return placement.in_hand(name, [labels[codes] for codes in placement.blocks_in_hand(done)],
-                             chunks, meta)
-
-
-def _asked(client: Client, name: str, layout: TrainLayout, queries: list, where: list,
-           opts: dict, vote: tuple, chunks: tuple, meta: Any,
-           timeout: float) -> da.Array | None:
-    """:func:`predict`'s answers as they come back (class codes where ``vote`` asks for
-    them), as an array in hand; None where they cannot be had."""
     if layout.plan == "replicate":
         copies = {w: j for j, w in enumerate(layout.workers)}
         if not all(w in copies for w in where):
