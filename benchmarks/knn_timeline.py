@@ -4,7 +4,8 @@ calls themselves (``kernels.knn.local_candidates``, timed to the end of their GP
 work) and the merges and votes, all on one clock (one host).  A predict asked of the
 workers straight (``parallel.direct.run_held``) is timed stage by stage too: on the
 client the call, the connection check and each worker's answer; on each worker Dask's
-``run`` handler, the calls in its task thread and the vote to host predictions.
+``run`` handler, the calls in its task thread and the vote to host predictions; on both
+ends of a lane (``parallel.lane``) each send and the moment each message is in hand.
 
 usage (GPU machine): python benchmarks/knn_timeline.py OUT.json [knn job options as
 keywords, e.g. dataset=mnist-deformed copies=155 workers=2 fraction=4 repeats=3]
@@ -49,6 +50,23 @@ def _install() -> None:
     for mod, name, label in ((direct, "_call_all", "thread calls"),
                              (blocks, "vote_pred", "vote to predictions")):
         setattr(mod, name, stamped(events, label, getattr(mod, name)))
+    direct.held_calls = stamped_async(events, "held_calls on the loop", direct.held_calls)
+    _stamp_lane(events, "worker lane")
+
+
+def _stamp_lane(events: list, who: str) -> None:
+    """The lane's sends (their spans) and reads (the moment each message was in hand: a
+    read's span would be its wait for the message)."""
+    import mgpu_dask.parallel.lane as lane
+    lane._send = stamped(events, f"{who} send", lane._send)
+    real = lane._message
+
+    def read(sock):
+        out = real(sock)
+        now = time.time()
+        events.append((f"{who} message in hand", now, now, None))
+        return out
+    lane._message = read
 
 
 def stamped(events: list, label: str, fn):
@@ -128,6 +146,7 @@ def main() -> None:
     import mgpu_dask.parallel.results as results
     here: list = []  # the client's stages, on the same clock
     direct.run_held = stamped(here, "client run_held", direct.run_held)
+    _stamp_lane(here, "client lane")
     results.reachable = stamped_async(here, "client reachable", results.reachable)
     direct._run = stamped_async(here, "client one worker's answer", direct._run)
     job.to_host = stamped(here, "client to_host", job.to_host)
