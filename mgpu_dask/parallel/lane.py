@@ -32,7 +32,7 @@ from distributed import WorkerPlugin
 from .. import config
 from . import plugins
 
-_LENGTH = struct.Struct("<Q")
+_HEADER = struct.Struct("<QQ")  # a message's pickle, in bytes, and its buffers
 
 
 class LaneLost(ConnectionError):
@@ -52,16 +52,30 @@ def _read(sock: socket.socket, n: int) -> bytearray:
 
 
 def _message(sock: socket.socket) -> Any:
+    """One message of :func:`_send`: its pickle, then its out-of-band buffers, each read
+    into memory of its own that the unpickled arrays keep (no copy after the socket's)."""
     from distributed.protocol import pickle
 
-    return pickle.loads(_read(sock, _LENGTH.unpack(_read(sock, _LENGTH.size))[0]))
+    size, count = _HEADER.unpack(_read(sock, _HEADER.size))
+    lengths = struct.unpack(f"<{count}Q", _read(sock, 8 * count)) if count else ()
+    payload = _read(sock, size)
+    return pickle.loads(payload, buffers=[_read(sock, n) for n in lengths])
 
 
 def _send(sock: socket.socket, value: Any) -> None:
+    """``value`` pickled with its arrays' memory out of band (pickle protocol 5): the
+    pickle is a few hundred bytes and each array goes to the socket as it lies, where an
+    in-band pickle would copy it twice and Dask's pickle scan it (a host array of 280 KB:
+    about 0.4 ms on the development machine, what a straight answer's way back cost)."""
     from distributed.protocol import pickle  # cloudpickle where plain pickle cannot
 
-    payload = pickle.dumps(value)
-    sock.sendall(_LENGTH.pack(len(payload)) + payload)
+    buffers: list[Any] = []
+    payload = pickle.dumps(value, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]  # pickle.PickleBuffer: contiguous memory, as bytes
+    sock.sendall(_HEADER.pack(len(payload), len(raws))
+                 + struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)) + payload)
+    for raw in raws:
+        sock.sendall(raw)
 
 
 class StraightLane(WorkerPlugin):
