@@ -47,12 +47,3 @@ def test_the_first_evaluation_chooses_until_the_iterations_are_timed(elapsed_ms)
     ahead.settle(span, 8, 8)  # quick iterations: as many as allowed
     assert ahead.value == MAX_AHEAD
     assert pace.RunAhead._of(1.0) == 1
-
-
-def test_iterations_of_a_few_milliseconds_queue_two():
-    """One iteration per look would leave the GPUs idle at every look; past
-    ``PAIRED_SECONDS`` a wasted evaluation costs more than the waits it saves."""
-    assert pace.RunAhead._of(1.9e-3) == 2 and pace.RunAhead._of(3.6e-3) == 2
-    assert pace.RunAhead._of(pace.PAIRED_SECONDS * 0.99) == 2
-    assert pace.RunAhead._of(pace.PAIRED_SECONDS) == 1
-    assert pace.RunAhead._of(0.5e-3) == math.floor(AHEAD_SECONDS / 0.5e-3)

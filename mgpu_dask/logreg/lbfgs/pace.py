@@ -8,17 +8,11 @@ import numpy as np
 
 AHEAD_SECONDS = 2e-3   # device time worth queueing per look (each wait has a fixed cost)
 MAX_AHEAD = 16
-# Iterations shorter than this queue two at least: the host's turn between looks (a
-# copy of the scalars, the decision, the next launches) leaves the GPUs idle once per
-# look, and an iteration queued behind a step not kept still runs its evaluation, which
-# costs less than the waits it saves while an evaluation takes at most a few milliseconds.
-PAIRED_SECONDS = 8e-3
 SIMULATOR_AHEAD = 4
 
 
 class RunAhead:
-    """Iterations per look: ``fixed``, or ``AHEAD_SECONDS`` of device work (two at least
-    where an iteration is shorter than ``PAIRED_SECONDS``).
+    """Iterations per look: ``fixed``, or ``AHEAD_SECONDS`` of device work.
 
     Without ``fixed`` the number is first taken from the device time of one
     evaluation (:meth:`first`), then from the device time per iteration of every
@@ -57,5 +51,4 @@ class RunAhead:
 
     @staticmethod
     def _of(seconds: float) -> int:
-        n = int(np.clip(AHEAD_SECONDS // max(seconds, 1e-6), 1, MAX_AHEAD))
-        return max(n, 2) if seconds < PAIRED_SECONDS else n
+        return int(np.clip(AHEAD_SECONDS // max(seconds, 1e-6), 1, MAX_AHEAD))
