@@ -2,9 +2,9 @@
 
 Dask batches the small messages of its long-lived connections: a message
 sent within an *interval* of the previous one on the same connection waits
-for the interval to pass.  The intervals are fixed in ``distributed``:
-10 ms client -> scheduler, 5 ms scheduler -> worker, 2 ms worker ->
-scheduler and scheduler -> client.  A warm predict is one task per GPU and
+for the interval to pass.  The intervals are fixed in ``distributed``, one per
+kind of connection (client, scheduler and worker each set their own; their
+values are in docs/performance-history.md).  A warm predict is one task per GPU and
 one gather, and its messages come in bursts (the previous result released,
 then the new graph; a worker's old keys freed, then its new task), so each
 hop tends to pay its full interval, which is long beside a warm predict's
