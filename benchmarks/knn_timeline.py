@@ -4,7 +4,8 @@ calls themselves (``kernels.knn.local_candidates``, timed to the end of their GP
 work) and the merges and votes, all on one clock (one host).  A predict asked of the
 workers straight (``parallel.direct.run_held``) is timed stage by stage too: on the
 client the call, the connection check and each worker's answer; on each worker Dask's
-``run`` handler, the calls in its task thread and the vote to host predictions; on both
+``run`` handler, the lane's call (``direct.served``), the calls in its task thread and
+the vote to host predictions; on both
 ends of a lane (``parallel.lane``) each send and the moment each message is in hand.
 
 usage (GPU machine): python benchmarks/knn_timeline.py OUT.json [knn job options as
@@ -47,7 +48,8 @@ def _install() -> None:
             setattr(mod, name, wrap(name, getattr(mod, name)))
     import mgpu_dask.knn.blocks as blocks
     import mgpu_dask.parallel.direct as direct
-    for mod, name, label in ((direct, "_call_all", "thread calls"),
+    for mod, name, label in ((direct, "_answer_held", "thread calls"),
+                             (direct, "served", "lane call"),
                              (blocks, "vote_pred", "vote to predictions")):
         setattr(mod, name, stamped(events, label, getattr(mod, name)))
     direct.held_calls = stamped_async(events, "held_calls on the loop", direct.held_calls)

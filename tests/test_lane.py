@@ -38,6 +38,35 @@ def _thread_name(block):
     return threading.current_thread().name
 
 
+_LOOP_BUSY = False  # in a worker: its event loop is held by _hold_the_loop
+
+
+def _hold_the_loop(started, seconds):
+    """Run by Dask's ``run`` handler, on the worker's event loop: holds it ``seconds``."""
+    import pathlib
+    import time
+
+    global _LOOP_BUSY
+    _LOOP_BUSY = True
+    pathlib.Path(started).touch()
+    time.sleep(seconds)
+    _LOOP_BUSY = False
+
+
+def _loop_busy(block):
+    return _LOOP_BUSY
+
+
+def _off_the_loop(tag, dask_worker=None):
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no event loop runs in this thread
+        return tag, dask_worker.address, True
+    return tag, dask_worker.address, False
+
+
 def _sync_fails(tag):
     raise KeyError(f"no {tag} here")
 
@@ -142,6 +171,33 @@ def test_held_calls_run_in_the_workers_task_thread_by_either_route(cluster_clien
         assert "lane" not in tasks[w]
 
 
+def test_held_calls_over_the_lane_do_not_wait_for_the_workers_event_loop(cluster_client,
+                                                                        calls, tmp_path):
+    """A lane's thread hands held calls straight to the task thread: they run while the
+    worker's event loop is busy with something else (here Dask's ``run`` handler holding
+    it), where a route through the loop would run them only once it is free."""
+    import threading
+
+    by_worker, _ = calls
+    w = sorted(by_worker)[0]
+    call = {w: [(_loop_busy, by_worker[w][0][1][:1])]}
+    assert direct.run_held(cluster_client, call, 30) == {w: [False]}  # the lane is open
+    started = tmp_path / "started"
+    holder = threading.Thread(target=cluster_client.run, args=(_hold_the_loop, str(started), 4),
+                              kwargs={"workers": [w]})
+    holder.start()
+    try:
+        for _ in range(400):
+            if started.exists():
+                break
+            threading.Event().wait(0.05)
+        assert started.exists()
+        assert direct.run_held(cluster_client, call, 30) == {w: [True]}
+    finally:
+        holder.join()
+    assert direct.run_held(cluster_client, call, 30) == {w: [False]}
+
+
 def test_a_call_from_the_client_takes_the_lane_with_dasks_answer(cluster_client, calls,
                                                                  monkeypatch):
     """``from_client`` (the leader's fit is asked this way) over the lane: the answer Dask's
@@ -161,6 +217,30 @@ def test_a_call_from_the_client_takes_the_lane_with_dasks_answer(cluster_client,
         direct.from_client(cluster_client, w, _sync_fails, "tag", timeout=30)
     assert len(rpc) == 1
     _same(direct.run_held(cluster_client, by_worker, 30), calls[1])  # the lanes still serve
+
+
+def test_a_call_from_the_client_in_a_thread_of_its_own_by_either_route(cluster_client, calls,
+                                                                       monkeypatch):
+    """``from_client(in_thread=True)`` (the leader's fit): off the worker's event loop, over
+    the lane (in its thread) as through Dask's RPC, given the worker; without it, a plain
+    function runs on the loop, as Dask's ``run`` runs it."""
+    import dask
+
+    by_worker, _ = calls
+    w = sorted(by_worker)[0]
+    rpc = _rpc_only(monkeypatch)
+    assert direct.from_client(cluster_client, w, _off_the_loop, "t", timeout=30,
+                              in_thread=True) == ("t", w, True)
+    assert direct.from_client(cluster_client, w, _off_the_loop, "t", timeout=30) == ("t", w, False)
+    assert not rpc
+    with dask.config.set({"mgpu-dask.cluster.straight-lane": False}):
+        assert direct.from_client(cluster_client, w, _off_the_loop, "t", timeout=30,
+                                  in_thread=True) == ("t", w, True)
+        assert direct.from_client(cluster_client, w, _off_the_loop, "t",
+                                  timeout=30) == ("t", w, False)
+    assert len(rpc) == 2
+    with pytest.raises(KeyError, match="no tag here"):
+        direct.from_client(cluster_client, w, _sync_fails, "tag", timeout=30, in_thread=True)
 
 
 def test_a_block_gone_is_refused_through_the_lane(cluster_client, calls):

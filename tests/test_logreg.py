@@ -126,12 +126,11 @@ def test_single_host_fit_is_asked_of_the_leader_straight_or_as_a_task(client, mo
     assert asked == [single_host.FIT_HERE] and one.comm_ == "single-host"
     assert single_host.FIT_ON_LEADER not in submitted
 
-    async def moved(shards, problem, dask_worker=None):  # as a leader whose blocks moved
-        return {"refused": "moved", "message": "block gone"}
+    def moved(client, address, function, *args, timeout=None, in_thread=False):
+        assert in_thread  # the fit runs in a thread of its own on the leader
+        return {"refused": "moved", "message": "block gone"}  # as a leader whose blocks moved
 
-    monkeypatch.setattr(single_host.direct, "from_client",
-                        lambda client, address, function, *args, timeout=None:
-                        client.sync(moved, *args))
+    monkeypatch.setattr(single_host.direct, "from_client", moved)
     again = LogisticRegression(C=0.5, max_iter=300, tol=1e-7, comm="single-host").fit(X, y)
     assert again.comm_ == "single-host" and again.loss_ == one.loss_
     assert submitted.count(single_host.FIT_ON_LEADER) == 1
@@ -148,8 +147,8 @@ def test_single_host_fit_is_asked_of_the_leader_straight_or_as_a_task(client, mo
     class Worker:
         data, address = {}, "tcp://here"
 
-    refused = client.sync(leader.fit_here, [{"own block keys": ["x"], "labels": None,
-                                             "token": "t"}], None, dask_worker=Worker())
+    refused = leader.fit_here([{"own block keys": ["x"], "labels": None, "token": "t"}], None,
+                              dask_worker=Worker())
     assert refused == {"refused": "moved", "message": "block 'x' is no longer on worker tcp://here"}
 
 

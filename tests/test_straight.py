@@ -106,16 +106,16 @@ def test_shard_plan_on_one_worker_comes_straight_and_equals_the_task_path(parts,
             np.testing.assert_array_equal(got, to_host(tasks))
             # the worker refusing (its blocks moved on): the same predictions from tasks
             monkeypatch.undo()
-            real = direct.held_calls
+            real = direct._answer_held  # what held calls run, over a lane or Dask's RPC
 
-            async def moved(calls, dask_worker=None):
+            def moved(calls, dask_worker):
                 return {"refused": "moved", "message": "test"}
 
-            monkeypatch.setattr(direct, "held_calls", moved)
+            monkeypatch.setattr(direct, "_answer_held", moved)
             refused = clf.predict(Q, on_host=True)
             assert placement.blocks_in_hand(refused) is None
             np.testing.assert_array_equal(to_host(refused), got)
-            monkeypatch.setattr(direct, "held_calls", real)
+            monkeypatch.setattr(direct, "_answer_held", real)
     assert (got == parts.y_test).mean() > 0.85
 
 
@@ -263,16 +263,16 @@ def test_moved_blocks_fall_back_to_tasks(client, parts, straight_calls, monkeypa
     Q = shard(parts.X_test, client, dtype=np.float32)
     clf = KNeighborsClassifier(3, plan="replicate").fit(parts.X_train, parts.y_train)
     first = to_host(clf.predict(Q, on_host=True))
-    real = direct.held_calls
+    real = direct._answer_held  # what held calls run, over a lane or Dask's RPC
 
-    async def moved(calls, dask_worker=None):
+    def moved(calls, dask_worker):
         return {"refused": "moved", "message": "test"}
 
-    monkeypatch.setattr(direct, "held_calls", moved)
+    monkeypatch.setattr(direct, "_answer_held", moved)
     again = clf.predict(Q, on_host=True)
     assert straight_calls[-1] is None and placement.blocks_in_hand(again) is None
     np.testing.assert_array_equal(to_host(again), first)
-    monkeypatch.setattr(direct, "held_calls", real)
+    monkeypatch.setattr(direct, "_answer_held", real)
     # the refusal forgot where the blocks were: the next predict asks the scheduler again
     scheduler = client.scheduler.address
     assert not any((scheduler, f.key) in placement._KNOWN_HOLDERS for f in futures_of(Q))

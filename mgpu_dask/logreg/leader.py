@@ -359,15 +359,13 @@ def _held(dask_worker: Any, keys: list[Any], labels: Any) -> tuple[list[Any], An
     return blocks, labels
 
 
-async def fit_here(shards: list[dict[str, Any]], problem: Problem,
-                   dask_worker: Any = None) -> dict[str, Any]:
-    """:func:`fit_on_leader`, asked straight by the client (:func:`.direct.from_client`):
-    the leader's own shard names its blocks and labels by their keys
-    (``"own block keys"``, :class:`HeldLabels`), read here; the fit runs in a
-    thread of its own, not on the event loop.  A block no longer here is
-    refused (``"refused": "moved"``): the client then submits the fit as a task."""
-    import asyncio
-
+def fit_here(shards: list[dict[str, Any]], problem: Problem,
+             dask_worker: Any = None) -> dict[str, Any]:
+    """:func:`fit_on_leader`, asked straight by the client (:func:`.direct.from_client`, in a
+    thread of its own on the leader, not on its event loop): the leader's own shard names
+    its blocks and labels by their keys (``"own block keys"``, :class:`HeldLabels`), read
+    here.  A block no longer here is refused (``"refused": "moved"``): the client then
+    submits the fit as a task."""
     mine = []
     for s in shards:
         if "own block keys" in s:
@@ -378,4 +376,4 @@ async def fit_here(shards: list[dict[str, Any]], problem: Problem,
             s = {k: v for k, v in s.items() if k != "own block keys"}
             s["own rows"], s["labels"] = blocks, labels
         mine.append(s)
-    return await asyncio.to_thread(fit_on_leader, mine, problem, dask_worker)
+    return fit_on_leader(mine, problem, dask_worker)

@@ -151,7 +151,7 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
         # blocks its inputs, which Dask runs where they are.
         try:
             result = direct.from_client(client, leader, FIT_HERE, shards, problem,
-                                        timeout=timeout)
+                                        timeout=timeout, in_thread=True)
         except direct.WorkerUnreachable:
             result = {"refused": "moved"}
         if result.get("refused") == "moved":

@@ -57,12 +57,15 @@ def from_worker(address: str, function: Any, *args: Any,
 
 
 def from_client(client: Any, address: str, function: Any, *args: Any,
-                timeout: float | None = None) -> Any:
+                timeout: float | None = None, in_thread: bool = False) -> Any:
     """Run ``function(*args)`` on the worker at ``address``, asked by ``client``, and
     return its result.
 
-    A worker on this client's host is asked over its lane (:mod:`.lane`), the
-    others through Dask's RPC, as :func:`run_held` asks.  A worker that does not
+    ``function`` runs on the worker's event loop, as Dask's ``run`` runs it, or
+    with ``in_thread``, in a thread of its own (a long call: the worker's loop
+    stays free, and the call does not wait for it).  A worker on this client's
+    host is asked over its lane (:mod:`.lane`; in its thread), the others
+    through Dask's RPC, as :func:`run_held` asks.  A worker that does not
     accept a connection within ``results.CONNECT_SECONDS`` raises
     :class:`WorkerUnreachable` (Dask's own bound is 30 s); one lost on the way,
     an ``OSError`` (over the lane :class:`.lane.LaneLost`, where Dask's RPC raises
@@ -71,9 +74,12 @@ def from_client(client: Any, address: str, function: Any, *args: Any,
     """
     from . import lane
 
-    answers = lane.ask(client, {address: ("run", function, args)}, timeout, SERVED)
+    message = ("thread" if in_thread else "run", function, args)
+    answers = lane.ask(client, {address: message}, timeout, SERVED)
     if answers is not None:
         return answers[address]
+    if in_thread:
+        function, args = _in_a_thread, (function, args)
 
     async def ask() -> Any:
         if not await results.reachable(client, [address]):
@@ -83,21 +89,43 @@ def from_client(client: Any, address: str, function: Any, *args: Any,
     return client.sync(ask, callback_timeout=timeout)
 
 
-async def served(message: tuple, dask_worker: Any = None) -> Any:
-    """On a worker, what its lane (:mod:`.lane`) serves: ``("held", calls)``, the calls of
-    :func:`run_held` (:func:`held_calls`), or ``("run", function, args)``, a call of
-    :func:`from_client`, run as Dask's own ``run`` handler runs it (on the event loop,
-    awaited where it is a coroutine function, given ``dask_worker`` where it takes it)."""
+def served(message: tuple, dask_worker: Any = None) -> Any:
+    """On a worker, in its lane's thread (:mod:`.lane`), what the lane serves:
+    ``("held", calls)``, the calls of :func:`run_held`, handed from this thread straight to
+    the worker's task thread (:func:`_answer_held`; the event loop is not woken for
+    them, and a loop busy with other work does not hold them up); ``("thread",
+    function, args)``, a call of :func:`from_client` with ``in_thread``, run in this
+    thread; or ``("run", function, args)``, one without, run on the event loop as Dask's
+    own ``run`` handler runs it (awaited where it is a coroutine function).  A function
+    that takes ``dask_worker`` is given it."""
     if message[0] == "held":
-        return await held_calls(message[1], dask_worker=dask_worker)
-    import inspect
+        executor = getattr(dask_worker, "executors", {}).get("default")
+        if executor is None:  # no task thread to run them in: this thread
+            return _answer_held(message[1], dask_worker)
+        return executor.submit(_answer_held, message[1], dask_worker).result()
+    _, function, args = message
+    if message[0] == "thread":
+        return function(*args, **_worker_kwargs(function, dask_worker))
+    return asyncio.run_coroutine_threadsafe(_run_here(function, args, dask_worker),
+                                            dask_worker.loop.asyncio_loop).result()
 
+
+def _worker_kwargs(function: Any, dask_worker: Any) -> dict[str, Any]:
     from distributed.utils import has_arg
 
-    _, function, args = message
-    kwargs = {"dask_worker": dask_worker} if has_arg(function, "dask_worker") else {}
-    answer = function(*args, **kwargs)
+    return {"dask_worker": dask_worker} if has_arg(function, "dask_worker") else {}
+
+
+async def _run_here(function: Any, args: tuple, dask_worker: Any) -> Any:
+    import inspect
+
+    answer = function(*args, **_worker_kwargs(function, dask_worker))
     return await answer if inspect.isawaitable(answer) else answer
+
+
+async def _in_a_thread(function: Any, args: tuple, dask_worker: Any = None) -> Any:
+    """Through Dask's RPC, :func:`from_client`'s ``in_thread`` call: in a thread of its own."""
+    return await asyncio.to_thread(function, *args, **_worker_kwargs(function, dask_worker))
 
 
 SERVED = f"{__name__}:served"
@@ -115,16 +143,8 @@ class Here(NamedTuple):
     another worker straight, :func:`from_worker`)."""
 
 
-def _call_all(calls: list[tuple[Any, list[Any]]]) -> list[Any]:
-    return [function(*args) for function, args in calls]
-
-
-async def held_calls(calls: list[tuple[Any, tuple]], dask_worker: Any = None) -> dict[str, Any]:
-    """On a worker, asked by :func:`run_held`: every ``(function, args)`` of ``calls``, its
-    :class:`Held` arguments read from this worker's blocks, one after another in the
-    worker's own task thread (where its tasks keep their GPU buffers), not on the event
-    loop.  ``{"results": [...]}``, or ``{"refused": "moved"}`` where a block is no longer
-    here (nothing ran)."""
+def _answer_held(calls: list[tuple[Any, tuple]], dask_worker: Any) -> dict[str, Any]:
+    """:func:`held_calls`' answer, in the thread that runs the calls."""
     try:
         resolved = [(function, [dask_worker.data[a.key] if isinstance(a, Held)
                                 else dask_worker if isinstance(a, Here) else a
@@ -132,9 +152,19 @@ async def held_calls(calls: list[tuple[Any, tuple]], dask_worker: Any = None) ->
     except KeyError as exc:
         return {"refused": "moved", "message": f"block {exc} is no longer on worker "
                                                f"{dask_worker.address}"}
+    return {"results": [function(*args) for function, args in resolved]}
+
+
+async def held_calls(calls: list[tuple[Any, tuple]], dask_worker: Any = None) -> dict[str, Any]:
+    """On a worker, asked by :func:`run_held` through Dask's RPC: every ``(function,
+    args)`` of ``calls``, its :class:`Held` arguments read from this worker's blocks, one
+    after another in the worker's own task thread (where its tasks keep their GPU
+    buffers), not on the event loop.  ``{"results": [...]}``, or ``{"refused": "moved"}``
+    where a block is no longer here (nothing ran).  Over a lane, :func:`served` runs
+    the same in the same thread."""
     executor = getattr(dask_worker, "executors", {}).get("default")
-    answers = await asyncio.get_running_loop().run_in_executor(executor, _call_all, resolved)
-    return {"results": answers}
+    return await asyncio.get_running_loop().run_in_executor(executor, _answer_held, calls,
+                                                            dask_worker)
 
 
 def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],

@@ -5,10 +5,10 @@ Dask's RPC pays for Dask's message framing and handler on both sides and the
 client's event loop in between, many times what a round trip over a local
 socket costs (``docs/performance-history.md`` has the figures).  Each worker
 with the :class:`StraightLane` plugin serves the same calls over a Unix socket
-of its own: a thread reads a call, hands it to the coroutine the plugin was
-made with (:func:`.direct.served`, on the worker's event loop, as Dask's RPC
-would: predictions' calls read their blocks there and run in the task thread,
-a leader's fit in a thread of its own) and writes the answer back.  No port is
+of its own: a thread reads a call, answers it with the function the plugin was
+made with (:func:`.direct.served`: predictions' calls go from this thread
+straight to the worker's task thread, other calls to the worker's event loop, as
+Dask's RPC would run them) and writes the answer back.  No port is
 opened: the socket lives in a folder only this user can enter, and only a
 client on the worker's own host can reach it.  Where a worker has no lane (another
 host, a cluster that could not load the plugin, ``mgpu-dask.cluster.
@@ -17,7 +17,6 @@ straight-lane`` false) the call goes through Dask's RPC as before.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import socket
@@ -80,9 +79,9 @@ def _send(sock: socket.socket, value: Any) -> None:
 
 
 class StraightLane(WorkerPlugin):
-    """Worker plugin: serves ``serve(calls, dask_worker=...)``, a coroutine function named
-    ``"module:function"`` (looked up at each call, as Dask's RPC finds it), over a Unix
-    socket (see the module)."""
+    """Worker plugin: serves ``serve(calls, dask_worker=...)``, a function named
+    ``"module:function"`` (looked up at each call, as Dask's RPC finds it) and called in
+    the lane's thread, over a Unix socket (see the module)."""
 
     name = "mgpu-dask-straight-lane"
     idempotent = True
@@ -106,7 +105,6 @@ class StraightLane(WorkerPlugin):
         except (OSError, AttributeError):  # no lane here: Dask's RPC serves this worker
             shutil.rmtree(self._folder, ignore_errors=True)
             return
-        loop = worker.loop.asyncio_loop
         self._conns: set[socket.socket] = set()
 
         def serve(conn: socket.socket) -> None:
@@ -124,8 +122,7 @@ class StraightLane(WorkerPlugin):
                 except Exception:  # closed, or calls this process cannot unpickle:
                     return  # the caller then asks through Dask's RPC
                 try:
-                    answer = ("ok", asyncio.run_coroutine_threadsafe(
-                        self._serve()(calls, dask_worker=worker), loop).result())
+                    answer = ("ok", self._serve()(calls, dask_worker=worker))
                 except BaseException as exc:  # raised again by the caller
                     answer = ("error", exc)
                 try:
