@@ -10,6 +10,8 @@ ends of a lane (``parallel.lane``) each send and the moment each message is in h
 
 usage (GPU machine): python benchmarks/knn_timeline.py OUT.json [knn job options as
 keywords, e.g. dataset=mnist-deformed copies=155 workers=2 fraction=4 repeats=3]
+[--scheduler-address ADDRESS]; workers sharing one GPU:
+python tests/shared_gpu.py 4 -- python benchmarks/knn_timeline.py OUT.json repeats=7
 
 Each predict's events are given in ms from the client's call; ``summary`` gives per
 predict the wall, the span of the searches on each worker, and what lies outside them.
@@ -114,8 +116,11 @@ def main() -> None:
 
     import mgpu_dask.jobs.knn as job
     out_path = sys.argv[1]
-    options = {}
-    for arg in sys.argv[2:]:
+    options, args, address = {}, sys.argv[2:], None
+    if "--scheduler-address" in args:  # tests/shared_gpu.py appends it
+        i = args.index("--scheduler-address")
+        address, args = args[i + 1], args[:i] + args[i + 2:]
+    for arg in args:
         key, value = arg.split("=", 1)
         options[key] = value if not value.replace(".", "").isdigit() else (
             float(value) if "." in value else int(value))
@@ -154,9 +159,11 @@ def main() -> None:
     job.to_host = stamped(here, "client to_host", job.to_host)
     job.KNeighborsClassifier.predict = predict
     job.searched = searched
-    result = job.knn_job(cluster_options={"workers": workers}, **options)
+    cluster = {"scheduler_address": address} if address else {"workers": workers}
+    result = job.knn_job(cluster_options=cluster, **options)
     predicts = calls[-repeats:]
-    out = {"options": {**options, "workers": workers}, "accuracy": result["accuracy"],
+    out = {"options": {**options, "workers": result.get("workers", workers),
+                       "scheduler_address": address}, "accuracy": result["accuracy"],
            "warm_predict_median_ms": 1e3 * result["warm_predict_median"],
            "machine": result.get("machine"), "predicts": [], "summary": []}
     for a, b in predicts:
