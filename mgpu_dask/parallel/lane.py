@@ -7,8 +7,9 @@ socket costs (``docs/performance-history.md`` has the figures).  Each worker
 with the :class:`StraightLane` plugin serves the same calls over a Unix socket
 of its own: a thread reads a call, answers it with the function the plugin was
 made with (:func:`.direct.served`: predictions' calls go from this thread
-straight to the worker's task thread, other calls to the worker's event loop, as
-Dask's RPC would run them) and writes the answer back.  No port is
+straight to the worker's task thread, a leader's fit runs in this thread, other
+calls on the worker's event loop, as Dask's RPC would run them) and writes the
+answer back.  No port is
 opened: the socket lives in a folder only this user can enter, and only a
 client on the worker's own host can reach it.  Where a worker has no lane (another
 host, a cluster that could not load the plugin, ``mgpu-dask.cluster.
