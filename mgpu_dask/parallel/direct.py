@@ -99,7 +99,7 @@ def served(message: tuple, dask_worker: Any = None) -> Any:
     own ``run`` handler runs it (awaited where it is a coroutine function).  A function
     that takes ``dask_worker`` is given it."""
     if message[0] == "held":
-        executor = getattr(dask_worker, "executors", {}).get("default")
+        executor = _task_executor(dask_worker)
         if executor is None:  # no task thread to run them in: this thread
             return _answer_held(message[1], dask_worker)
         return executor.submit(_answer_held, message[1], dask_worker).result()
@@ -143,6 +143,11 @@ class Here(NamedTuple):
     another worker straight, :func:`from_worker`)."""
 
 
+def _task_executor(dask_worker: Any) -> Any:
+    """The executor whose thread runs the worker's tasks (None where it has none)."""
+    return getattr(dask_worker, "executors", {}).get("default")
+
+
 def _answer_held(calls: list[tuple[Any, tuple]], dask_worker: Any) -> dict[str, Any]:
     """:func:`held_calls`' answer, in the thread that runs the calls."""
     try:
@@ -162,9 +167,9 @@ async def held_calls(calls: list[tuple[Any, tuple]], dask_worker: Any = None) ->
     buffers), not on the event loop.  ``{"results": [...]}``, or ``{"refused": "moved"}``
     where a block is no longer here (nothing ran).  Over a lane, :func:`served` runs
     the same in the same thread."""
-    executor = getattr(dask_worker, "executors", {}).get("default")
-    return await asyncio.get_running_loop().run_in_executor(executor, _answer_held, calls,
-                                                            dask_worker)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_task_executor(dask_worker), _answer_held, calls,
+                                      dask_worker)
 
 
 def run_held(client: Any, calls: dict[str, list[tuple[Any, tuple]]],
