@@ -9,7 +9,8 @@ import pytest
 
 from mgpu_dask.kernels.logreg import Levels
 from mgpu_dask.kernels.logreg import int8
-from mgpu_dask.logreg import joined, kept_levels
+from mgpu_dask.logreg import joined
+from mgpu_dask.parallel import kept_with_blocks
 from mgpu_dask.logreg.problem import HeldLabels
 
 
@@ -43,7 +44,7 @@ def test_levels_of_other_steps_or_widths_are_not_joined():
 
 @pytest.fixture
 def store(monkeypatch):
-    monkeypatch.setattr(kept_levels, "_KEPT", type(kept_levels._KEPT)())
+    monkeypatch.setattr(kept_with_blocks, "_KEPT", type(kept_with_blocks._KEPT)())
 
 
 def _shards(own, own_labels, held_keys=("b",), held_labels=("lb",), keep=True, token="t"):
@@ -69,7 +70,7 @@ def test_a_join_is_found_for_the_same_blocks_labels_and_classes(store):
     ]
     for args in misses:
         assert joined.kept(*args) is None, args
-    kept_levels.ReleaseLevels().transition("a", "memory", "released")  # the leader's rows go
+    kept_with_blocks.ReleaseKept().transition("a", "memory", "released")  # the leader's rows go
     assert joined.kept(_shards([block], [labels]), True, 0.5, False) is None
 
 

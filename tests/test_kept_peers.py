@@ -14,14 +14,15 @@ import uuid
 import numpy as np
 import pytest
 
-from mgpu_dask.logreg import joined, kept_levels, kept_peers
+from mgpu_dask.logreg import joined, kept_peers
+from mgpu_dask.parallel import kept_with_blocks
 from mgpu_dask.logreg.problem import HeldLabels
 from mgpu_dask.logreg.solvers import KeptFit
 
 
 @pytest.fixture(autouse=True)
 def store(monkeypatch):
-    monkeypatch.setattr(kept_levels, "_KEPT", type(kept_levels._KEPT)())
+    monkeypatch.setattr(kept_with_blocks, "_KEPT", type(kept_with_blocks._KEPT)())
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def _mapped(shards, closed, backend=None):
     stack.callback(closed.append, "closed")
     fit_under = joined.fit_key(shards, True, 0.5)
     if backend is not None:
-        kept_levels.keep(*fit_under, KeptFit(("fingerprint",), backend))
+        kept_with_blocks.keep(*fit_under, KeptFit(("fingerprint",), backend))
     return kept_peers.Mapped([("X", "codes")], stack, [s["labels"] for s in shards], None,
                              None, [("tcp://w2", "t")], object(), fit_under)
 
@@ -97,7 +98,7 @@ def test_other_labels_let_the_kept_mapping_go(sent):
     assert kept_peers.taken(other, True, 0.5, False) is None
     assert closed == ["closed"] and backend.closed
     assert sent == [("tcp://w2", "release", "t")]
-    assert kept_levels.kept() == 0
+    assert kept_with_blocks.kept() == 0
     assert kept_peers.taken(shards, True, 0.5, False) is None
 
 
@@ -106,14 +107,14 @@ def test_a_kept_mapping_goes_with_the_leaders_rows(how, sent, monkeypatch):
     block, closed, backend = np.zeros(3), [], _Backend()
     shards = _shards(block)
     kept_peers.keep(shards, True, 0.5, _mapped(shards, closed, backend), _Worker(["a"]))
-    assert kept_levels.kept() == 2  # the mapping and its device L-BFGS
+    assert kept_with_blocks.kept() == 2  # the mapping and its device L-BFGS
     if how == "rows released":
-        kept_levels.ReleaseLevels().transition("a", "memory", "released")
+        kept_with_blocks.ReleaseKept().transition("a", "memory", "released")
     elif how == "too many kept":
-        monkeypatch.setattr(kept_levels, "KEPT", 1)  # the oldest go first: both
-        kept_levels.levels_of([np.ones(1)], ["z"], None, object)
+        monkeypatch.setattr(kept_with_blocks, "KEPT", 1)  # the oldest go first: both
+        kept_with_blocks.kept_or_made([np.ones(1)], ["z"], None, object)
     else:
-        kept_levels.ReleaseLevels().teardown(None)
+        kept_with_blocks.ReleaseKept().teardown(None)
     assert closed == ["closed"] and backend.closed
     assert sent == [("tcp://w2", "release", "t")]
 
@@ -123,10 +124,10 @@ def test_a_mapping_whose_rows_left_meanwhile_is_not_kept(sent):
     shards = _shards(block)
     kept_peers.keep(shards, True, 0.5, _mapped(shards, closed), _Worker([]))
     assert closed == ["closed"] and sent == [("tcp://w2", "release", "t")]
-    assert kept_levels.kept() == 0
+    assert kept_with_blocks.kept() == 0
     unnamed = _shards(block, keep=False)  # the holder keeps nothing: neither does the leader
     kept_peers.keep(unnamed, True, 0.5, _mapped(unnamed, closed), _Worker(["a"]))
-    assert closed == ["closed"] * 2 and kept_levels.kept() == 0
+    assert closed == ["closed"] * 2 and kept_with_blocks.kept() == 0
 
 
 # -- on a GPU, two workers sharing it -------------------------------------------------------
@@ -139,7 +140,7 @@ def _no_joins():
 def _held_here():
     from mgpu_dask.parallel import peer_views
 
-    return {"kept": kept_levels.kept(), "exports": peer_views.exported(),
+    return {"kept": kept_with_blocks.kept(), "exports": peer_views.exported(),
             "mapped": peer_views.mapped()}
 
 

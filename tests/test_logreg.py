@@ -461,7 +461,8 @@ def test_a_kept_device_lbfgs_fits_again_as_a_new_one_would():
     a second fit of the same rows, with other labels, starts from it (the labels copied
     in, the state zeroed) and takes the host loop's every step on those labels."""
     from mgpu_dask.kernels.precision import Precision
-    from mgpu_dask.logreg import kept_levels, solvers
+    from mgpu_dask.logreg import solvers
+    from mgpu_dask.parallel import kept_with_blocks
     from mgpu_dask.logreg.lbfgs import loop as lbfgs
     from mgpu_dask.logreg.problem import Problem
 
@@ -474,7 +475,7 @@ def test_a_kept_device_lbfgs_fits_again_as_a_new_one_would():
         relabelled = [(X, (y + 1) % k) for X, y in shards]
         again = solvers.fit_on_device(relabelled, problem, kept)
     finally:
-        kept_levels.forget("x0")
+        kept_with_blocks.forget("x0")
     assert not first["profile"]["state kept"] and again["profile"]["state kept"]
     for got, rows in ((first, shards), (again, relabelled)):
         want = lbfgs.minimize_lbfgs(_host_objective(rows, n, d, k, penalty),
@@ -488,7 +489,8 @@ def test_a_kept_device_lbfgs_serves_only_its_rows_and_problem():
     """Another problem, other row arrays or labels of another length make a new backend
     (the kept one is let go); the blocks' keys leaving take it along."""
     from mgpu_dask.kernels.precision import Precision
-    from mgpu_dask.logreg import kept_levels, solvers
+    from mgpu_dask.logreg import solvers
+    from mgpu_dask.parallel import kept_with_blocks
     from mgpu_dask.logreg.lbfgs.device import DeviceBackend
     from mgpu_dask.logreg.problem import Problem
 
@@ -499,17 +501,17 @@ def test_a_kept_device_lbfgs_serves_only_its_rows_and_problem():
 
     def keep():
         backend = DeviceBackend(shards, k, n, problem.penalty, precision=problem.precision)
-        kept_levels.keep(*kept, (fingerprint, backend))
+        kept_with_blocks.keep(*kept, (fingerprint, backend))
         return backend
 
     try:
         backend = keep()
         assert solvers.kept_backend(kept, fingerprint, shards) is backend
-        assert kept_levels.take(*kept) is kept_levels.MISSING  # taken out while in use
+        assert kept_with_blocks.take(*kept) is kept_with_blocks.MISSING  # taken out while in use
         keep()
         other = solvers._fingerprint(problem._replace(penalty=2.0 / n))
         assert solvers.kept_backend(kept, other, shards) is None
-        assert kept_levels.take(*kept) is kept_levels.MISSING  # let go
+        assert kept_with_blocks.take(*kept) is kept_with_blocks.MISSING  # let go
         keep()
         copies = [(X.copy(), y) for X, y in shards]
         assert solvers.kept_backend(kept, fingerprint, copies) is None
@@ -517,10 +519,10 @@ def test_a_kept_device_lbfgs_serves_only_its_rows_and_problem():
         shorter = [(X, y[:-1]) for X, y in shards]
         assert solvers.kept_backend(kept, fingerprint, shorter) is None
         keep()
-        kept_levels.forget("y1")  # one of the blocks left the worker
+        kept_with_blocks.forget("y1")  # one of the blocks left the worker
         assert solvers.kept_backend(kept, fingerprint, shards) is None
     finally:
-        kept_levels.forget("y0")
+        kept_with_blocks.forget("y0")
 
 
 def test_line_search_finds_strong_wolfe_steps():

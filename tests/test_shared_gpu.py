@@ -27,7 +27,8 @@ def _run(n_workers: int, split) -> dict:
 
     from mgpu_dask.data import shard, shard_locations
     from mgpu_dask.knn import KNeighborsClassifier
-    from mgpu_dask.logreg import LogisticRegression, kept_levels
+    from mgpu_dask.logreg import LogisticRegression
+    from mgpu_dask.parallel import kept_with_blocks
     from mgpu_dask.parallel import placement
     from mgpu_dask.parallel.inputs import to_host
 
@@ -66,12 +67,12 @@ def _run(n_workers: int, split) -> dict:
         host = again.predict(Q, on_host=True)
         out["lr straight"] = placement.blocks_in_hand(host) is not None
         out["lr host"], out["lr device"] = to_host(host), to_host(again.predict(Q))
-        out["kept while the rows live"] = sum(client.run(kept_levels.kept).values())
+        out["kept while the rows live"] = sum(client.run(kept_with_blocks.kept).values())
         del X, y, lr, again
         deadline = time.monotonic() + 30
-        while sum(client.run(kept_levels.kept).values()) and time.monotonic() < deadline:
+        while sum(client.run(kept_with_blocks.kept).values()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        out["kept after"] = sum(client.run(kept_levels.kept).values())
+        out["kept after"] = sum(client.run(kept_with_blocks.kept).values())
     return out
 
 

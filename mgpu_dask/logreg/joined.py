@@ -10,7 +10,7 @@ exports released before the L-BFGS begins.  Shards on other GPUs are left as
 they are: there each GPU evaluating its own rows is the point.
 
 A leader keeps what it joined (:func:`keep`) under the keys of every shard's
-blocks, while its own blocks live (:mod:`.kept_levels` drops it with them): a
+blocks, while its own blocks live (:mod:`.kept_with_blocks` drops it with them): a
 later fit on the same persisted rows (a grid search, warm repetitions) finds
 it (:func:`kept`) and asks no holder for anything.  A leader that holds the only
 shard keeps its rows and class indices the same way, and the next fit of them
@@ -26,7 +26,7 @@ import numpy as np
 
 from ..exceptions import DataError
 from ..parallel import labels as labels_mod
-from . import kept_levels
+from ..parallel import kept_with_blocks
 
 JOIN_BYTES = 1 << 30
 """The most bytes of rows and labels joined: above this, one copy more of the rows costs
@@ -129,7 +129,7 @@ def keep(shards: list[dict[str, Any]], levels: bool, scale: float | None,
     """
     entry = _entry(shards, levels, scale)
     if entry is not None:
-        kept_levels.keep(own_blocks(shards), entry,
+        kept_with_blocks.keep(own_blocks(shards), entry,
                          (one, [s["labels"] for s in shards], parts, classes))
 
 
@@ -144,8 +144,8 @@ def kept(shards: list[dict[str, Any]], levels: bool, scale: float | None, discov
     entry = _entry(shards, levels, scale)
     if entry is None:
         return None
-    value = kept_levels.kept_for(own_blocks(shards), entry)
-    if value is kept_levels.MISSING:
+    value = kept_with_blocks.kept_for(own_blocks(shards), entry)
+    if value is kept_with_blocks.MISSING:
         return None
     one, labels, parts, classes = value
     if not same_labels(shards, labels, parts, classes, discover, declared):

@@ -9,12 +9,12 @@ the end another message to each holder to release its export.
 
 Instead the leader keeps them: the mapped shards (:class:`Mapped`, with the
 class indices made from their labels) under the keys of every shard's blocks
-in :mod:`.kept_levels`, beside its own blocks, and the device L-BFGS made for
+in :mod:`.kept_with_blocks`, beside its own blocks, and the device L-BFGS made for
 them (:func:`.solvers.fit_on_device`); each holder keeps its export until the
 leader tells it to release it.  A later fit on the same persisted rows with
 the same labels (a grid search, warm repetitions) finds them (:func:`taken`)
 and asks no holder for anything.  They go together: when a key of the
-leader's own blocks leaves its memory, when more than ``kept_levels.KEPT``
+leader's own blocks leaves its memory, when more than ``kept_with_blocks.KEPT``
 things are kept, or when the worker closes, the leader closes its mappings
 and has the holders release their exports (:meth:`Mapped.drop`).  Dask keys
 name their values, so a holder's blocks under the same keys hold the same
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from ..parallel import direct, peer_views
-from . import joined, kept_levels
+from ..parallel import direct, kept_with_blocks, peer_views
+from . import joined
 
 
 def _entry(shards: list[dict[str, Any]], levels: bool, scale: float | None) -> tuple | None:
@@ -87,8 +87,8 @@ class Mapped:
         """Let go: the device L-BFGS made for these rows, the mappings, the holders'
         exports (asked, not waited for)."""
         if self.fit_under is not None:
-            found = kept_levels.take(*self.fit_under)
-            if found is not kept_levels.MISSING:
+            found = kept_with_blocks.take(*self.fit_under)
+            if found is not kept_with_blocks.MISSING:
                 found.drop()
         self.arrays.clear()
         self.mappings.close()
@@ -122,7 +122,7 @@ def keep(shards: list[dict[str, Any]], levels: bool, scale: float | None, mapped
     if entry is None or (data is not None and any(k not in data for k in own_keys)):
         mapped.drop()
         return
-    kept_levels.keep(blocks, entry, mapped)
+    kept_with_blocks.keep(blocks, entry, mapped)
 
 
 def taken(shards: list[dict[str, Any]], levels: bool, scale: float | None, discover: bool,
@@ -134,8 +134,8 @@ def taken(shards: list[dict[str, Any]], levels: bool, scale: float | None, disco
     entry = _entry(shards, levels, scale)
     if entry is None:
         return None
-    found = kept_levels.take(joined.own_blocks(shards), entry)
-    if found is kept_levels.MISSING:
+    found = kept_with_blocks.take(joined.own_blocks(shards), entry)
+    if found is kept_with_blocks.MISSING:
         return None
     if not joined.same_labels(shards, found.labels, found.parts, found.classes, discover,
                               declared):

@@ -25,9 +25,9 @@ from ..exceptions import DataError
 from ..kernels.launch import array_module, as_numpy, on_gpu
 from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
-from ..parallel import direct, peer_views
+from ..parallel import direct, kept_with_blocks, peer_views
 from ..parallel import labels as labels_mod
-from . import joined, kept_levels, kept_peers
+from . import joined, kept_peers
 from .problem import HeldLabels, Problem, products, sum_parts
 from .solvers import fit_on_device, lbfgs_on_host, on_device
 
@@ -301,7 +301,7 @@ def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = Fal
     ``Levels`` of ``X * scale`` instead of X (converted here, on this GPU; the
     description says so).  ``discover``: the description names the label values
     present (``info["classes"]``).  ``keys``: the blocks' Dask keys, under which their
-    levels are kept for the next fit (:mod:`.kept_levels`); None keeps nothing."""
+    levels are kept for the next fit (:mod:`.kept_with_blocks`); None keeps nothing."""
     xp = array_module(blocks[0])
     if isinstance(labels, list):
         labels = labels[0] if len(labels) == 1 else array_module(labels[0]).concatenate(labels)
@@ -320,7 +320,7 @@ def export_rows(token: str, blocks: list[Any], labels: Any, in_place: bool = Fal
                     own = in_place and keys is None
                     return int8.levels(X, None if own else peer_views.dedicated, scale=scale)
 
-                made = kept_levels.levels_of(blocks, keys, scale, make)
+                made = kept_with_blocks.kept_or_made(blocks, keys, scale, make)
                 if made is not None:
                     return peer_views.export(token, [[made.v], [labels]], in_place,
                                              owned=True,

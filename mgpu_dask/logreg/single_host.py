@@ -18,10 +18,9 @@ import numpy as np
 
 from ..exceptions import DataError
 from ..parallel import labels as labels_mod
-from ..parallel import direct, peer_views, placement, plugins, results
+from ..parallel import direct, kept_with_blocks, peer_views, placement, results
 from ..parallel.by_name import WorkerFunction
 from ..parallel.workers import alive_workers
-from .kept_levels import ReleaseLevels
 from .problem import NOT_FINITE, HeldLabels, Problem
 
 FIT_ON_LEADER = WorkerFunction("mgpu_dask.logreg.leader.fit_on_leader")
@@ -78,9 +77,9 @@ def held_classes(client: Any, held: Holders, declared: Any) -> np.ndarray:
 
 def keeping_levels(client: Any) -> bool:
     """Whether the holders may keep their rows' int8 levels for the next fit: once
-    :class:`~.kept_levels.ReleaseLevels` is on every worker (asked once per client),
+    :class:`~.kept_with_blocks.ReleaseKept` is on every worker (asked once per client),
     which drops them with the rows; else they are converted again each fit."""
-    return plugins.register_once(client, ReleaseLevels.name, ReleaseLevels) is None
+    return kept_with_blocks.ensure_release(client)
 
 
 def _as_task_inputs(shard: dict[str, Any], futures: list[Any], labels: Any,

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..exceptions import DataError
-from . import kept_levels
+from ..parallel import kept_with_blocks
 from .lbfgs import device as device_lbfgs
 from .lbfgs import loop
 from .problem import Problem, products
@@ -49,7 +49,7 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
                   kept_under: tuple[list[Any], tuple] | None = None) -> dict[str, Any]:
     """The whole L-BFGS on this process's GPU over shards on any GPUs it sees.
 
-    ``kept_under``: ``(blocks, entry)`` of :mod:`.kept_levels` -- the blocks the rows were
+    ``kept_under``: ``(blocks, entry)`` of :mod:`.kept_with_blocks` -- the blocks the rows were
     made from and what they are kept under -- for a fit of rows this process keeps
     (its own, or the shards it joined): the L-BFGS's buffers, bound launches and
     captured graph are then kept with those blocks and the next fit of the same rows
@@ -73,7 +73,7 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
         keep = kept_under is not None
     finally:
         if keep:
-            kept_levels.keep(kept_under[0], kept_under[1], KeptFit(fingerprint, backend))
+            kept_with_blocks.keep(kept_under[0], kept_under[1], KeptFit(fingerprint, backend))
         else:
             backend.close()
     return {**result, **ran, "optimizer": "device", "graph": details["graph"],
@@ -83,13 +83,13 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
 
 
 class KeptFit(NamedTuple):
-    """A device L-BFGS kept for the next fit of the same rows (in :mod:`.kept_levels`)."""
+    """A device L-BFGS kept for the next fit of the same rows (in :mod:`.kept_with_blocks`)."""
 
     made_for: tuple
     backend: Any
 
     def drop(self) -> None:
-        """Let go of its buffers and graph (it goes from :mod:`.kept_levels`)."""
+        """Let go of its buffers and graph (it goes from :mod:`.kept_with_blocks`)."""
         self.backend.close()
 
 
@@ -105,8 +105,8 @@ def kept_backend(kept_under: tuple[list[Any], tuple], fingerprint: tuple,
     ready for ``arrays`` (their labels copied in, its state zeroed) where it was made for
     this problem (``fingerprint``) and these rows; else None, and one kept for another
     problem or other rows is let go."""
-    found = kept_levels.take(*kept_under)
-    if found is kept_levels.MISSING:
+    found = kept_with_blocks.take(*kept_under)
+    if found is kept_with_blocks.MISSING:
         return None
     made_for, backend = found
     if made_for == fingerprint and backend.reuse(arrays):

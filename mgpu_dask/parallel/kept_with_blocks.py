@@ -1,21 +1,19 @@
-"""A holder's int8 levels of its row blocks, kept while the blocks are.
+"""What a worker made from the row blocks it holds, kept while the blocks are.
 
-Every single-host fit on GPU rows converts each holder's blocks into the int8
-products' levels (:func:`mgpu_dask.kernels.logreg.int8.levels`) before it
-exports them, and a later fit on the same persisted blocks (a grid search, the
-CLI's warm repetitions) would convert them again.  :func:`levels_of` keeps the
-levels of the blocks under their Dask keys and gives them back while the same
-block objects are still held; :class:`ReleaseLevels`, a worker plugin, drops
-them the moment one of those keys leaves the worker's memory, so no GPU memory
-outlives the rows it was made from.  Levels are made in allocations of their
-own (``peer_views.dedicated``), which serve the leader in place and a peer
-through CUDA IPC alike.  A leader keeps the shards it joined (:mod:`.joined`) here
-too, under every block's key, the device L-BFGS it fitted its own rows with
-(:func:`.solvers.fit_on_device`), and the shards of other GPUs it keeps mapped
-(:mod:`.kept_peers`).  A value with a ``drop()`` method is told when it goes
-(forgotten with its blocks, the least recently used past :data:`KEPT`, another
-kept under its entry, the worker closing), not when a fit takes it out (:func:`take`).
-Runs on the workers.
+A worker often makes something from its blocks that the next call on the same
+persisted blocks would make again: the int8 levels of logistic regression's
+rows (a grid search, the CLI's warm repetitions), the shards a fit's leader
+joined or keeps mapped (:mod:`mgpu_dask.logreg.joined`, :mod:`mgpu_dask.logreg.
+kept_peers`) and the device L-BFGS it fitted them with, the query blocks a KNN
+searcher joined from the workers sharing its GPU (:mod:`mgpu_dask.knn.joined`).
+:func:`keep` keeps such a value under the Dask keys of the blocks it was made
+from and :func:`kept_for` gives it back while the same block objects are still
+held; :class:`ReleaseKept`, a worker plugin (:func:`ensure_release`), drops it
+the moment one of those keys leaves the worker's memory, so no GPU memory
+outlives the rows it was made from.  A value with a ``drop()`` method is told
+when it goes (forgotten with its blocks, the least recently used past
+:data:`KEPT`, another kept under its entry, the worker closing), not when a
+caller takes it out (:func:`take`).  Runs on the workers.
 """
 
 from __future__ import annotations
@@ -27,11 +25,13 @@ from typing import Any, Callable, Hashable, Sequence
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from . import plugins
+
 logger = logging.getLogger(__name__)
 
-KEPT = 6
-"""Sets of levels (and joined shards, :mod:`.joined`, and fitted device L-BFGS state)
-kept per worker at most, least recently used dropped first."""
+KEPT = 8
+"""Values kept per worker at most (levels, joined shards or queries, mappings, fitted
+device L-BFGS state), least recently used dropped first."""
 _KEPT: "collections.OrderedDict[tuple, tuple[list[Any], Any]]" = collections.OrderedDict()
 _LOCK = threading.Lock()
 
@@ -93,9 +93,10 @@ def keep(blocks: Sequence[Any], entry: tuple, value: Any) -> None:
     _let_go(dropped)
 
 
-def levels_of(blocks: Sequence[Any], keys: Sequence[Hashable] | None, scale: float | None,
-              make: Callable[[], Any]) -> Any:
-    """``make()``'s levels of ``blocks``, or the ones kept for these block objects.
+def kept_or_made(blocks: Sequence[Any], keys: Sequence[Hashable] | None, tag: Hashable,
+                 make: Callable[[], Any]) -> Any:
+    """``make()``'s value for ``blocks`` (logistic regression: their int8 levels), or the
+    one kept for these block objects.
 
     Parameters
     ----------
@@ -103,14 +104,14 @@ def levels_of(blocks: Sequence[Any], keys: Sequence[Hashable] | None, scale: flo
         The row blocks, as this worker holds them.
     keys : sequence of Dask keys or None
         Their keys (None: not persisted blocks; nothing is kept).
-    scale : float or None
-        The scale the levels are made for (part of what is kept).
+    tag : hashable
+        What else the value depends on (the levels' scale): part of its entry.
     make : callable
-        Makes the levels (or None where the rows are not levels).
+        Makes the value.
     """
     if keys is None:
         return make()
-    entry = (tuple(keys), scale)
+    entry = (tuple(keys), tag)
     made = kept_for(blocks, entry)
     if made is MISSING:
         made = make()
@@ -126,14 +127,14 @@ def forget(key: Hashable) -> None:
 
 
 def kept() -> int:
-    """How many sets of levels this process keeps (for tests)."""
+    """How many values this process keeps (for tests)."""
     return len(_KEPT)
 
 
-class ReleaseLevels(WorkerPlugin):
-    """Worker plugin: a key that leaves memory takes the levels made from it along."""
+class ReleaseKept(WorkerPlugin):
+    """Worker plugin: a key that leaves memory takes what was made from it along."""
 
-    name = "mgpu-dask-release-levels"
+    name = "mgpu-dask-release-kept"
     idempotent = True
 
     def transition(self, key: Hashable, start: str, finish: str, **kwargs: Any) -> None:
@@ -145,3 +146,9 @@ class ReleaseLevels(WorkerPlugin):
             dropped = [value for _, value in _KEPT.values()]
             _KEPT.clear()
         _let_go(dropped)
+
+
+def ensure_release(client: Any) -> bool:
+    """Whether workers may keep what they make from their blocks: once :class:`ReleaseKept`
+    is on every worker (asked once per client), which drops it with the blocks."""
+    return plugins.register_once(client, ReleaseKept.name, ReleaseKept) is None
