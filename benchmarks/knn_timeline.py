@@ -49,9 +49,11 @@ def _install() -> None:
         for name in names:
             setattr(mod, name, wrap(name, getattr(mod, name)))
     import mgpu_dask.knn.blocks as blocks
+    import mgpu_dask.knn.joined as joined
     import mgpu_dask.parallel.direct as direct
     for mod, name, label in ((direct, "_answer_held", "thread calls"),
                              (direct, "served", "lane call"),
+                             (joined, "joined_queries", "joined queries"),
                              (blocks, "vote_pred", "vote to predictions")):
         setattr(mod, name, stamped(events, label, getattr(mod, name)))
     direct.held_calls = stamped_async(events, "held_calls on the loop", direct.held_calls)
@@ -152,7 +154,10 @@ def main() -> None:
     import mgpu_dask.parallel.direct as direct
     import mgpu_dask.parallel.results as results
     here: list = []  # the client's stages, on the same clock
+    import mgpu_dask.knn.straight as straight
     direct.run_held = stamped(here, "client run_held", direct.run_held)
+    straight._one_search_per_gpu = stamped(here, "client one search per GPU",
+                                           straight._one_search_per_gpu)
     _stamp_lane(here, "client lane")
     results.reachable = stamped_async(here, "client reachable", results.reachable)
     direct._run = stamped_async(here, "client one worker's answer", direct._run)

@@ -26,7 +26,7 @@ def _run(n_workers: int, split) -> dict:
     from distributed import Client
 
     from mgpu_dask.data import shard, shard_locations
-    from mgpu_dask.knn import KNeighborsClassifier
+    from mgpu_dask.knn import KNeighborsClassifier, blocks
     from mgpu_dask.logreg import LogisticRegression
     from mgpu_dask.parallel import kept_with_blocks
     from mgpu_dask.parallel import placement
@@ -46,6 +46,8 @@ def _run(n_workers: int, split) -> dict:
             host = clf.predict(Q, on_host=True)  # straight, under either plan
             out[plan, "straight"] = placement.blocks_in_hand(host) is not None
             out[plan, "host"] = to_host(host)
+            if plan == "replicate":  # the blocks on one GPU searched as one
+                out["joined"] = max(r["joined"] for r in client.run(blocks.what_ran).values())
         X = shard(s.X_train, client)                      # uint8 pixels, scaled as read
         y = shard(s.y_train, client, like=X)              # labels beside their rows
         for comm, optimizer, precision in ROUTES:
@@ -68,7 +70,7 @@ def _run(n_workers: int, split) -> dict:
         out["lr straight"] = placement.blocks_in_hand(host) is not None
         out["lr host"], out["lr device"] = to_host(host), to_host(again.predict(Q))
         out["kept while the rows live"] = sum(client.run(kept_with_blocks.kept).values())
-        del X, y, lr, again
+        del X, y, lr, again, Q, host
         deadline = time.monotonic() + 30
         while sum(client.run(kept_with_blocks.kept).values()) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -100,6 +102,7 @@ def test_workers_sharing_one_gpu_match_one_worker(n_workers, split, one_worker):
         np.testing.assert_array_equal(got[plan], one_worker[plan])
         np.testing.assert_array_equal(got[plan, "host"], one_worker[plan])
     assert got["replicate", "straight"] and one_worker["replicate", "straight"]
+    assert got["joined"] == n_workers and one_worker["joined"] == 0
     assert got["shard", "straight"]  # every shard's holder searched every block: no task
     assert one_worker["shard", "straight"]  # one worker holds every shard: no task
     assert got["lr straight"] and one_worker["lr straight"]
@@ -120,8 +123,9 @@ def test_int8_levels_and_joins_are_kept_while_the_rows_live(n_workers, split, on
     assert abs(got["int8 again"] - first) <= 1e-6 * first
     # each worker's levels; the leader keeps the device routes' two joins (int8 levels,
     # fp32 rows; one worker: its own rows as they are) and their two device L-BFGS: the
-    # second fit reads its rows kept, asking no holder, and starts from the kept L-BFGS
-    assert got["kept while the rows live"] == n_workers + 2 + 2
+    # second fit reads its rows kept, asking no holder, and starts from the kept L-BFGS;
+    # KNN's searcher keeps the query blocks it joined
+    assert got["kept while the rows live"] == n_workers + 2 + 2 + (n_workers > 1)
     assert got["join kept"] == (n_workers > 1)
     assert got["rows kept"] and got["state kept"]
     assert got["kept after"] == 0

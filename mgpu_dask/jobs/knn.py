@@ -40,12 +40,15 @@ def predict_phases(clf: KNeighborsClassifier, queries: Any, client: Any, timeout
 
 def searched(client: Any, s: Any, clf: KNeighborsClassifier) -> dict[str, Any]:
     """Which searches the workers ran (``search``: the fused kernel's build or the tile
-    loop), whether every worker's tile loop ran as one CUDA graph, and the run's notes."""
+    loop), whether every worker's tile loop ran as one CUDA graph, the most query blocks
+    one worker searched as one (``queries_joined``: workers sharing a GPU; 0: none), and
+    the run's notes."""
     ran = client.run(blocks.what_ran)
     graphs = [r["graph"] for r in ran.values() if r["graph"] is not None]
     worker_notes = sorted({n for r in ran.values() for n in r["notes"]})
     return {"search": sorted({kind for r in ran.values() for kind in r.get("searches", ())}),
             "graph": all(graphs) if graphs else None,
+            "queries_joined": max((r.get("joined", 0) for r in ran.values()), default=0),
             "notes": notes(s, clf.precision_note_, *worker_notes)}
 
 

@@ -50,7 +50,7 @@ def guarded(fn: Any, Qb: Any, train: Any, *args: Any, **kwargs: Any) -> Any:
 RAN: dict[str, Any] = {}
 """What the searches in this process ran, for :func:`what_ran`: which search (the fused
 kernel's build or the tile loop), whether the tile loop was one CUDA graph, and why not;
-whether the kernels had their fast launch."""
+whether the kernels had their fast launch; the most query blocks searched as one."""
 
 
 def _searched(stats: dict[str, Any], gpu: bool) -> None:
@@ -66,9 +66,10 @@ def _searched(stats: dict[str, Any], gpu: bool) -> None:
 
 def what_ran() -> dict[str, Any]:
     """Run on a worker: which searches it ran, whether their tile loops ran as CUDA graphs,
-    and the notes of what fell back (the graph, the kernels' fast launch)."""
+    the notes of what fell back (the graph, the kernels' fast launch), and the most query
+    blocks it searched as one (:mod:`.joined`; 0: none)."""
     return {"graph": RAN.get("graph"), "notes": sorted(RAN.get("notes", ())),
-            "searches": sorted(RAN.get("searches", ()))}
+            "searches": sorted(RAN.get("searches", ())), "joined": RAN.get("joined", 0)}
 
 
 _INDEXES: "OrderedDict[tuple, Any]" = OrderedDict()

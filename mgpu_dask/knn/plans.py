@@ -68,7 +68,8 @@ def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int,
         chunks: tuple = (Q.chunks[0],)
         if vote[3] and client is not None:
             done = straight.predict(client, name, layout, queries, where, opts, vote,
-                                    chunks, meta, timeout)
+                                    chunks, meta, timeout,
+                                    row_bytes=Q.dtype.itemsize * int(Q.shape[1]))
             if done is not None:
                 return done
     else:

@@ -5,7 +5,9 @@ blocks are asked for them in one message each (:func:`.placement.run_straight`,
 :func:`.direct.run_held`): no scheduler between, and the answers come back as an
 array in hand.
 
-- Replicate plan: each block's holder searches its own copy of the training rows.
+- Replicate plan: each block's holder searches its own copy of the training rows;
+  where several holders share one GPU, one of them searches all their blocks as one
+  (:mod:`.joined`: one call, one search).
 - Shard plan on one worker (every query block and training shard there, as with
   rows made where they live): it searches each shard, merges and votes.
 - Shard plan over several workers: every shard's holder searches every query
@@ -30,8 +32,10 @@ from typing import Any
 import dask.array as da
 from distributed import Client
 
-from ..parallel import direct, placement
-from . import blocks
+from .. import config
+from ..parallel import direct, kept_with_blocks, placement
+from ..parallel.workers import gpu_ids
+from . import blocks, joined
 from .layout import TrainLayout
 
 MAIL = True
@@ -40,10 +44,11 @@ MAIL = True
 
 
 def predict(client: Client, name: str, layout: TrainLayout, queries: list, where: list,
-            opts: dict, vote: tuple, chunks: tuple, meta: Any,
-            timeout: float) -> da.Array | None:
+            opts: dict, vote: tuple, chunks: tuple, meta: Any, timeout: float,
+            row_bytes: int = 0) -> da.Array | None:
     """Host predictions of every query block (``queries``: its futures, ``where``: their
-    holders) asked straight, as the module's docstring says; None where they cannot be."""
+    holders; ``row_bytes``: a query row's) asked straight, as the module's docstring says;
+    None where they cannot be."""
     if not all(hasattr(q, "key") for q in queries) or any(w is None for w in where):
         return None
     if layout.plan == "replicate":
@@ -54,6 +59,11 @@ def predict(client: Client, name: str, layout: TrainLayout, queries: list, where
         calls = [(w, fn, (direct.Held(q.key), direct.Held(layout.ref("X", copies[w])),
                           direct.Held(layout.ref("y", copies[w]))))
                  for q, w in zip(queries, where)]
+        if config.get("knn.one-search-per-gpu", True):  # workers without a GPU share none
+            done = _one_search_per_gpu(client, name, layout, queries, where, calls, opts, vote,
+                                       chunks, meta, timeout, row_bytes)
+            if done is not None:
+                return done
         return placement.run_straight(client, name, calls, chunks, meta, timeout)
     if not layout.workers or any(w is None for w in layout.workers):
         return None
@@ -65,6 +75,72 @@ def predict(client: Client, name: str, layout: TrainLayout, queries: list, where
         calls = [(w, fn, (direct.Held(q.key), *shards)) for q, w in zip(queries, where)]
         return placement.run_straight(client, name, calls, chunks, meta, timeout)
     return _across(client, name, layout, queries, where, opts, vote, chunks, meta, timeout)
+
+
+def searchers(where: list[str], ids: dict[str, str | None]) -> dict[str, list[int]]:
+    """The query blocks to search as one: for each GPU whose blocks two or more workers
+    hold (``ids``: each worker's GPU, :func:`.workers.gpu_ids`), its searcher (the
+    holder of its first block) and those blocks, in order."""
+    by_gpu: dict[str, list[int]] = {}
+    for i, w in enumerate(where):
+        if ids.get(w) is not None:
+            by_gpu.setdefault(ids[w], []).append(i)
+    return {where[found[0]]: found for found in by_gpu.values()
+            if len({where[i] for i in found}) > 1}
+
+
+_UNJOINED: "dict[tuple, None]" = {}
+_UNJOINED_KEPT = 64  # query key sets whose searchers could not join them, most recent last
+
+
+def _one_search_per_gpu(client: Client, name: str, layout: TrainLayout, queries: list,
+                        where: list, calls: list, opts: dict, vote: tuple, chunks: tuple,
+                        meta: Any, timeout: float, row_bytes: int) -> da.Array | None:
+    """The replicate plan's host predictions with the query blocks of workers that share a
+    GPU searched as one on that GPU's searcher (:func:`.joined.predictions`), the other
+    blocks by their holders as ``calls`` has them; None where no GPU holds blocks of two
+    workers, the blocks are too large to join, or a searcher could not join them."""
+    groups = searchers(where, gpu_ids(client, where))
+    rows = chunks[0]
+    groups = {s: found for s, found in groups.items()
+              if sum(rows[i] for i in found) * row_bytes <= joined.JOIN_BYTES
+              and tuple(queries[i].key for i in found) not in _UNJOINED}
+    if not groups:
+        return None
+    keep = kept_with_blocks.ensure_release(client)
+    copies = {w: j for j, w in enumerate(layout.workers)}
+    by_worker: dict[str, list[tuple[Any, tuple]]] = {}
+    alone: list[tuple[int, str, int]] = []  # (block, its holder, its call's place there)
+    grouped = {i for found in groups.values() for i in found}
+    for s, found in groups.items():
+        own = tuple(i for i in found if where[i] == s)
+        fn = functools.partial(
+            joined.predictions, own=own,
+            others=tuple((i, where[i], queries[i].key) for i in found if where[i] != s),
+            keys=tuple(queries[i].key for i in found), wait=timeout / 2, keep=keep,
+            vote=vote, **opts)
+        by_worker.setdefault(s, []).append(
+            (fn, (direct.Here(), direct.Held(layout.ref("X", copies[s])),
+                  direct.Held(layout.ref("y", copies[s])),
+                  *[direct.Held(queries[i].key) for i in own])))
+    for i, (w, fn, args) in enumerate(calls):
+        if i not in grouped:
+            by_worker.setdefault(w, []).append((fn, args))
+            alone.append((i, w, len(by_worker[w]) - 1))
+    answers = placement.ask_straight(client, by_worker, timeout)
+    if answers is None:
+        return None
+    found: dict[int, Any] = {}
+    for s, group in groups.items():
+        got = answers[s][0]
+        if got is None:
+            _UNJOINED[tuple(queries[i].key for i in group)] = None
+            while len(_UNJOINED) > _UNJOINED_KEPT:
+                del _UNJOINED[next(iter(_UNJOINED))]
+            return None
+        found.update(got)
+    found.update((i, answers[w][j]) for i, w, j in alone)
+    return placement.in_hand(name, [found[i] for i in range(len(queries))], chunks, meta)
 
 
 def _across(client: Client, name: str, layout: TrainLayout, queries: list, where: list,

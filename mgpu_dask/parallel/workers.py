@@ -4,9 +4,10 @@ what they have (a GPU, free memory), each asked for when needed."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import weakref
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from .. import config
 from ..config.environment import has_gpu
@@ -108,6 +109,32 @@ def _fixed_facts() -> Facts:
     import cupy
 
     return Facts(True, gpu_capability(), int(cupy.cuda.runtime.memGetInfo()[1]))
+
+
+def _gpu_id() -> str | None:
+    if not has_gpu():
+        return None
+    import cupy
+
+    return f"{socket.gethostname()}/{cupy.cuda.Device().pci_bus_id}"
+
+
+_GPU_IDS: "weakref.WeakKeyDictionary[Any, dict[str, str | None]]" = weakref.WeakKeyDictionary()
+
+
+def gpu_ids(client: Any, addresses: Iterable[str]) -> dict[str, str | None]:
+    """The GPU of each worker at ``addresses``, as ``"host/PCI bus id"`` (None: no GPU, or
+    the worker did not answer): workers with the same id share one GPU (several workers
+    started on one device).  Each worker is asked once per client, the first time it is
+    named (every predict needs them: no round trip after)."""
+    known = _GPU_IDS.setdefault(client, {})
+    missing = sorted(set(addresses) - set(known))
+    if missing:
+        try:
+            known.update(client.run(_gpu_id, workers=missing))
+        except Exception:  # a worker gone: none of these is known to share a GPU
+            return {a: known.get(a) for a in addresses}
+    return {a: known[a] for a in addresses}
 
 
 _FIXED: "weakref.WeakKeyDictionary[Any, dict[str, Facts]]" = weakref.WeakKeyDictionary()
