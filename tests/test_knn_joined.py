@@ -127,3 +127,20 @@ def test_each_workers_gpu_is_asked_for_once(client, monkeypatch):
     assert workers.gpu_ids(client, where) == {w: None for w in where}  # CPU workers: no GPU
     assert workers.gpu_ids(client, where[:1] * 3) == {where[0]: None}
     assert asked == [where]  # every predict asks for them: the workers are asked once
+
+
+def test_a_join_that_fails_otherwise_is_said_and_each_worker_searches(client, parts,
+                                                                       monkeypatch, caplog):
+    clf = KNeighborsClassifier(3, plan="replicate").fit(parts.X_train, parts.y_train)
+    Q = shard(parts.X_test, client, dtype=np.float32)
+    alone = to_host(clf.predict(Q, on_host=True))
+    _one_gpu(monkeypatch)
+
+    def broken(parts):
+        raise RuntimeError("no room")
+
+    monkeypatch.setattr(joined, "_joined", broken)
+    with caplog.at_level("WARNING", logger="mgpu_dask.knn.joined"):
+        np.testing.assert_array_equal(to_host(clf.predict(Q, on_host=True)), alone)
+    assert "could not join the query blocks" in caplog.text and "no room" in caplog.text
+    assert _soon(lambda: set(client.run(peer_views.exported).values()) == {0})  # released

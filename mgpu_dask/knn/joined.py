@@ -22,6 +22,8 @@ client side is :func:`.straight.predict`.
 
 from __future__ import annotations
 
+import functools
+import logging
 import uuid
 from typing import Any, NamedTuple
 
@@ -30,6 +32,8 @@ import numpy as np
 from ..kernels.launch import array_module, on_gpu
 from ..parallel import direct, kept_with_blocks, peer_views
 from . import blocks
+
+logger = logging.getLogger(__name__)
 
 JOIN_BYTES = 1 << 30
 """The most bytes of query rows joined on one searcher: above this, one more copy of the
@@ -87,10 +91,14 @@ def joined_queries(worker: Any, own: dict[int, Any], others: tuple[tuple[int, st
             rows = _joined([parts[i] for i in order])
             parts.clear()
     except (peer_views.PeerUnavailable, OSError, KeyError, TimeoutError):
-        return None  # the caller asks each worker for its own block's predictions
+        return None  # a block moved on or a worker lost: each worker searches its own
+    except Exception as exc:  # each worker's own search still answers: say why, go on
+        logger.warning("could not join the query blocks that share this GPU (%s: %s); "
+                       "each worker searches its own", type(exc).__name__, exc)
+        return None
     finally:
-        for _, holder, _ in asked:  # released once mapped and copied; not waited for
-            direct.from_worker(holder, peer_views.release, token, worker=worker)
+        for _, holder, future in asked:  # each export released once it is made (and copied)
+            future.add_done_callback(functools.partial(_release, holder, token, worker))
     if rows is None:
         return None
     joined = Joined(rows, order, sizes)
@@ -99,11 +107,15 @@ def joined_queries(worker: Any, own: dict[int, Any], others: tuple[tuple[int, st
     return joined
 
 
+def _release(holder: str, token: str, worker: Any, _: Any) -> None:
+    direct.from_worker(holder, peer_views.release, token, worker=worker)  # not waited for
+
+
 def _joined(parts: list[Any]) -> Any:
     """One array of ``parts`` (this process's GPU, or host memory), the copies done; None
     where they are of different kinds or devices, or there is too little room."""
     xp = array_module(parts[0])
-    if len({(p.dtype, p.shape[1:]) for p in parts}) > 1:
+    if len({(array_module(p), p.dtype, p.shape[1:]) for p in parts}) > 1:
         return None
     if xp is np:
         return np.concatenate(parts)

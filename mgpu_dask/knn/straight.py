@@ -44,8 +44,8 @@ MAIL = True
 
 
 def predict(client: Client, name: str, layout: TrainLayout, queries: list, where: list,
-            opts: dict, vote: tuple, chunks: tuple, meta: Any, timeout: float,
-            row_bytes: int = 0) -> da.Array | None:
+            opts: dict, vote: tuple, chunks: tuple, meta: Any, timeout: float, *,
+            row_bytes: int) -> da.Array | None:
     """Host predictions of every query block (``queries``: its futures, ``where``: their
     holders; ``row_bytes``: a query row's) asked straight, as the module's docstring says;
     None where they cannot be."""
@@ -99,7 +99,8 @@ def _one_search_per_gpu(client: Client, name: str, layout: TrainLayout, queries:
     """The replicate plan's host predictions with the query blocks of workers that share a
     GPU searched as one on that GPU's searcher (:func:`.joined.predictions`), the other
     blocks by their holders as ``calls`` has them; None where no GPU holds blocks of two
-    workers, the blocks are too large to join, or a searcher could not join them."""
+    workers, the blocks are too large to join, or a searcher could not join them (those
+    blocks are then not tried again: each worker searches its own)."""
     groups = searchers(where, gpu_ids(client, where))
     rows = chunks[0]
     groups = {s: found for s, found in groups.items()

@@ -7,7 +7,7 @@ import contextlib
 import socket
 import threading
 import weakref
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from .. import config
 from ..config.environment import has_gpu
@@ -122,7 +122,7 @@ def _gpu_id() -> str | None:
 _GPU_IDS: "weakref.WeakKeyDictionary[Any, dict[str, str | None]]" = weakref.WeakKeyDictionary()
 
 
-def gpu_ids(client: Any, addresses: Iterable[str]) -> dict[str, str | None]:
+def gpu_ids(client: Any, addresses: Sequence[str]) -> dict[str, str | None]:
     """The GPU of each worker at ``addresses``, as ``"host/PCI bus id"`` (None: no GPU, or
     the worker did not answer): workers with the same id share one GPU (several workers
     started on one device).  Each worker is asked once per client, the first time it is
