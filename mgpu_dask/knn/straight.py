@@ -101,25 +101,24 @@ def _one_search_per_gpu(client: Client, name: str, layout: TrainLayout, queries:
     blocks by their holders as ``calls`` has them; None where no GPU holds blocks of two
     workers, the blocks are too large to join, or a searcher could not join them (those
     blocks are then not tried again: each worker searches its own)."""
-    groups = searchers(where, gpu_ids(client, where))
     rows = chunks[0]
-    groups = {s: found for s, found in groups.items()
-              if sum(rows[i] for i in found) * row_bytes <= joined.JOIN_BYTES
-              and tuple(queries[i].key for i in found) not in _UNJOINED}
+    groups = {s: (found, tuple(queries[i].key for i in found))  # the blocks and their keys
+              for s, found in searchers(where, gpu_ids(client, where)).items()
+              if sum(rows[i] for i in found) * row_bytes <= joined.JOIN_BYTES}
+    groups = {s: group for s, group in groups.items() if group[1] not in _UNJOINED}
     if not groups:
         return None
     keep = kept_with_blocks.ensure_release(client)
     copies = {w: j for j, w in enumerate(layout.workers)}
     by_worker: dict[str, list[tuple[Any, tuple]]] = {}
     alone: list[tuple[int, str, int]] = []  # (block, its holder, its call's place there)
-    grouped = {i for found in groups.values() for i in found}
-    for s, found in groups.items():
+    grouped = {i for found, _ in groups.values() for i in found}
+    for s, (found, keys) in groups.items():
         own = tuple(i for i in found if where[i] == s)
         fn = functools.partial(
             joined.predictions, own=own,
             others=tuple((i, where[i], queries[i].key) for i in found if where[i] != s),
-            keys=tuple(queries[i].key for i in found), wait=timeout / 2, keep=keep,
-            vote=vote, **opts)
+            keys=keys, wait=timeout / 2, keep=keep, vote=vote, **opts)
         by_worker.setdefault(s, []).append(
             (fn, (direct.Here(), direct.Held(layout.ref("X", copies[s])),
                   direct.Held(layout.ref("y", copies[s])),
@@ -131,17 +130,17 @@ def _one_search_per_gpu(client: Client, name: str, layout: TrainLayout, queries:
     answers = placement.ask_straight(client, by_worker, timeout)
     if answers is None:
         return None
-    found: dict[int, Any] = {}
-    for s, group in groups.items():
+    predicted: dict[int, Any] = {}
+    for s, (_, keys) in groups.items():
         got = answers[s][0]
         if got is None:
-            _UNJOINED[tuple(queries[i].key for i in group)] = None
+            _UNJOINED[keys] = None
             while len(_UNJOINED) > _UNJOINED_KEPT:
                 del _UNJOINED[next(iter(_UNJOINED))]
             return None
-        found.update(got)
-    found.update((i, answers[w][j]) for i, w, j in alone)
-    return placement.in_hand(name, [found[i] for i in range(len(queries))], chunks, meta)
+        predicted.update(got)
+    predicted.update((i, answers[w][j]) for i, w, j in alone)
+    return placement.in_hand(name, [predicted[i] for i in range(len(queries))], chunks, meta)
 
 
 def _across(client: Client, name: str, layout: TrainLayout, queries: list, where: list,
