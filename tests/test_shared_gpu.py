@@ -28,8 +28,7 @@ def _run(n_workers: int, split) -> dict:
     from mgpu_dask.data import shard, shard_locations
     from mgpu_dask.knn import KNeighborsClassifier, blocks
     from mgpu_dask.logreg import LogisticRegression
-    from mgpu_dask.parallel import kept_with_blocks
-    from mgpu_dask.parallel import placement
+    from mgpu_dask.parallel import kept_with_blocks, placement
     from mgpu_dask.parallel.inputs import to_host
 
     s, out = split, {}
