@@ -43,6 +43,9 @@
 #   profile  benchmarks/kernel_profile.py at FRACTIONS, .ab's package and the working tree
 #   ahead    record the compile-ahead list (python -m mgpu_dask.jobs.ahead --record) into
 #            $OUT/ahead.json and use it in the working tree here
+#   parts    benchmarks/lr_parts.py with --workers in NGPUS (1 2) at FRACTIONS (1), then
+#            benchmarks/host_fit.py --repeats 15 --parts (one worker): where a warm LR fit
+#            and predict, and a warm KNN fit from host NumPy, spend their time
 #   none     the stack only (a call that carries one more part)
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
@@ -314,6 +317,20 @@ precisions)
     cli "precision_knn_${p}_deformed_$i" knn --precision $p --dataset mnist-deformed \
       --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet
   done; done
+  ;;
+parts)
+  for n in ${NGPUS:-1 2}; do for f in ${FRACTIONS:-1}; do
+    log "lr_parts_f${f}_n$n: python benchmarks/lr_parts.py --workers $n --fraction $f"
+    timeout 200 python3 benchmarks/lr_parts.py "$R/lr_parts_f${f}_n$n.json" --workers $n \
+      --fraction $f > "$R/lr_parts_f${f}_n$n.log" 2>&1
+    tail -1 "$R/lr_parts_f${f}_n$n.log" | cut -c1-600 | tee -a "$OUT/summary.log"
+  done; done
+  log "host_fit_parts: python benchmarks/host_fit.py --repeats 15 --parts"
+  timeout 250 python3 benchmarks/host_fit.py "$R/host_fit_parts.json" --repeats 15 --parts \
+    > "$R/host_fit_parts.log" 2>&1
+  tail -1 "$R/host_fit_parts.log" | cut -c1-300 | tee -a "$OUT/summary.log"
+  python3 -c "import json; print(json.load(open('$R/host_fit_parts.json')).get('parts_median_ms'))" \
+    | tee -a "$OUT/summary.log"
   ;;
 none) ;;
 *) log "unknown phase $phase"; exit 2 ;;
