@@ -26,7 +26,7 @@ from ..kernels import knn as kernels
 from ..kernels.knn import precision as precisions
 from ..kernels.launch import array_module, as_numpy
 from ..kernels.precision import Precision
-from ..parallel import placement, recovery, shared_rows
+from ..parallel import made_ahead, placement, recovery, shared_rows
 from ..parallel.placement import Pinned
 from ..parallel.workers import worker_addresses
 
@@ -72,6 +72,10 @@ def _prepare(rows: Any, prep: Prep) -> Any:
 
 def _prepare_host(rows: np.ndarray, device: str, prep: Prep) -> Any:
     return _prepare(_to_device(rows, device), prep)
+
+
+def _prepare_shared(shared: shared_rows.SharedRows, device: str, prep: Prep) -> Any:
+    return _prepare(shared_rows.read(shared, device=device), prep)
 
 
 def _prepare_stacked(blocks: list[Any], prep: Prep) -> Any:
@@ -130,10 +134,15 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         tasks += [Pinned((name, j, 0), (stack, list(sends)), w) for j, w in enumerate(workers)]
     else:
         host = np.ascontiguousarray(X)
-        upload = functools.partial(_prepare_host, device=device, prep=prep)
         shared = shared_rows.share(host, client, workers)  # None: the rows go in the graph
-        rows = host if shared is None else (shared_rows.read, shared, None, None, device)
-        tasks += [Pinned((name, j, 0), (upload, rows), w) for j, w in enumerate(workers)]
+        if shared is None:
+            upload = functools.partial(_prepare_host, device=device, prep=prep)
+            tasks += [Pinned((name, j, 0), (upload, host), w) for j, w in enumerate(workers)]
+        else:  # each worker starts on its copy now, told straight; its task takes it
+            make = functools.partial(_prepare_shared, shared, device, prep)
+            made_ahead.ask_ahead(client, name, {w: make for w in workers})
+            tasks += [Pinned((name, j, 0), (made_ahead.taken, name, make), w)
+                      for j, w in enumerate(workers)]
     copies = placement.pinned_array(name, tasks, chunks=((n,) * len(workers), (d,)),
                                     meta=meta_for(device, 2, np.float32), inputs=inputs,
                                     loose=loose)

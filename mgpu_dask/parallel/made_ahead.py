@@ -1,0 +1,93 @@
+"""A task's value made on its worker before the task gets there.
+
+A task reaches its worker through the scheduler: the client tells the
+scheduler, the scheduler the worker, each hop through an event loop; on the
+GPU machines that takes several milliseconds, longer than a warm fit's own
+work on the worker (``docs/performance-history.md``).  Where the client already
+knows what a pinned task will compute, it can ask the worker straight, over
+its lane (:mod:`.lane`), to start at once (:func:`ask_ahead`); the task, when it
+comes, takes what was made (:func:`taken`) instead of making it again.  The
+task is submitted as before, so the scheduler, the dashboard and recovery see
+it as any other; a task rerun elsewhere (a lost worker) makes its value itself.
+
+Each value is taken once.  A task that finds nothing under its token (the
+worker was not asked, or not yet) makes the value itself and leaves a mark, so
+that a call arriving after it makes nothing; a value that no task takes within
+:data:`KEEP_SECONDS` is dropped.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import threading
+import time
+from typing import Any, Callable
+
+KEEP_SECONDS = 60.0
+"""A value made ahead and not taken within this long is dropped."""
+_MARKS = 256
+"""Tokens of tasks that found nothing, remembered (the newest) so that late calls skip."""
+
+_lock = threading.Lock()
+_made: dict[str, tuple[float, "concurrent.futures.Future[Any]"]] = {}
+_marks: "collections.OrderedDict[str, None]" = collections.OrderedDict()
+_asker: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def make_here(token: str, make: Callable[[], Any]) -> bool:
+    """On a worker (in its lane's thread): ``make()`` kept under ``token`` for the task
+    that takes it.  False where that task has already been and made it itself."""
+    done: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+    now = time.monotonic()
+    with _lock:
+        for old in [t for t, (at, _) in _made.items() if now - at > KEEP_SECONDS]:
+            del _made[old]
+        if token in _marks or token in _made:
+            return False
+        _made[token] = (now, done)
+    try:
+        done.set_result(make())
+    except BaseException as exc:  # the task makes it itself, and raises what it raises
+        done.set_exception(exc)
+    return True
+
+
+def taken(token: str, make: Callable[[], Any]) -> Any:
+    """In the task: the value made ahead under ``token`` (waited for if it is being made),
+    else ``make()`` here."""
+    with _lock:
+        entry = _made.pop(token, None)
+        if entry is None:
+            _marks[token] = None
+            while len(_marks) > _MARKS:
+                _marks.popitem(last=False)
+    if entry is not None:
+        try:
+            return entry[1].result()
+        except Exception:  # made again here: an error is then this task's own
+            pass
+    return make()
+
+
+def ask_ahead(client: Any, token: str, makes: dict[str, Callable[[], Any]]) -> None:
+    """Ask each worker of ``makes`` (address -> what its pinned task will compute) to
+    make it now, under ``token``, over its lane; returns at once.  Nothing is asked
+    where a worker has no lane; a call that fails is dropped (the tasks then make
+    their values themselves)."""
+    from .. import config
+    from . import direct, lane
+
+    global _asker
+    with _lock:
+        if _asker is None:
+            _asker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mgpu-dask-ahead")
+    calls = {w: ("thread", make_here, (token, make)) for w, make in makes.items()}
+
+    def ask() -> None:
+        try:
+            lane.ask(client, calls, config.seconds("cluster.compute-timeout"), direct.SERVED)
+        except Exception:  # lost on the way, or the lane closed: the tasks make them
+            pass
+
+    _asker.submit(ask)
