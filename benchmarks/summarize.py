@@ -9,7 +9,8 @@ and the A/B ratios where ``ab_*`` files are present (``workers_*``: the means ov
 rounds per worker count, and their ratios to one worker; ``gpus_*``: the means per
 GPU count, and the speed-ups over one GPU, per code where they are ``gpus_*_old|new_*``;
 ``precision_*``: the means per precision
-and their ratios to bf16's; ``sizes_*``: the means per size and code, and new over old).  The tables print as Markdown.
+and their ratios to bf16's; ``sizes_*``: the means per size and code, and new over old;
+``host_fit_*``: the warm fits' means per code, and new over old).  The tables print as Markdown.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
                           for r, runs in result["rounds"].items()}}
     if "warm_fit_median_ms" in result:  # benchmarks/host_fit.py: fits from host NumPy
         return {k: result[k] for k in ("dataset", "n_train", "workers", "warm_fit_median_ms",
-                                       "warm_shard_median_ms", "predictions_equal", "accuracy")}
+                                       "warm_fit_back_to_back_median_ms", "parts_median_ms",
+                                       "warm_shard_median_ms", "predictions_equal", "accuracy")
+                if k in result}
+    if "predict_parts_ms" in result:  # benchmarks/lr_parts.py: a warm LR call, part by part
+        return {k: result[k] for k in ("workers", "fraction", "accuracy", "warm_ms",
+                                       "predict_parts_ms", "straight_call_floor_ms",
+                                       "predict_block_alone_ms")}
     if "knn search" in result:  # benchmarks/kernel_profile.py: kernels without Dask
         return {name: {"wall_ms_median": result[name]["wall_ms_median"],
                        "device_ms_total": result[name]["device_ms_total"],
@@ -147,6 +154,32 @@ def precision_means(summary: dict[str, Any]) -> dict[str, float]:
                         lambda mean, bf16: mean / bf16, base="bf16", digits=3)
 
 
+def host_fit_means(summary: dict[str, Any]) -> dict[str, float]:
+    """Means over rounds of ``host_fit_CODE_n1_I`` (``PHASE=host-fit-ab``), ms: the warm fit
+    through shared memory (alternating with fits that carry the rows in the graph), back
+    to back where measured, and the newer code's over the older's."""
+    import re
+
+    runs: dict[tuple[str, str], list[float]] = {}
+    for name, s in summary.items():
+        m = re.fullmatch(r"host_fit_(?P<code>old|new)_n\d+_\d+", name)
+        if not m:
+            continue
+        runs.setdefault(("alternating", m["code"]), []).append(
+            s["warm_fit_median_ms"]["shared memory"])
+        if s.get("warm_fit_back_to_back_median_ms") is not None:
+            runs.setdefault(("back to back", m["code"]), []).append(
+                s["warm_fit_back_to_back_median_ms"])
+    out: dict[str, float] = {}
+    for (way, code), times in sorted(runs.items()):
+        out[f"host fit, {way}, {code}"] = round(statistics.mean(times), 2)
+    for way in ("alternating", "back to back"):
+        old, new = out.get(f"host fit, {way}, old"), out.get(f"host fit, {way}, new")
+        if old and new:
+            out[f"host fit, {way}, new / old (ratio)"] = round(new / old, 3)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path)
@@ -166,7 +199,7 @@ def main() -> None:
     payload = {"machine": machine, "commit": args.commit, "made_by": args.made_by,
                "runs": summary, "ab": ab_ratios(summary)}
     means = {**worker_means(summary), **gpu_means(summary), **gpu_ab_means(summary),
-             **precision_means(summary), **size_means(summary)}
+             **precision_means(summary), **size_means(summary), **host_fit_means(summary)}
     if means:
         payload["means_over_rounds_ms"] = means
     (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
@@ -195,6 +228,9 @@ def main() -> None:
         elif "warm_fit_median_ms" in s:
             print(f"{name}: {s['workers']} workers, warm fit from host NumPy (ms) "
                   f"{s['warm_fit_median_ms']}, shard {s['warm_shard_median_ms']}")
+        elif "predict_parts_ms" in s:
+            print(f"{name}: {s['workers']} workers, warm LR (ms) {s['warm_ms']}, predict's "
+                  f"parts {s['predict_parts_ms']}, straight call {s['straight_call_floor_ms']}")
         else:
             print(f"{name}: {s['task']} accuracy {s['accuracy']:.4f}, warm "
                   f"{1e3 * s['warm_seconds']:.1f} ms ({s['precision']})")
