@@ -61,15 +61,16 @@ def test_a_knn_fit_through_a_file_starts_ahead_and_predicts_as_in_the_graph(
     X, y = digits_xy()
     X, y = np.tile(X, (16, 1)), np.tile(y, 16)  # through the shared-memory file
     s = split(X, y, seed=4)
-    Q = shard(s.X_test, process_client, dtype=np.float32)
     asked = []
     real = made_ahead.ask_ahead
 
-    def ask_ahead(client, token, makes):
+    def ask_ahead(client, makes):
         asked.append(sorted(makes))
-        return real(client, token, makes)
+        return real(client, makes)
 
     monkeypatch.setattr(made_ahead, "ask_ahead", ask_ahead)
+    Q = shard(s.X_test, process_client, dtype=np.float32)  # small: in the graph
+    assert asked == []
     clf = KNeighborsClassifier(3, plan="replicate").fit(s.X_train, s.y_train)
     ahead = to_host(clf.predict(Q))
     assert asked == [sorted(process_client.scheduler_info()["workers"])]
@@ -80,3 +81,29 @@ def test_a_knn_fit_through_a_file_starts_ahead_and_predicts_as_in_the_graph(
                        .predict(Q))
     assert len(asked) == 1  # nothing asked ahead for rows in the graph
     np.testing.assert_array_equal(ahead, in_graph)
+
+
+def _taken_tokens(dask_worker=None) -> int:
+    from mgpu_dask.parallel import made_ahead as here
+
+    return len(here._made)
+
+
+def test_shards_through_a_file_are_read_ahead_and_equal_the_rows(process_client, monkeypatch):
+    X, _ = digits_xy()
+    X = np.tile(X, (16, 1))
+    workers = sorted(process_client.scheduler_info()["workers"])
+    asked = []
+    real = made_ahead.ask_ahead
+
+    def ask_ahead(client, makes):
+        asked.append({w: [token for token, _ in pairs] for w, pairs in makes.items()})
+        return real(client, makes)
+
+    monkeypatch.setattr(made_ahead, "ask_ahead", ask_ahead)
+    Xd = shard(X, process_client, n_shards=6, dtype=np.float32, scale=0.5)
+    assert len(asked) == 1 and sorted(asked[0]) == workers
+    assert sorted(len(tokens) for tokens in asked[0].values()) == [2, 2, 2]  # two each
+    np.testing.assert_array_equal(to_host(Xd), X.astype(np.float32) * np.float32(0.5))
+    made_ahead._asker.submit(lambda: None).result()
+    assert set(process_client.run(_taken_tokens).values()) == {0}

@@ -9,6 +9,7 @@ on another (``placement.PinRecovery``).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any, NamedTuple
@@ -18,7 +19,7 @@ import numpy as np
 from distributed import Client, futures_of, wait
 
 from .. import config
-from ..parallel import placement, shared_rows
+from ..parallel import made_ahead, placement, shared_rows
 from ..parallel.workers import detect_device, worker_addresses
 
 _PREFIX = "mgpu-shard"
@@ -43,6 +44,14 @@ def _to_gpu(block: np.ndarray, dtype: np.dtype | None, scale: float | None = Non
 def _to_cpu(block: np.ndarray, dtype: np.dtype | None, scale: float | None = None) -> np.ndarray:
     out = block.astype(dtype, copy=False) if dtype is not None else block
     return out * out.dtype.type(scale) if scale is not None else out
+
+
+def _from_file(shared: shared_rows.SharedRows, start: int, stop: int, device: str,
+               dtype: np.dtype | None, scale: float | None) -> Any:
+    """Rows ``start:stop`` of a shared-memory file, on the worker's ``device``, cast and
+    scaled (one shard's task)."""
+    rows = shared_rows.read(shared, start, stop, device)
+    return (_to_gpu if device == "gpu" else _to_cpu)(rows, dtype, scale)
 
 
 def meta_for(device: str, ndim: int, dtype: np.dtype) -> Any:
@@ -133,14 +142,20 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     owners = [workers[i % len(workers)] for i in range(len(bounds))]
     shared = shared_rows.share(array, client, sorted(set(owners)))
 
-    def rows(start: int, stop: int) -> Any:
-        if shared is None:
-            return array[start:stop]
-        return (shared_rows.read, shared, start, stop, device)
-
-    tasks = [placement.Pinned((name, i, *tail), (convert, rows(start, stop), cast, scale),
-                              owners[i])
-             for i, (start, stop) in enumerate(bounds)]
+    if shared is None:
+        tasks = [placement.Pinned((name, i, *tail), (convert, array[start:stop], cast, scale),
+                                  owners[i])
+                 for i, (start, stop) in enumerate(bounds)]
+    else:  # each worker starts reading its shards now, told straight; their tasks take them
+        makes = [functools.partial(_from_file, shared, start, stop, device, cast, scale)
+                 for start, stop in bounds]
+        ahead: dict[str, list] = {}
+        for i, make in enumerate(makes):
+            ahead.setdefault(owners[i], []).append((f"{name}-{i}", make))
+        made_ahead.ask_ahead(client, ahead)
+        tasks = [placement.Pinned((name, i, *tail), (made_ahead.taken, f"{name}-{i}", make),
+                                  owners[i])
+                 for i, make in enumerate(makes)]
     chunks = (tuple(stop - start for start, stop in bounds),) + tuple((n,) for n in array.shape[1:])
     result = placement.pinned_array(name, tasks, chunks=chunks, loose=loose,
                                     meta=meta_for(device, array.ndim, out_dtype))

@@ -140,7 +140,7 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
             tasks += [Pinned((name, j, 0), (upload, host), w) for j, w in enumerate(workers)]
         else:  # each worker starts on its copy now, told straight; its task takes it
             make = functools.partial(_prepare_shared, shared, device, prep)
-            made_ahead.ask_ahead(client, name, {w: make for w in workers})
+            made_ahead.ask_ahead(client, {w: [(name, make)] for w in workers})
             tasks += [Pinned((name, j, 0), (made_ahead.taken, name, make), w)
                       for j, w in enumerate(workers)]
     copies = placement.pinned_array(name, tasks, chunks=((n,) * len(workers), (d,)),

@@ -35,17 +35,23 @@ _marks: "collections.OrderedDict[str, None]" = collections.OrderedDict()
 _asker: concurrent.futures.ThreadPoolExecutor | None = None
 
 
+def _drop_stale() -> None:
+    """Forget values made more than :data:`KEEP_SECONDS` ago and never taken (``_lock``
+    held)."""
+    now = time.monotonic()
+    for old in [t for t, (at, _) in _made.items() if now - at > KEEP_SECONDS]:
+        del _made[old]
+
+
 def make_here(token: str, make: Callable[[], Any]) -> bool:
     """On a worker (in its lane's thread): ``make()`` kept under ``token`` for the task
     that takes it.  False where that task has already been and made it itself."""
     done: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
-    now = time.monotonic()
     with _lock:
-        for old in [t for t, (at, _) in _made.items() if now - at > KEEP_SECONDS]:
-            del _made[old]
+        _drop_stale()
         if token in _marks or token in _made:
             return False
-        _made[token] = (now, done)
+        _made[token] = (time.monotonic(), done)
     try:
         done.set_result(make())
     except BaseException as exc:  # the task makes it itself, and raises what it raises
@@ -57,6 +63,7 @@ def taken(token: str, make: Callable[[], Any]) -> Any:
     """In the task: the value made ahead under ``token`` (waited for if it is being made),
     else ``make()`` here."""
     with _lock:
+        _drop_stale()
         entry = _made.pop(token, None)
         if entry is None:
             _marks[token] = None
@@ -70,11 +77,17 @@ def taken(token: str, make: Callable[[], Any]) -> Any:
     return make()
 
 
-def ask_ahead(client: Any, token: str, makes: dict[str, Callable[[], Any]]) -> None:
-    """Ask each worker of ``makes`` (address -> what its pinned task will compute) to
-    make it now, under ``token``, over its lane; returns at once.  Nothing is asked
-    where a worker has no lane; a call that fails is dropped (the tasks then make
-    their values themselves)."""
+def make_all(pairs: list[tuple[str, Callable[[], Any]]]) -> list[bool]:
+    """On a worker (in its lane's thread): :func:`make_here` for each ``(token, make)``, in
+    order."""
+    return [make_here(token, make) for token, make in pairs]
+
+
+def ask_ahead(client: Any, makes: dict[str, list[tuple[str, Callable[[], Any]]]]) -> None:
+    """Ask each worker of ``makes`` (address -> ``(token, make)`` for each task pinned to
+    it: what the task will compute) to make those values now, over its lane; returns at
+    once.  Nothing is asked where a worker has no lane; a call that fails is dropped
+    (the tasks then make their values themselves)."""
     from .. import config
     from . import direct, lane
 
@@ -82,7 +95,7 @@ def ask_ahead(client: Any, token: str, makes: dict[str, Callable[[], Any]]) -> N
     with _lock:
         if _asker is None:
             _asker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mgpu-dask-ahead")
-    calls = {w: ("thread", make_here, (token, make)) for w, make in makes.items()}
+    calls = {w: ("thread", make_all, (pairs,)) for w, pairs in makes.items() if pairs}
 
     def ask() -> None:
         try:
@@ -90,4 +103,5 @@ def ask_ahead(client: Any, token: str, makes: dict[str, Callable[[], Any]]) -> N
         except Exception:  # lost on the way, or the lane closed: the tasks make them
             pass
 
-    _asker.submit(ask)
+    if calls:
+        _asker.submit(ask)
