@@ -157,7 +157,8 @@ def precision_means(summary: dict[str, Any]) -> dict[str, float]:
 def host_fit_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``host_fit_CODE_n1_I`` (``PHASE=host-fit-ab``), ms: the warm fit
     through shared memory (alternating with fits that carry the rows in the graph), back
-    to back where measured, and the newer code's over the older's."""
+    to back where measured, ``shard`` of the same rows through shared memory, and the
+    newer code's over the older's."""
     import re
 
     runs: dict[tuple[str, str], list[float]] = {}
@@ -167,13 +168,15 @@ def host_fit_means(summary: dict[str, Any]) -> dict[str, float]:
             continue
         runs.setdefault(("alternating", m["code"]), []).append(
             s["warm_fit_median_ms"]["shared memory"])
+        runs.setdefault(("shard", m["code"]), []).append(
+            s["warm_shard_median_ms"]["shared memory"])
         if s.get("warm_fit_back_to_back_median_ms") is not None:
             runs.setdefault(("back to back", m["code"]), []).append(
                 s["warm_fit_back_to_back_median_ms"])
     out: dict[str, float] = {}
     for (way, code), times in sorted(runs.items()):
         out[f"host fit, {way}, {code}"] = round(statistics.mean(times), 2)
-    for way in ("alternating", "back to back"):
+    for way in ("alternating", "back to back", "shard"):
         old, new = out.get(f"host fit, {way}, old"), out.get(f"host fit, {way}, new")
         if old and new:
             out[f"host fit, {way}, new / old (ratio)"] = round(new / old, 3)

@@ -9,7 +9,7 @@ from mgpu_dask.data.sharding import row_bounds
 
 def test_one_shard_per_worker(client):
     X = np.random.default_rng().integers(0, 256, (101, 7), dtype=np.uint8)
-    arr = shard(X, client, dtype=np.float32)
+    arr = shard(X, client, dtype=np.float32, device="cpu")  # a GPU machine's too
     assert arr.numblocks == (2, 1) and arr.dtype == np.float32
     assert type(arr._meta) is np.ndarray
     locations = shard_locations(arr, client)
@@ -22,7 +22,7 @@ def test_one_shard_per_worker(client):
 
 def test_chunk_rows_and_labels(client):
     y = np.arange(50, dtype=np.int32)
-    arr = shard(y, client, chunk_rows=12)
+    arr = shard(y, client, chunk_rows=12, device="cpu")
     assert arr.chunks == ((10, 10, 10, 10, 10),)  # ceil(50 / 12) = 5 near-equal shards
     assert {s.worker for s in shard_locations(arr, client)} == set(worker_addresses(client))
     np.testing.assert_array_equal(arr.compute(), y)
