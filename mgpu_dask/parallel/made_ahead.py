@@ -12,8 +12,9 @@ it as any other; a task rerun elsewhere (a lost worker) makes its value itself.
 
 Each value is taken once.  A task that finds nothing under its token (the
 worker was not asked, or not yet) makes the value itself and leaves a mark, so
-that a call arriving after it makes nothing; a value that no task takes within
-:data:`KEEP_SECONDS` is dropped.
+that a call arriving after it makes nothing.  A value that no task took within
+:data:`KEEP_SECONDS` (its graph was never submitted) is dropped at that
+worker's next call or task here.
 """
 
 from __future__ import annotations
@@ -53,10 +54,27 @@ def make_here(token: str, make: Callable[[], Any]) -> bool:
             return False
         _made[token] = (time.monotonic(), done)
     try:
-        done.set_result(make())
+        value = make()
+        _settle()
+        done.set_result(value)
     except BaseException as exc:  # the task makes it itself, and raises what it raises
         done.set_exception(exc)
     return True
+
+
+def _settle() -> None:
+    """Wait for the GPU work this thread queued: the task thread takes the value, and
+    with per-thread default streams its stream would not wait for this thread's."""
+    import sys
+
+    cupy = sys.modules.get("cupy")
+    if cupy is None:  # nothing queued on a GPU here
+        return
+    try:
+        stream = cupy.cuda.get_current_stream()
+    except Exception:  # CuPy without a GPU (a CPU worker)
+        return
+    stream.synchronize()
 
 
 def taken(token: str, make: Callable[[], Any]) -> Any:
