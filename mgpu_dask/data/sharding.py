@@ -153,7 +153,8 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
         for i, make in enumerate(makes):
             ahead.setdefault(owners[i], []).append((f"{name}-{i}", make))
         made_ahead.ask_ahead(client, ahead)
-        tasks = [placement.Pinned((name, i, *tail), (made_ahead.taken, f"{name}-{i}", make),
+        tasks = [placement.Pinned((name, i, *tail),  # the token never read as a key
+                                  (functools.partial(made_ahead.taken, f"{name}-{i}", make),),
                                   owners[i])
                  for i, make in enumerate(makes)]
     chunks = (tuple(stop - start for start, stop in bounds),) + tuple((n,) for n in array.shape[1:])
