@@ -147,16 +147,12 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
                                   owners[i])
                  for i, (start, stop) in enumerate(bounds)]
     else:  # each worker starts reading its shards now, told straight; their tasks take them
-        makes = [functools.partial(_from_file, shared, start, stop, device, cast, scale)
-                 for start, stop in bounds]
-        ahead: dict[str, list] = {}
-        for i, make in enumerate(makes):
-            ahead.setdefault(owners[i], []).append((f"{name}-{i}", make))
-        made_ahead.ask_ahead(client, ahead)
-        tasks = [placement.Pinned((name, i, *tail),  # the token never read as a key
-                                  (functools.partial(made_ahead.taken, f"{name}-{i}", make),),
-                                  owners[i])
-                 for i, make in enumerate(makes)]
+        takes = made_ahead.started(client, [
+            (owners[i], f"{name}-{i}",
+             functools.partial(_from_file, shared, start, stop, device, cast, scale))
+            for i, (start, stop) in enumerate(bounds)])
+        tasks = [placement.Pinned((name, i, *tail), (take,), owners[i])
+                 for i, take in enumerate(takes)]
     chunks = (tuple(stop - start for start, stop in bounds),) + tuple((n,) for n in array.shape[1:])
     result = placement.pinned_array(name, tasks, chunks=chunks, loose=loose,
                                     meta=meta_for(device, array.ndim, out_dtype))

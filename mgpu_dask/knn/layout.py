@@ -140,9 +140,10 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
             tasks += [Pinned((name, j, 0), (upload, host), w) for j, w in enumerate(workers)]
         else:  # each worker starts on its copy now, told straight; its task takes it
             make = functools.partial(_prepare_shared, shared, device, prep)
-            made_ahead.ask_ahead(client, {w: [(name, make)] for w in workers})
-            take = functools.partial(made_ahead.taken, name, make)  # never read as a key
-            tasks += [Pinned((name, j, 0), (take,), w) for j, w in enumerate(workers)]
+            takes = made_ahead.started(client, [(w, f"{name}-{j}", make)
+                                                for j, w in enumerate(workers)])
+            tasks += [Pinned((name, j, 0), (take,), w)
+                      for j, (w, take) in enumerate(zip(workers, takes))]
     copies = placement.pinned_array(name, tasks, chunks=((n,) * len(workers), (d,)),
                                     meta=meta_for(device, 2, np.float32), inputs=inputs,
                                     loose=loose)

@@ -1,12 +1,12 @@
 """A task's value made on its worker before the task gets there.
 
 A task reaches its worker through the scheduler: the client tells the
-scheduler, the scheduler the worker, each hop through an event loop; on the
-GPU machines that takes several milliseconds, longer than a warm fit's own
-work on the worker (``docs/performance-history.md``).  Where the client already
-knows what a pinned task will compute, it can ask the worker straight, over
-its lane (:mod:`.lane`), to start at once (:func:`ask_ahead`); the task, when it
-comes, takes what was made (:func:`taken`) instead of making it again.  The
+scheduler, the scheduler the worker, each hop through an event loop (what that
+costs beside a warm fit's own work: ``docs/performance-history.md``).  Where the
+client already knows what a pinned task will compute, it can ask the worker
+straight, over its lane (:mod:`.lane`), to start at once (:func:`started`); the
+task, when it comes, takes what was made (:func:`taken`) instead of making it
+again.  The
 task is submitted as before, so the scheduler, the dashboard and recovery see
 it as any other; a task rerun elsewhere (a lost worker) makes its value itself.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import threading
 import time
 from typing import Any, Callable
@@ -123,3 +124,14 @@ def ask_ahead(client: Any, makes: dict[str, list[tuple[str, Callable[[], Any]]]]
 
     if calls:
         _asker.submit(ask)
+
+
+def started(client: Any, tasks: list[tuple[str, str, Callable[[], Any]]]) -> list[Any]:
+    """For each ``(worker, token, make)`` of a task pinned to ``worker``: its worker asked
+    to make it now (:func:`ask_ahead`), and the task's callable, which takes that value
+    (:func:`taken`; the token inside a partial, never read as a graph key)."""
+    makes: dict[str, list[tuple[str, Callable[[], Any]]]] = {}
+    for worker, token, make in tasks:
+        makes.setdefault(worker, []).append((token, make))
+    ask_ahead(client, makes)
+    return [functools.partial(taken, token, make) for _, token, make in tasks]
