@@ -83,8 +83,9 @@ def _kernels(fit: Fit) -> list[Any]:
         from ..kernels.lbfgs import cuda as lbfgs
         from ..kernels.lbfgs import finish
 
-        used += [lbfgs.dots, lbfgs.direction, lbfgs.trial, lbfgs.set_trial, lbfgs.forget,
-                 lbfgs.arm, finish.assemble, finish.finish, finish.apply]
+        used += [lbfgs.dots, lbfgs.direction, lbfgs.trial, lbfgs.gram_parts, lbfgs.gram_sum,
+                 lbfgs.set_trial, lbfgs.forget, lbfgs.arm, finish.assemble, finish.finish,
+                 finish.apply]
     return used
 
 

@@ -7,20 +7,17 @@ scalars the host decides on, in ``scal`` (indices below): one small copy to
 the host per iteration is all the loop reads.
 
 * A proposal is three launches over many blocks: :func:`dots` (``g`` against
-  every stored ``s`` and ``y`` and itself; where a pair was stored since the
-  last proposal, also that pair's ``s`` and ``y`` against every slot's),
-  :func:`direction` (the stored pair's row and column of the Gram matrices
-  ``SY``/``YY`` from those products, then the two-loop recursion from the
-  products and ``SY``/``YY``, then ``p = -H g``) and :func:`trial` (the slope
-  along ``p``, the first trial step, and the trial point written as the
-  float32 parameters the evaluation reads).
+  every stored ``s`` and ``y`` and itself), :func:`direction` (the two-loop
+  recursion from those products and the pairs' Gram matrices ``SY``/``YY``,
+  then ``p = -H g``) and :func:`trial` (the slope along ``p``, the first
+  trial step, and the trial point written as the float32 parameters the
+  evaluation reads).
 * :func:`set_trial`: the trial point at a step the host chose (line search).
 * :mod:`.finish`: the objective at the trial point from the shards' sums and,
   by ``mode``, whether to keep it (three launches: ``assemble``, ``finish``,
-  ``apply``).  Keeping a point stores the new curvature pair and sets
-  ``scal[STORED]``: the next proposal adds its products with the other pairs
-  to ``SY`` and ``YY`` (in ``dots`` and ``direction``, not in launches of their
-  own) and ``trial`` clears the flag.
+  ``apply``).  Keeping a point stores the new curvature pair;
+  :func:`gram_parts` and :func:`gram_sum` then add its products with the
+  other pairs to ``SY`` and ``YY``.
 * :func:`forget`: drops the curvature pairs.
 * :func:`arm`: lets the next proposals run (see "Running ahead").
 
@@ -52,7 +49,7 @@ MAX_CHUNKS = 64    # blocks along a vector in those kernels
 MAX_MEMORY = 32    # curvature pairs at most
 VECS = 65          # 2 * MAX_MEMORY + 1 (literal: Numba needs constant shared shapes)
 GRAM = 1024        # MAX_MEMORY ** 2
-PAIR_ROWS = 96     # 3 * MAX_MEMORY: rows of a stored pair's products
+PAIR_ROWS = 96     # 3 * MAX_MEMORY: gram_parts' rows
 VECS_LANES = 520   # VECS * blocks.LANES: scratch of the row sums
 PAIR_LANES = 768   # PAIR_ROWS * blocks.LANES
 assert VECS_LANES == VECS * LANES and PAIR_LANES == PAIR_ROWS * LANES
@@ -77,56 +74,17 @@ def _slot(head, age, memory):
     return slot
 
 
-@inlined_device
-def _pair_parts(S, Y, scal, parts, b, sh):
-    """After a pair was stored: partial products of its ``s`` and ``y`` with every slot's,
-    by the block numbered ``b`` among the ``parts.size`` that :func:`dots` adds for them
-    (``sh``: a shared array of one slot per thread).
-
-    Block ``v * chunks + c``: kind ``v // memory`` (0: s_new . y_o, 1: s_o . y_new,
-    2: y_new . y_o) for slot ``o = v % memory`` over chunk ``c``.
-    """
-    memory = S.shape[0]
-    chunks = parts.shape[1]
-    v = b // chunks
-    c = b % chunks
-    new = _slot(int32(scal[HEAD]), 0, memory)
-    kind = v // memory
-    o = v % memory
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
-    part = float64(0.0)
-    for j in range(c * nt + tid, S.shape[1], chunks * nt):
-        if kind == 0:
-            part += S[new, j] * Y[o, j]
-        elif kind == 1:
-            part += S[o, j] * Y[new, j]
-        else:
-            part += Y[new, j] * Y[o, j]
-    total = block_sum(part, sh)
-    if tid == 0:
-        parts[v, c] = total
-
-
 @cuda.jit(cache=True)
-def dots(S, Y, g, scal, parts, gparts):
-    """Partial products of ``g`` with every stored ``s`` and ``y`` and itself, per chunk;
-    and, where a pair was stored since the last proposal, its partial products with
-    every slot's (:func:`_pair_parts`).
+def dots(S, Y, g, scal, parts):
+    """Partial products of ``g`` with every stored ``s`` and ``y`` and itself, per chunk.
 
     Block ``v * chunks + c`` sums vector ``v`` (``s`` of age v for v < pairs,
     then ``y`` of age v - pairs, then ``g``) against ``g`` over chunk ``c``
-    into ``parts[v, c]``; the blocks after the first ``parts.size`` are the
-    stored pair's.
+    into ``parts[v, c]``.
     """
     if scal[ACTIVE] == 0.0:
         return
     chunks = parts.shape[1]
-    sh = cuda.shared.array(SWEEP, float64)
-    if cuda.blockIdx.x >= parts.shape[0] * chunks:
-        if scal[STORED] != 0.0:
-            _pair_parts(S, Y, scal, gparts, cuda.blockIdx.x - parts.shape[0] * chunks, sh)
-        return
     v = cuda.blockIdx.x // chunks
     c = cuda.blockIdx.x % chunks
     pairs = int32(scal[PAIRS])
@@ -136,6 +94,7 @@ def dots(S, Y, g, scal, parts, gparts):
     head = int32(scal[HEAD])
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
+    sh = cuda.shared.array(SWEEP, float64)
     part = float64(0.0)
     if v == 2 * pairs:
         for j in range(c * nt + tid, g.shape[0], chunks * nt):
@@ -154,22 +113,17 @@ def dots(S, Y, g, scal, parts, gparts):
 
 
 @cuda.jit(cache=True)
-def direction(S, Y, g, rho, SY, YY, scal, parts, gparts, p, pparts):
+def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
     """``p = -H g`` over chunk ``c`` (block ``c``), and its chunk of ``g . p`` in ``pparts[c]``.
 
     The two-loop recursion needs, besides ``g``, only products of vectors:
     ``s_i . g``, ``y_i . g`` (``dots``) and the pairs' ``s_i . y_j`` and
-    ``y_i . y_j`` (``SY``, ``YY``), so its scalars (alpha_i, beta_i) come
-    from a few hundred flops on one thread; every block does them (reading
-    the same sums in the same order) and then writes ``p = -gamma g + sum
-    gamma alpha_i y_i - sum (alpha_i - beta_i) s_i`` over its chunk.  The
-    same direction as the usual recursion on vectors, summed in another order.
-
-    Where a pair was stored since the last proposal (``scal[STORED]``), every
-    block first adds up its products with every slot's (``dots``' parts in
-    ``gparts``, in a fixed order) and takes them for its row and column of
-    ``SY`` and ``YY``; block 0 also writes them there, for the proposals that
-    follow (``trial`` clears the flag once every block has read it).
+    ``y_i . y_j`` (``SY``, ``YY``, kept by ``gram_parts``/``gram_sum``), so its
+    scalars (alpha_i, beta_i) come from a few hundred flops on one thread;
+    every block does them (reading the same sums in the same order) and then
+    writes ``p = -gamma g + sum gamma alpha_i y_i - sum (alpha_i - beta_i) s_i``
+    over its chunk.  The same direction as the usual recursion on vectors,
+    summed in another order.
     """
     if scal[ACTIVE] == 0.0:
         return
@@ -200,28 +154,6 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, gparts, p, pparts):
         b = slots[e % pairs]
         sy[e] = SY[a, b]
         yy[e] = YY[a, b]
-    if scal[STORED] != 0.0:  # the same in every thread: nothing writes it while this runs
-        pair_scratch = cuda.shared.array(PAIR_LANES, float64)
-        pair = cuda.shared.array(PAIR_ROWS, float64)
-        row_sums(gparts, 3 * memory, pair_scratch, pair)  # syncs: sy and yy are written
-        for j in range(tid, pairs, nt):  # the new pair is age 0: row and column 0
-            o = slots[j]
-            sy[j] = pair[o]                   # s_new . y_o
-            sy[j * pairs] = pair[memory + o]  # s_o . y_new
-            yy[j] = pair[2 * memory + o]      # y_new . y_o
-            yy[j * pairs] = pair[2 * memory + o]
-        if c == 0:
-            new = _slot(head, 0, memory)
-            for v in range(tid, 3 * memory, nt):
-                total = pair[v]
-                o = v % memory
-                if v < memory:
-                    SY[new, o] = total
-                elif v < 2 * memory:
-                    SY[o, new] = total
-                else:
-                    YY[new, o] = total
-                    YY[o, new] = total
     cuda.syncthreads()
     if tid == 0:
         for i in range(pairs):  # newest first: q_i = g - sum_{j newer} alpha_j y_j
@@ -260,8 +192,7 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, gparts, p, pparts):
 
 @cuda.jit(cache=True)
 def trial(x, p, scal, pparts, params):
-    """The slope along ``p``, the first step and the float32 trial parameters (any block
-    count); clears ``scal[STORED]``."""
+    """The slope along ``p``, the first step and the float32 trial parameters (any block count)."""
     if scal[ACTIVE] == 0.0:
         return
     scratch = cuda.shared.array(LANES, float64)
@@ -276,7 +207,63 @@ def trial(x, p, scal, pparts, params):
         scal[SLOPE0] = slope0
         scal[STEP] = step
         scal[STATUS] = SEARCH if slope0 < 0 else NOT_DESCENT
-        scal[STORED] = 0.0  # direction has brought SY and YY up to date
+
+
+@cuda.jit(cache=True)
+def gram_parts(S, Y, scal, parts):
+    """After a pair was stored: partial products of its ``s`` and ``y`` with every slot's.
+
+    Block ``v * chunks + c``: kind ``v // memory`` (0: s_new . y_o, 1: s_o . y_new,
+    2: y_new . y_o) for slot ``o = v % memory`` over chunk ``c``.
+    """
+    if scal[STORED] == 0.0:
+        return
+    memory = S.shape[0]
+    chunks = parts.shape[1]
+    v = cuda.blockIdx.x // chunks
+    c = cuda.blockIdx.x % chunks
+    new = _slot(int32(scal[HEAD]), 0, memory)
+    kind = v // memory
+    o = v % memory
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    sh = cuda.shared.array(SWEEP, float64)
+    part = float64(0.0)
+    for j in range(c * nt + tid, S.shape[1], chunks * nt):
+        if kind == 0:
+            part += S[new, j] * Y[o, j]
+        elif kind == 1:
+            part += S[o, j] * Y[new, j]
+        else:
+            part += Y[new, j] * Y[o, j]
+    total = block_sum(part, sh)
+    if tid == 0:
+        parts[v, c] = total
+
+
+@cuda.jit(cache=True)
+def gram_sum(scal, parts, SY, YY):
+    """The new pair's row and column of ``SY`` and ``YY`` from ``gram_parts`` (one block)."""
+    if scal[STORED] == 0.0:
+        return
+    memory = SY.shape[0]
+    new = _slot(int32(scal[HEAD]), 0, memory)
+    scratch = cuda.shared.array(PAIR_LANES, float64)
+    totals = cuda.shared.array(PAIR_ROWS, float64)
+    row_sums(parts, 3 * memory, scratch, totals)
+    for v in range(cuda.threadIdx.x, 3 * memory, cuda.blockDim.x):
+        total = totals[v]
+        o = v % memory
+        if v < memory:
+            SY[new, o] = total
+        elif v < 2 * memory:
+            SY[o, new] = total
+        else:
+            YY[new, o] = total
+            YY[o, new] = total
+    cuda.syncthreads()  # every thread has read scal[STORED]
+    if cuda.threadIdx.x == 0:
+        scal[STORED] = 0.0
 
 
 @cuda.jit(cache=True)

@@ -173,7 +173,7 @@ def finish(psums, rho, scal, fparts, inv_n, penalty, mode):
         sy = sums[SY]
         if sy > 1e-10 * sums[YY]:
             todo = PAIR_STORED
-            scal[STORED] = 1.0  # the next proposal brings SY and YY up to date
+            scal[STORED] = 1.0  # gram_parts / gram_sum bring SY and YY up to date
             scal[SLOT] = head
             rho[head] = 1.0 / sy
             scal[HEAD] = (head + 1) % memory

@@ -158,9 +158,9 @@ class DeviceBackend:
             self.state = (self.x, self.g, self.gt, self.p, self.S, self.Y, self.rho, self.scal,
                           self.params, self.parts, self.psums, self.SY, self.YY, self.dparts,
                           self.pparts, self.gparts, self.fparts)
-            (self._propose_launches, self._finish_launches, self._k_trial, self._k_forget,
-             self._k_arm) = launches(self, memory, chunks, sweep, threads, 1.0 / n_rows,
-                                     float(penalty))
+            (self._propose_launches, self._finish_launches, self._gram_launches, self._k_trial,
+             self._k_forget, self._k_arm) = launches(self, memory, chunks, sweep, threads,
+                                                     1.0 / n_rows, float(penalty))
             self._trial_blocks = -(-m // 256)
             if self.gpu:
                 self._ready = cupy.cuda.Event(disable_timing=True)
@@ -218,6 +218,9 @@ class DeviceBackend:
         with self._leader():
             for launcher, grid in self._finish_launches:
                 launcher(grid)
+            if mode in (K.AUTO, K.COMMIT):  # a pair may have been stored
+                for launcher, grid in self._gram_launches:
+                    launcher(grid)
 
     def _propose(self) -> None:
         with self._leader():
@@ -313,7 +316,7 @@ class DeviceBackend:
         if not self.gpu:
             return None
         launchers = [launcher for launcher, _ in
-                     self._propose_launches + self._finish_launches]
+                     self._propose_launches + self._finish_launches + self._gram_launches]
         launchers += [self._k_trial, self._k_forget, self._k_arm]
         slow = [launcher.why for launcher in launchers if not launcher.fast]
         if slow:
