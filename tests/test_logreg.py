@@ -756,3 +756,43 @@ def test_cli_logreg_dtype_uint8_is_float32s_model(tmp_path):
     assert runs["uint8"]["dtype"] == "uint8" and runs["float32"]["dtype"] == "float32"
     assert runs["uint8"]["accuracy"] == runs["float32"]["accuracy"] > 0.9
     assert runs["uint8"]["loss"] == pytest.approx(runs["float32"]["loss"], rel=1e-6)
+
+
+def test_int8_gradient_blocks_follow_the_shard_size(monkeypatch):
+    """Shards of at most SMALL_SHARD_ROWS rows take blocks of SMALL_GRADIENT_ROWS for
+    ``v^T R``, larger ones GRADIENT_ROWS, and their levels are padded to whole blocks of
+    that size (one block of a multiple of 16 rows where the shard is smaller)."""
+    small, large = logreg_int8.SMALL_SHARD_ROWS, logreg_int8.SMALL_SHARD_ROWS + 1
+    assert logreg_int8.gradient_rows(small) == logreg_int8.SMALL_GRADIENT_ROWS
+    assert logreg_int8.gradient_rows(large) == logreg_int8.GRADIENT_ROWS
+    assert logreg_int8.SMALL_GRADIENT_ROWS < logreg_int8.GRADIENT_ROWS
+    for n in (5, 8192, 8193, 26250, 52500, small, large, 210000):
+        rows, cols = logreg_int8.padded_shape(n, 784)
+        block = logreg_int8.gradient_rows(n)
+        assert cols == 784 and rows >= n
+        assert rows % block == 0 if n > block else rows == -(-n // 16) * 16
+        assert rows - n < max(block, 16)  # never a whole block of padding
+    monkeypatch.setattr(logreg_int8, "GRADIENT_ROWS", 64)
+    monkeypatch.setattr(logreg_int8, "SMALL_GRADIENT_ROWS", 16)
+    monkeypatch.setattr(logreg_int8, "SMALL_SHARD_ROWS", 100)
+    assert logreg_int8.gradient_rows(100) == 16 and logreg_int8.gradient_rows(101) == 64
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+def test_int8_evaluation_is_the_same_bits_whatever_the_gradient_blocks(monkeypatch):
+    """The blocks of ``v^T R`` are exact int32 sums added in int64: blocks of another size
+    give the same loss and gradient, bit for bit."""
+    rng = np.random.default_rng(7)
+    n, d, k = 150, 24, 4
+    X = rng.integers(0, 256, (n, d)).astype(np.uint8)
+    y = rng.integers(0, k, n).astype(np.int32)
+    W, b = rng.standard_normal((d, k)) * 0.3, rng.standard_normal(k) * 0.1
+    got = []
+    for rows in (16, 64, 256):  # ten blocks, three, one
+        monkeypatch.setattr(logreg_int8, "SMALL_GRADIENT_ROWS", rows)
+        got.append(logreg_int8.loss_grad(X, y, W, b, scale=1 / 255))
+    for loss, gW, gb in got[1:]:
+        assert loss == got[0][0]
+        np.testing.assert_array_equal(gW, got[0][1])
+        np.testing.assert_array_equal(gb, got[0][2])
+    assert np.abs(got[0][1]).sum() > 0

@@ -39,7 +39,20 @@ faster there (what each costs: docs/performance-history.md)."""
 GRADIENT_ROWS = 16384
 """``v^T R`` is one int8 tensor-core product per block of this many
 rows (int32 sums are exact up to ``cuda_int8.I8_MAX_K`` rows; the blocks are
-added in int64, so the block size is about speed only)."""
+added in int64, so the block size is about speed only): see :func:`gradient_rows`."""
+SMALL_SHARD_ROWS = 1 << 17
+"""Shards of at most this many rows take blocks of SMALL_GRADIENT_ROWS."""
+SMALL_GRADIENT_ROWS = 8192
+
+
+def gradient_rows(n: int) -> int:
+    """The rows per block of ``v^T R`` for a shard of ``n`` rows.  Each block's product
+    has few outputs (padded features x int8 terms), so cuBLAS runs it as a few thread
+    blocks that each loop over the block's rows: a shard of few blocks leaves most of
+    the GPU idle while they loop.  Shards of at most SMALL_SHARD_ROWS rows take
+    SMALL_GRADIENT_ROWS (more thread blocks, shorter loops), larger ones GRADIENT_ROWS
+    (fewer blocks for ``combine_i8`` to add).  The sums are the same bits either way."""
+    return GRADIENT_ROWS if n > SMALL_SHARD_ROWS else min(GRADIENT_ROWS, SMALL_GRADIENT_ROWS)
 
 
 def term_columns(k: int) -> int:
@@ -84,7 +97,7 @@ def levels(X: Any, allocate: Any = None, scale: float | None = None) -> Levels |
     8-bit levels in [0, 255], d is too long for exact int32 sums, or the GPU has no int8
     tensor cores (compute capability < 7.5).  uint8 rows are their own levels (step
     ``scale``); float rows are checked.  Rows are padded with zeros to whole blocks of
-    GRADIENT_ROWS (or of 16 when there is one block), features to 16.  The transpose
+    :func:`gradient_rows` (or of 16 when there is one block), features to 16.  The transpose
     ``vt`` is not made here (``Levels.vt`` is None): the evaluation that reads it makes
     it (:func:`transposed`), and the one-pass evaluation never does.
     ``allocate(shape, dtype)`` makes ``v`` (default ``cupy.empty``; a peer's export
@@ -133,8 +146,9 @@ def transposed(v: Any, stream: Any = None) -> Any:
 
 def padded_shape(n: int, d: int) -> tuple[int, int]:
     """The shape of ``v`` for ``n`` rows of ``d`` features: rows padded to whole blocks of
-    GRADIENT_ROWS (to 16 where there is one block), features to 16."""
-    block = GRADIENT_ROWS if n > GRADIENT_ROWS else -(-n // 16) * 16
+    :func:`gradient_rows` (to 16 where there is one block), features to 16."""
+    block = gradient_rows(n)
+    block = block if n > block else -(-n // 16) * 16
     return -(-n // block) * block, -(-d // 16) * 16
 
 
@@ -197,7 +211,9 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
     k = obj.k
     rows, cols = v.shape
     width = term_columns(k)
-    block = min(rows, GRADIENT_ROWS)
+    block = min(rows, gradient_rows(n))
+    if rows % block:  # levels padded for blocks of another size
+        block = min(rows, GRADIENT_ROWS)
     blocks = rows // block
     obj.levels, obj.levels_t = v, vt
     obj._step = cupy.asarray([step], dtype=np.float64)
@@ -291,7 +307,7 @@ def loss_grad(X: np.ndarray, labels: np.ndarray, coef: np.ndarray,
     launch(C.softmax_xent_i8_for(k), blocks, C.THREADS, logits,
            np.asarray(labels, dtype=np.int32), colinfo, resid8, bpart)
     launch(C.sum_block_parts, k + 1, C.THREADS, bpart, sums)
-    rows = GRADIENT_ROWS
+    rows = gradient_rows(n)
     g32 = np.stack([(vt[:, r:r + rows].astype(np.int64) @ resid8[:, r:r + rows].T.astype(np.int64))
                     .astype(np.int32) for r in range(0, n, rows)])
     grad = np.empty(d * k, dtype=np.float32)
