@@ -8,20 +8,13 @@ from typing import Any
 import numpy as np
 
 from ..kernels.launch import array_module, as_numpy
-from ..kernels.logreg import decision, predict
+from ..kernels.logreg import decision
 
 
 def predict_block(X: Any, coef: np.ndarray, intercept: np.ndarray, classes: np.ndarray,
                   host: bool = False) -> Any:
-    """``classes[argmax(X coef + intercept)]`` per row (NumPy when ``host``).  CuPy rows
-    of up to ``predict.MAX_CLASSES`` classes take one kernel (:mod:`..kernels.logreg.
-    predict`), their classes looked up on the host where the answer goes there."""
+    """``classes[argmax(X coef + intercept)]`` per row (NumPy when ``host``)."""
     xp = array_module(X)
-    if predict.usable(X, coef):
-        index = predict.class_indices(X, coef, intercept)
-        if host:
-            return np.asarray(classes)[as_numpy(index)]
-        return xp.asarray(classes)[index]
     pred = xp.asarray(classes)[decision(X, coef, intercept).argmax(axis=1)]
     return as_numpy(pred) if host else pred
 

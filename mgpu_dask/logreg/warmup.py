@@ -62,7 +62,7 @@ def _kernels(fit: Fit) -> list[Any]:
         return [cpu.softmax_xent_rows]
     import cupy
 
-    from ..kernels.logreg import cuda, cuda_bf16, cuda_int8, int8, predict
+    from ..kernels.logreg import cuda, cuda_bf16, cuda_int8, int8
 
     products = _products(fit)
     if products is Precision.INT8:
@@ -86,8 +86,6 @@ def _kernels(fit: Fit) -> list[Any]:
         used += [lbfgs.dots, lbfgs.direction, lbfgs.trial, lbfgs.gram_parts, lbfgs.gram_sum,
                  lbfgs.set_trial, lbfgs.forget, lbfgs.arm, finish.assemble, finish.finish,
                  finish.apply]
-    if fit.n_classes <= predict.MAX_CLASSES and np.dtype(fit.dtype) in predict.DTYPES:
-        used.append(predict.argmax_rows)  # the predict's, on the warm-up's rows
     return used
 
 
