@@ -14,11 +14,10 @@ and opened here (``cudaIpcOpenMemHandle``).  Each: the median of 12 timed fits o
 """
 import json
 import multiprocessing as mp
-import statistics
 import sys
-import time
 
 import numpy as np
+from lbfgs_fits import fit_times, mnist_rows
 
 
 def child(conn, X1, mode):
@@ -34,33 +33,18 @@ def child(conn, X1, mode):
         conn.send(None)
     conn.recv()
 
-def fit_times(shards, n, reps=12):
-    import cupy
 
-    from mgpu_dask.kernels.precision import Precision
-    from mgpu_dask.logreg.lbfgs import device as dev
-    from mgpu_dask.logreg.lbfgs import loop
-    with cupy.cuda.Device(0):
-        be = dev.DeviceBackend(shards, 10, n, 1.0 / n, precision=Precision.AUTO, scale=1 / 255)
-        walls = []
-        for i in range(reps + 3):
-            if i:
-                assert be.reuse(shards)
-            t = time.perf_counter()
-            r = loop.run(be, maxiter=100, gtol=1e-4)
-            walls.append(time.perf_counter() - t)
-        be.close()
-    return round(1e3 * statistics.median(walls[3:]), 3), float(r["fun"])
+def _fit(shards, n) -> list:
+    """``[median ms, loss]`` of :func:`lbfgs_fits.fit_times`, as the results hold them."""
+    fit = fit_times(shards, n)
+    return [fit["median_ms"], fit["fun"]]
+
 
 def main():
     import cupy
 
-    from mgpu_dask.data import load_dataset, split
     out_path, times = sys.argv[1], int(sys.argv[2])
-    ds = load_dataset("mnist")
-    s = split(ds.X, ds.y, seed=0)
-    Xtr = np.ascontiguousarray(np.concatenate([s.X_train] * times))
-    ytr = np.concatenate([s.y_train] * times).astype(np.int32)
+    Xtr, ytr = mnist_rows(times)
     n = len(Xtr)
     h = n // 2
     X1h = np.ascontiguousarray(Xtr[h:])
@@ -72,8 +56,8 @@ def main():
     res = {"n": n}
     ctx = mp.get_context("spawn")
     for rnd in range(2):
-        res[f"one_gpu_{rnd}"] = fit_times(one, n)
-        res[f"two_local_{rnd}"] = fit_times([s0, s1], n)
+        res[f"one_gpu_{rnd}"] = _fit(one, n)
+        res[f"two_local_{rnd}"] = _fit([s0, s1], n)
         for mode in ("context", "ipc"):
             a, b = ctx.Pipe()
             p = ctx.Process(target=child, args=(b, X1h, mode))
@@ -84,13 +68,13 @@ def main():
                     ptr = cupy.cuda.runtime.ipcOpenMemHandle(handle)
                     mem = cupy.cuda.UnownedMemory(ptr, X1h.nbytes, None, 1)
                     X1 = cupy.ndarray(X1h.shape, np.uint8, cupy.cuda.MemoryPointer(mem, 0))
-                    assert int((X1[:100].astype(np.int64)).sum()) == int(X1h[:100].astype(np.int64).sum())
-                res[f"two_ipc_{rnd}"] = fit_times([s0, (X1, s1[1])], n)
+                    assert int(X1[:100].astype(np.int64).sum()) == int(X1h[:100].astype(np.int64).sum())
+                res[f"two_ipc_{rnd}"] = _fit([s0, (X1, s1[1])], n)
                 del X1, mem
                 with cupy.cuda.Device(1):
                     cupy.cuda.runtime.ipcCloseMemHandle(ptr)
             else:
-                res[f"two_other_context_{rnd}"] = fit_times([s0, s1], n)
+                res[f"two_other_context_{rnd}"] = _fit([s0, s1], n)
             a.send("done")
             p.join()
         print(json.dumps(res), flush=True)

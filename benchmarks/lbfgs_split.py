@@ -13,27 +13,17 @@ on the host.  Writes each share's median and minimum (ms) and the loss it reache
 what the L-BFGS costs on one GPU and on two with no Dask process in between.
 """
 import json
-import statistics
 import sys
-import time
 
-import numpy as np
+import cupy
+from lbfgs_fits import fit_times, mnist_rows
 
 
-def main():
-    import cupy
-
-    from mgpu_dask.data import load_dataset, split
-    from mgpu_dask.kernels.precision import Precision
-    from mgpu_dask.logreg.lbfgs import device as dev
-    from mgpu_dask.logreg.lbfgs import loop
+def main() -> None:
     out_path, times = sys.argv[1], int(sys.argv[2])
     shares = [float(a) for a in sys.argv[3].split(",")]
     reps = int(sys.argv[4]) if len(sys.argv) > 4 else 12
-    ds = load_dataset("mnist")
-    s = split(ds.X, ds.y, seed=0)
-    Xtr = np.concatenate([s.X_train] * times)
-    ytr = np.concatenate([s.y_train] * times).astype(np.int32)
+    Xtr, ytr = mnist_rows(times)
     n = len(Xtr)
     res = {"n": n, "gpus": cupy.cuda.runtime.getDeviceCount(), "runs": []}
     for share in shares:
@@ -45,22 +35,7 @@ def main():
         for dev_id, a, b in parts:
             with cupy.cuda.Device(dev_id):
                 shards.append((cupy.asarray(Xtr[a:b]), cupy.asarray(ytr[a:b])))
-        with cupy.cuda.Device(0):
-            be = dev.DeviceBackend(shards, 10, n, 1.0 / n, precision=Precision.AUTO, scale=1 / 255)
-            walls, funs = [], []
-            for i in range(reps + 3):
-                if i:
-                    assert be.reuse(shards)
-                t = time.perf_counter()
-                r = loop.run(be, maxiter=100, gtol=1e-4)
-                walls.append(time.perf_counter() - t)
-                funs.append(float(r["fun"]))
-            w = walls[3:]
-            row = {"leader_rows": r0, "share": round(r0 / n, 4), "median_ms": round(1e3 * statistics.median(w), 3),
-                   "min_ms": round(1e3 * min(w), 3), "nit": r["nit"], "nfev": r["nfev"], "fun": funs[-1],
-                   "graph": be.graph_note, "precision": ",".join(str(o.precision) for o in be.objectives),
-                   "run_ahead": be.run_ahead}
-            be.close()
+        row = {"leader_rows": r0, "share": round(r0 / n, 4), **fit_times(shards, n, reps)}
         print(json.dumps(row), flush=True)
         res["runs"].append(row)
     with open(out_path, "w") as f:
