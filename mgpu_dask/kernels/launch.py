@@ -227,9 +227,10 @@ class Launcher:
     Compiled once for the argument types; its parameters (arrays as Numba
     passes them, scalars as int64 / float64) are laid out once, and
     :meth:`set` rewrites one scalar in place.  Each call is then one
-    ``cuLaunchKernel`` through CuPy on ``stream``: a few microseconds of host
-    time, where Numba's own launch costs tens (and checks the grid for
-    occupancy, which is why our launches never print NumbaPerformanceWarning).
+    ``cuLaunchKernel`` through CuPy on ``stream``: no typing of the arguments at each
+    call, as Numba's own launch does (what each costs: docs/performance-history.md),
+    and no check of the grid for occupancy, which is why our launches never print
+    NumbaPerformanceWarning.
     Under the CUDA simulator, or where Numba's compiled kernels are not the
     objects this expects, it falls back to Numba's documented launch and
     ``why`` says what stopped the fast one.
