@@ -1,6 +1,6 @@
-"""What the Dask-free L-BFGS benchmarks share (``lbfgs_split.py``, ``lbfgs_ipc.py``,
-``lbfgs_blocks.py``): MNIST's training rows as the ``logreg`` job fits them, and warm
-fits of one device L-BFGS timed on the host."""
+"""What the Dask-free L-BFGS benchmarks share: MNIST's training rows as the ``logreg``
+job fits them (all four, ``lbfgs_timeline_gpus.py`` too), and warm fits of one device
+L-BFGS timed on the host (``lbfgs_split.py``, ``lbfgs_ipc.py``, ``lbfgs_blocks.py``)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import re
 import sys
 from collections import defaultdict
 
-import numpy as np
+from lbfgs_fits import SCALE, mnist_rows
 
 
 def short(name: str) -> str:
@@ -45,15 +45,11 @@ def main():
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from mgpu_dask.data import load_dataset, split
     from mgpu_dask.kernels.precision import Precision
     from mgpu_dask.logreg.lbfgs import device as dev
     from mgpu_dask.logreg.lbfgs import loop
     out, times, ngpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    ds = load_dataset("mnist")
-    s = split(ds.X, ds.y, seed=0)
-    Xtr = np.concatenate([s.X_train] * times)
-    ytr = np.concatenate([s.y_train] * times).astype(np.int32)
+    Xtr, ytr = mnist_rows(times)
     n = len(Xtr)
     h = n // ngpu
     shards = []
@@ -62,7 +58,7 @@ def main():
         with cupy.cuda.Device(g):
             shards.append((cupy.asarray(Xtr[a:b]), cupy.asarray(ytr[a:b])))
     with cupy.cuda.Device(0):
-        be = dev.DeviceBackend(shards, 10, n, 1.0 / n, precision=Precision.AUTO, scale=1 / 255)
+        be = dev.DeviceBackend(shards, 10, n, 1.0 / n, precision=Precision.AUTO, scale=SCALE)
         for i in range(4):
             if i:
                 be.reuse(shards)

@@ -47,11 +47,11 @@ def _to_cpu(block: np.ndarray, dtype: np.dtype | None, scale: float | None = Non
 
 
 def _from_file(shared: shared_rows.SharedRows, start: int, stop: int, device: str,
-               dtype: np.dtype | None, scale: float | None) -> Any:
-    """Rows ``start:stop`` of a shared-memory file, on the worker's ``device``, cast and
-    scaled (one shard's task)."""
-    rows = shared_rows.read(shared, start, stop, device)
-    return (_to_gpu if device == "gpu" else _to_cpu)(rows, dtype, scale)
+               convert: Any, dtype: np.dtype | None, scale: float | None) -> Any:
+    """Rows ``start:stop`` of a shared-memory file, read on the worker's ``device`` and
+    ``convert``-ed (:func:`_to_gpu` or :func:`_to_cpu`: cast and scaled), one shard's
+    task."""
+    return convert(shared_rows.read(shared, start, stop, device), dtype, scale)
 
 
 def meta_for(device: str, ndim: int, dtype: np.dtype) -> Any:
@@ -149,7 +149,7 @@ def shard(array: np.ndarray, client: Client, *, n_shards: int | None = None,
     else:  # each worker starts reading its shards now, told straight; their tasks take them
         takes = made_ahead.started(client, [
             (owners[i], f"{name}-{i}",
-             functools.partial(_from_file, shared, start, stop, device, cast, scale))
+             functools.partial(_from_file, shared, start, stop, device, convert, cast, scale))
             for i, (start, stop) in enumerate(bounds)])
         tasks = [placement.Pinned((name, i, *tail), (take,), owners[i])
                  for i, take in enumerate(takes)]

@@ -211,9 +211,7 @@ def ops(obj: Any, n: int, d: int, v: Any, vt: Any, step: float) -> list:
     k = obj.k
     rows, cols = v.shape
     width = term_columns(k)
-    block = min(rows, gradient_rows(n))
-    if rows % block:  # levels padded for blocks of another size
-        block = min(rows, GRADIENT_ROWS)
+    block = min(rows, gradient_rows(n))  # padded_shape made rows whole blocks of it
     blocks = rows // block
     obj.levels, obj.levels_t = v, vt
     obj._step = cupy.asarray([step], dtype=np.float64)
