@@ -46,6 +46,9 @@
 #   parts    benchmarks/lr_parts.py with --workers in NGPUS (1 2) at FRACTIONS (1), then
 #            benchmarks/host_fit.py --repeats 15 --parts (one worker): where a warm LR fit
 #            and predict, and a warm KNN fit from host NumPy, spend their time
+#   timeline benchmarks/lbfgs_timeline_gpus.py (the L-BFGS without Dask under CUPTI) at
+#            FRACTIONS (1 4) rows over each of NGPUS (1 2) GPUs, .ab's package and the
+#            working tree in ORDER: lbfgs_timeline_fF_gN_CODE (its events in .events.json)
 #   none     the stack only (a call that carries one more part)
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
@@ -96,7 +99,7 @@ for phase in ${PHASE:-none}; do
 # A phase that runs .ab's package needs .ab carried in this very call (a carried path a
 # call does not name is deleted there): without it the old side's runs fail one by one.
 case "$phase" in
-  *-ab|ab|profile)
+  *-ab|ab|profile|timeline)
     if [ ! -d .ab/mgpu_dask ] && [[ " ${ORDER:-old new} " == *" old "* ]]; then
       log "error: PHASE=$phase runs .ab's package, and .ab is not here: carry it in this call"
       continue
@@ -331,6 +334,19 @@ parts)
   tail -1 "$R/host_fit_parts.log" | cut -c1-300 | tee -a "$OUT/summary.log"
   python3 -c "import json; print(json.load(open('$R/host_fit_parts.json')).get('parts_median_ms'))" \
     | tee -a "$OUT/summary.log"
+  ;;
+timeline)
+  top=$PWD; base=$PYTHONPATH
+  for code in ${ORDER:-old new}; do
+    where=$top; [ "$code" = old ] && where=$top/.ab
+    for f in ${FRACTIONS:-1 4}; do for n in ${NGPUS:-1 2}; do
+      name=lbfgs_timeline_f${f}_g${n}_$code
+      log "$name: python benchmarks/lbfgs_timeline_gpus.py OUT $f $n ($where)"
+      (cd "$where" && PYTHONPATH=$where:$base timeout 200 python3 \
+        "$top/benchmarks/lbfgs_timeline_gpus.py" "$R/$name.json" $f $n > "$R/$name.log" 2>&1)
+      tail -1 "$R/$name.log" | cut -c1-400 | tee -a "$OUT/summary.log"
+    done; done
+  done
   ;;
 none) ;;
 *) log "unknown phase $phase"; exit 2 ;;

@@ -6,9 +6,10 @@ usage (GPU machine): python benchmarks/lbfgs_timeline_gpus.py OUT.json COPIES GP
 MNIST's training rows (``COPIES`` times over) split evenly over ``GPUS`` GPUs, one
 :class:`~mgpu_dask.logreg.lbfgs.device.DeviceBackend` on GPU 0, four warm fits, then
 one under the profiler (CUPTI).  Writes every operation (name, device, start and
-end in microseconds) in start order
-:func:`per_device` sums them per device and
-kind, what the results folders keep.
+end in microseconds) in start order to OUT.events.json, and to OUT.json what the
+results folders keep: :func:`per_device` (busy time per device and kind of
+operation), :func:`crossings` (what the hand-overs between the GPUs wait) and the
+span per iteration.
 """
 import json
 import re
@@ -40,6 +41,51 @@ def per_device(events: list) -> dict:
     return out
 
 
+def _median(xs: list) -> float | None:
+    xs = sorted(xs)
+    return round(xs[len(xs) // 2], 2) if xs else None
+
+
+def crossings(events: list) -> dict:
+    """Medians (us) of what each iteration's hand-overs between GPU 0 (the leader) and
+    the others wait: from the leader's last proposal kernel (``trial``/``set_trial``) to
+    each other GPU's first evaluation kernel (``split_coef_i8``) and to the leader's own;
+    from the last kernel of another GPU's evaluation before the leader's ``assemble`` to
+    that ``assemble``; and from one ``assemble`` to the next (an iteration's span)."""
+    by_dev = defaultdict(list)
+    for e in events:
+        by_dev[e["dev"]].append(e)
+    lead = by_dev.get(0, [])
+    proposals = [e for e in lead if short(e["name"]) in ("trial", "set_trial")]
+    assembles = [e for e in lead if short(e["name"]) == "assemble"]
+    out = {"assemble to assemble": _median([b["start"] - a["start"]
+                                            for a, b in zip(assembles, assembles[1:])])}
+    for dev, evs in sorted(by_dev.items()):
+        firsts = [e for e in evs if short(e["name"]) == "split_coef_i8"]
+        waits = []
+        for f in firsts:
+            before = [p["end"] for p in proposals if p["end"] <= f["start"]]
+            if before:
+                waits.append(f["start"] - max(before))
+        out[f"proposal to GPU {dev}'s evaluation"] = _median(waits)
+        if dev == 0:
+            continue
+        back = []
+        for a in assembles:
+            ends = [e["end"] for e in evs if e["end"] <= a["start"]]
+            if ends:
+                back.append(a["start"] - max(ends))
+        out[f"GPU {dev}'s evaluation to assemble"] = _median(back)
+        lasts = []  # the other GPU's evaluation: its first kernel to its last (combine)
+        for f in firsts:
+            combines = [e for e in evs if e["start"] >= f["start"]
+                        and short(e["name"]) in ("combine_i8", "combine_i8_once")]
+            if combines:
+                lasts.append(min(combines, key=lambda e: e["start"])["end"] - f["start"])
+        out[f"GPU {dev}'s evaluation"] = _median(lasts)
+    return out
+
+
 def main():
     import cupy
     import torch
@@ -66,7 +112,7 @@ def main():
         be.reuse(shards)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            loop.run(be, maxiter=100, gtol=1e-4)
+            result = loop.run(be, maxiter=100, gtol=1e-4)
             for g in range(ngpu):
                 cupy.cuda.Device(g).synchronize()
     ev = []
@@ -75,9 +121,16 @@ def main():
             ev.append({"name": e.name[:60], "dev": e.device_index, "stream": getattr(e, 'device_resource_id', None),
                        "start": e.time_range.start, "end": e.time_range.end})
     ev.sort(key=lambda r: r["start"])
-    with open(out, "w") as f:
+    with open(out.removesuffix(".json") + ".events.json", "w") as f:
         json.dump(ev, f)
-    print(len(ev), "events")
+    span = ev[-1]["end"] - ev[0]["start"] if ev else 0.0
+    summary = {"command": " ".join(["python", "benchmarks/lbfgs_timeline_gpus.py", *sys.argv[1:]]),
+               "span_us": round(span, 1), "events": len(ev), "iterations": result["nit"],
+               "span_per_iteration_us": round(span / max(1, result["nit"]), 1),
+               "per_device": per_device(ev), "crossings": crossings(ev)}
+    with open(out, "w") as f:
+        json.dump(summary, f, indent=1)
+    print(json.dumps({k: v for k, v in summary.items() if k != "per_device"}))
 
 
 if __name__ == "__main__":

@@ -796,3 +796,38 @@ def test_int8_evaluation_is_the_same_bits_whatever_the_gradient_blocks(monkeypat
         np.testing.assert_array_equal(gW, got[0][1])
         np.testing.assert_array_equal(gb, got[0][2])
     assert np.abs(got[0][1]).sum() > 0
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+@pytest.mark.parametrize("d", [37, 1100])  # within the held entries, and past them
+def test_int8_split_of_the_coefficients_matches_its_statement(d):
+    """``split_coef_i8``: each column scaled so its largest entry is I8_TOP, its int8 terms
+    the roundings of what the ones before left (times I8_BASE), exactly; ``colinfo`` the
+    factor and offset of a logit -- whether an entry was held in registers or read as used."""
+    from mgpu_dask.kernels.launch import launch
+    from mgpu_dask.kernels.logreg import cuda_int8 as C
+
+    rng = np.random.default_rng(d)
+    k = 3
+    W = (rng.standard_normal((d, k)) * 0.2).astype(np.float32)
+    W[:, 1] = 0.0  # a zero column: scale 1 by rule
+    W[d // 2, 2] = -3.0  # its largest entry far from the first held ones
+    b = rng.standard_normal(k).astype(np.float32)
+    params = np.concatenate([W.ravel(), b])
+    step = np.array([1 / 255])
+    w8 = np.zeros((logreg_int8.term_columns(k), d), dtype=np.int8)
+    colinfo = np.zeros(2 * k)
+    launch(C.split_coef_i8, k, C.THREADS, params, step, w8, colinfo)
+    for c in range(k):
+        w = W[:, c].astype(np.float64)
+        top = np.abs(w).max() or 1.0
+        scale = C.I8_TOP / top
+        rest = w * scale
+        for t in range(C.I8_TERMS):
+            q = np.floor(rest + 0.5)
+            np.testing.assert_array_equal(w8[t * k + c], q.astype(np.int8))
+            rest = (rest - q) * C.I8_BASE
+        assert colinfo[c] == step[0] / scale
+        assert colinfo[k + c] == pytest.approx(step[0] * C.I8_SHIFT * w.sum() + b[c], rel=1e-12,
+                                               abs=1e-12)
+    assert not w8[[t * k + 1 for t in range(C.I8_TERMS)]].any()  # the zero column

@@ -95,18 +95,35 @@ def transpose_grid(rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, in
     return (-(-rows // WIDE_TILE), -(-cols // WIDE_TILE)), (16, 16)
 
 
+SPLIT_HELD = 8
+"""``split_coef_i8`` holds each thread's first SPLIT_HELD entries of its column in
+registers: their loads go out together, not one after another, and the second pass
+reads none of them again (a shard on another GPU reads ``params`` over NVLink, where
+each wait in a chain is long).  Entries past SPLIT_HELD * THREADS (d > 1024) are read
+as they are used."""
+
+
 @cuda.jit(cache=True)
 def split_coef_i8(params, step, w8, colinfo):
     """One block per class c: ``w8[t k + c, :d]``, the int8 terms of ``W[:, c]`` (``params``
     is ``[W (d x k, row-major), intercept (k)]``), and ``colinfo[c]`` (a logit's factor on
-    the terms' sums) and ``colinfo[k + c]`` (its offset: ``I8_SHIFT q colsum + intercept``)."""
+    the terms' sums) and ``colinfo[k + c]`` (its offset: ``I8_SHIFT q colsum + intercept``).
+    Thread ``tid`` takes entries ``tid, tid + THREADS, ...`` in that order (see SPLIT_HELD)."""
     c = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     k = colinfo.shape[0] // 2
     d = params.shape[0] // k - 1
+    held = cuda.local.array(SPLIT_HELD, float64)
+    for r in range(SPLIT_HELD):  # a constant count: unrolled, the loads issued together
+        j = tid + r * THREADS
+        held[r] = float64(params[j * k + c]) if j < d else 0.0
     top = float64(0.0)
     total = float64(0.0)
-    for j in range(tid, d, THREADS):
+    for r in range(SPLIT_HELD):
+        if tid + r * THREADS < d:
+            top = max(top, abs(held[r]))
+            total += held[r]
+    for j in range(tid + SPLIT_HELD * THREADS, d, THREADS):
         w = float64(params[j * k + c])
         top = max(top, abs(w))
         total += w
@@ -116,15 +133,24 @@ def split_coef_i8(params, step, w8, colinfo):
     if top == 0.0:
         top = 1.0
     scale = I8_TOP / top
-    for j in range(tid, d, THREADS):
-        rest = float64(params[j * k + c]) * scale
-        for t in range(I8_TERMS):
-            q = math.floor(rest + 0.5)
-            w8[t * k + c, j] = int8(int64(q))
-            rest = (rest - q) * I8_BASE
+    for r in range(SPLIT_HELD):
+        j = tid + r * THREADS
+        if j < d:
+            _split_entry(held[r] * scale, w8, c, k, j)
+    for j in range(tid + SPLIT_HELD * THREADS, d, THREADS):
+        _split_entry(float64(params[j * k + c]) * scale, w8, c, k, j)
     if tid == 0:
         colinfo[c] = step[0] / scale
         colinfo[k + c] = step[0] * I8_SHIFT * total + float64(params[d * k + c])
+
+
+@inlined_device
+def _split_entry(rest, w8, c, k, j):
+    """``w8[t k + c, j]`` for every term t of the scaled entry ``rest``."""
+    for t in range(I8_TERMS):
+        q = math.floor(rest + 0.5)
+        w8[t * k + c, j] = int8(int64(q))
+        rest = (rest - q) * I8_BASE
 
 
 @inlined_device
