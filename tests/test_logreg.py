@@ -405,30 +405,37 @@ def _host_objective(shards, n, d, k, penalty):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-def test_device_lbfgs_kernels_follow_the_host_loop():
+@pytest.mark.parametrize("held", [None, 2])
+def test_device_lbfgs_kernels_follow_the_host_loop(held, monkeypatch):
     """The device backend's kernels (simulated) take the host backend's every step.
 
     Badly scaled rows make the first step fail the Wolfe test, so the host's
     line search probes the device and commits; 10 iterations with 3 pairs
-    wrap the ring of curvature pairs.
+    wrap the ring of curvature pairs.  With fewer pairs held in registers by
+    ``direction`` (HELD_PAIRS, read when the simulated kernel runs) than stored,
+    the rest come from memory: the same steps.
     """
+    from mgpu_dask.kernels.lbfgs import cuda as K
     from mgpu_dask.logreg.lbfgs import loop as lbfgs
     from mgpu_dask.logreg.lbfgs.device import DeviceBackend
 
+    memory, maxiter = 3, 10
+    if held is not None:
+        monkeypatch.setattr(K, "HELD_PAIRS", held)
     shards, n, d, k = _two_shard_problem()
     penalty = 1.0 / n
-    device = DeviceBackend(shards, k, n, penalty, memory=3)
-    got = lbfgs.run(device, maxiter=10, gtol=1e-4)
+    device = DeviceBackend(shards, k, n, penalty, memory=memory)
+    got = lbfgs.run(device, maxiter=maxiter, gtol=1e-4)
     want = lbfgs.minimize_lbfgs(_host_objective(shards, n, d, k, penalty), np.zeros(d * k + k),
-                                maxiter=10, gtol=1e-4, memory=3)
-    assert got["searches"] >= 1 and got["nit"] == want["nit"] == 10
+                                maxiter=maxiter, gtol=1e-4, memory=memory)
+    assert got["searches"] >= 1 and got["nit"] == want["nit"] == maxiter
     # Iterations run ahead (4 per look in the simulator): the steps queued behind
     # the one the line search took over were skipped and are not counted.
     assert device.run_ahead == 4
     assert got["nfev"] == want["nfev"] and device.syncs < got["nfev"]
     np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-11)
     assert abs(got["fun"] - want["fun"]) < 1e-12
-    assert device.pairs == 3
+    assert device.pairs == memory
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")

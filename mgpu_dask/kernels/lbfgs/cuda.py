@@ -47,6 +47,7 @@ from .rules import first_step
 SWEEP = 256        # threads per block of the many-block kernels (a power of 2)
 MAX_CHUNKS = 64    # blocks along a vector in those kernels
 MAX_MEMORY = 32    # curvature pairs at most
+HELD_PAIRS = 16    # direction: the pairs whose entries a thread loads together (registers)
 VECS = 65          # 2 * MAX_MEMORY + 1 (literal: Numba needs constant shared shapes)
 GRAM = 1024        # MAX_MEMORY ** 2
 PAIR_ROWS = 96     # 3 * MAX_MEMORY: gram_parts' rows
@@ -119,11 +120,13 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
     The two-loop recursion needs, besides ``g``, only products of vectors:
     ``s_i . g``, ``y_i . g`` (``dots``) and the pairs' ``s_i . y_j`` and
     ``y_i . y_j`` (``SY``, ``YY``, kept by ``gram_parts``/``gram_sum``), so its
-    scalars (alpha_i, beta_i) come from a few hundred flops on one thread;
-    every block does them (reading the same sums in the same order) and then
-    writes ``p = -gamma g + sum gamma alpha_i y_i - sum (alpha_i - beta_i) s_i``
-    over its chunk.  The same direction as the usual recursion on vectors,
-    summed in another order.
+    scalars (alpha_i, beta_i) come from a few hundred flops: the alphas and the
+    betas' chain on one thread, each beta's products with the alphas on a thread
+    of its own (the same operations in the same order as on one thread); every
+    block does them (reading the same sums in the same order) and then writes
+    ``p = -gamma g + sum gamma alpha_i y_i - sum (alpha_i - beta_i) s_i`` over its
+    chunk, each thread's entries of the first HELD_PAIRS pairs loaded together.
+    The same direction as the usual recursion on vectors, summed in another order.
     """
     if scal[ACTIVE] == 0.0:
         return
@@ -161,14 +164,19 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
             for j in range(i):
                 t -= alpha[j] * sy[i * pairs + j]
             alpha[i] = rh[i] * t
-        gamma = float64(1.0)
-        if pairs > 0:  # initial Hessian: (s.y / y.y) I of the newest pair
-            gamma = sy[0] / yy[0]
+    cuda.syncthreads()
+    gamma = float64(1.0)
+    if pairs > 0:  # initial Hessian: (s.y / y.y) I of the newest pair
+        gamma = sy[0] / yy[0]
+    for i in range(tid, pairs, nt):  # the part of each beta that needs no other, side by side
+        t = d[pairs + i]
+        for j in range(pairs):
+            t -= alpha[j] * yy[i * pairs + j]
+        beta[i] = t * gamma
+    cuda.syncthreads()
+    if tid == 0:
         for i in range(pairs - 1, -1, -1):  # oldest first
-            t = d[pairs + i]
-            for j in range(pairs):
-                t -= alpha[j] * yy[i * pairs + j]
-            t *= gamma
+            t = beta[i]
             for j in range(i + 1, pairs):
                 t += (alpha[j] - beta[j]) * sy[j * pairs + i]
             beta[i] = rh[i] * t
@@ -177,10 +185,21 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
             coef[pairs + i] = gamma * alpha[i]
         coef[2 * pairs] = -gamma
     cuda.syncthreads()
+    held = min(pairs, HELD_PAIRS)
+    sv = cuda.local.array(HELD_PAIRS, float64)
+    yv = cuda.local.array(HELD_PAIRS, float64)
     part = float64(0.0)
     for j in range(c * nt + tid, g.shape[0], chunks * nt):
+        for i in range(HELD_PAIRS):  # a constant count: unrolled, the loads issued together
+            if i < held:
+                idx = slots[i]
+                sv[i] = S[idx, j]
+                yv[i] = Y[idx, j]
         pj = coef[2 * pairs] * g[j]
-        for i in range(pairs):
+        for i in range(HELD_PAIRS):
+            if i < held:
+                pj += coef[i] * sv[i] + coef[pairs + i] * yv[i]
+        for i in range(held, pairs):
             idx = slots[i]
             pj += coef[i] * S[idx, j] + coef[pairs + i] * Y[idx, j]
         p[j] = pj
