@@ -16,8 +16,9 @@ the host per iteration is all the loop reads.
 * :mod:`.finish`: the objective at the trial point from the shards' sums and,
   by ``mode``, whether to keep it (three launches: ``assemble``, ``finish``,
   ``apply``).  Keeping a point stores the new curvature pair;
-  :func:`gram_parts` and :func:`gram_sum` then add its products with the
-  other pairs to ``SY`` and ``YY``.
+  :func:`gram_parts` and :func:`gram_sum`, at the start of the next proposal
+  and beside :func:`dots`, add its products with the other pairs to ``SY``
+  and ``YY``.
 * :func:`forget`: drops the curvature pairs.
 * :func:`arm`: lets the next proposals run (see "Running ahead").
 
@@ -297,10 +298,12 @@ def set_trial(x, p, scal, params, step):
 
 @cuda.jit(cache=True)
 def forget(scal):
-    """Drop the curvature pairs (the next direction is steepest descent)."""
+    """Drop the curvature pairs (the next direction is steepest descent), and the products
+    of a stored one not yet taken."""
     if cuda.grid(1) == 0:
         scal[PAIRS] = 0
         scal[HEAD] = 0
+        scal[STORED] = 0
 
 
 @cuda.jit(cache=True)

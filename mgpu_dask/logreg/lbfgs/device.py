@@ -135,10 +135,11 @@ class DeviceBackend:
             xp = cupy
             self.device = cupy.cuda.Device()
             self.stream = cupy.cuda.Stream(non_blocking=True)
+            self.side = cupy.cuda.Stream(non_blocking=True)  # the pairs' products
             self._scal_h = cupyx.empty_pinned(K.N_SCALARS, dtype=np.float64)
             threads = Fin.THREADS
         else:
-            xp, self.device, self.stream = np, None, None
+            xp, self.device, self.stream, self.side = np, None, None, None
             threads = SIMULATOR_THREADS
         with self._leader():
             z = lambda *shape, dtype=np.float64: xp.zeros(shape, dtype=dtype)  # noqa: E731
@@ -164,6 +165,8 @@ class DeviceBackend:
             self._trial_blocks = -(-m // 256)
             if self.gpu:
                 self._ready = cupy.cuda.Event(disable_timing=True)
+                self._fork = cupy.cuda.Event(disable_timing=True)
+                self._join = cupy.cuda.Event(disable_timing=True)
                 # The zeros above were queued on the legacy default stream, which a
                 # non-blocking stream is not ordered with: done before any kernel reads them.
                 cupy.cuda.Stream.null.synchronize()
@@ -218,13 +221,24 @@ class DeviceBackend:
         with self._leader():
             for launcher, grid in self._finish_launches:
                 launcher(grid)
-            if mode in (K.AUTO, K.COMMIT):  # a pair may have been stored
-                for launcher, grid in self._gram_launches:
-                    launcher(grid)
 
     def _propose(self) -> None:
+        """The proposal, after the products of a pair the last finish stored (``SY``,
+        ``YY``; nothing where none was): on the side stream, beside ``dots``, joined before
+        ``direction`` reads them."""
+        (dots, dots_grid), *rest = self._propose_launches
         with self._leader():
-            for launcher, grid in self._propose_launches:
+            if self.gpu:
+                self._fork.record(self.stream)
+                self.side.wait_event(self._fork)
+            for launcher, grid in self._gram_launches:
+                launcher(grid)
+            if self.gpu:
+                self._join.record(self.side)
+            dots(dots_grid)
+            if self.gpu:
+                self.stream.wait_event(self._join)
+            for launcher, grid in rest:
                 launcher(grid)
 
     def _iterate(self) -> None:

@@ -18,7 +18,8 @@ from ...kernels.lbfgs import finish as Fin
 def launches(b: Any, memory: int, chunks: int, sweep: int, threads: int, inv_n: float,
              penalty: float) -> tuple[list, list, list, Launcher, Launcher, Launcher]:
     """``(propose, finish, gram, set_trial, forget, arm)`` over the buffers of backend
-    ``b``: three lists of ``(launcher, grid)`` and three launchers; ``chunks`` blocks of
+    ``b``: three lists of ``(launcher, grid)`` (the products of a stored pair on ``b.side``,
+    the rest on ``b.stream``) and three launchers; ``chunks`` blocks of
     ``sweep`` threads run the sweeps over the vectors, ``threads`` the one block of
     ``finish``."""
     propose = [
@@ -34,10 +35,10 @@ def launches(b: Any, memory: int, chunks: int, sweep: int, threads: int, inv_n: 
                   threads, b.stream), 1),
         (Launcher(Fin.apply, [b.x, b.p, b.g, b.gt, b.S, b.Y, b.scal], sweep, b.stream),
          chunks)]
-    gram = [
-        (Launcher(K.gram_parts, [b.S, b.Y, b.scal, b.gparts], sweep, b.stream),
+    gram = [  # on the side stream, beside dots (see DeviceBackend._propose)
+        (Launcher(K.gram_parts, [b.S, b.Y, b.scal, b.gparts], sweep, b.side),
          3 * memory * chunks),
-        (Launcher(K.gram_sum, [b.scal, b.gparts, b.SY, b.YY], sweep, b.stream), 1)]
+        (Launcher(K.gram_sum, [b.scal, b.gparts, b.SY, b.YY], sweep, b.side), 1)]
     trial = Launcher(K.set_trial, [b.x, b.p, b.scal, b.params, 0.0], 256, b.stream)
     forget = Launcher(K.forget, [b.scal], 1, b.stream)
     arm = Launcher(K.arm, [b.scal, 0.0, 0.0], 1, b.stream)
