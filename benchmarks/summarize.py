@@ -41,6 +41,8 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
                        "device_ms_total": result[name]["device_ms_total"],
                        "largest": result[name]["kernels"][:8]}
                 for name in ("logreg fit", "knn search")}
+    if "crossings" in result:  # benchmarks/lbfgs_timeline_gpus.py: the L-BFGS under CUPTI
+        return {k: result[k] for k in ("iterations", "span_per_iteration_us", "crossings")}
     if "checks" in result:  # benchmarks/knn_fused.py: the search without Dask
         return {"device": result.get("device"), "mismatches": result.get("mismatches"),
                 **{k: v for k, v in result.items() if k.startswith("fraction_")}}
@@ -231,6 +233,8 @@ def main() -> None:
         elif "warm_fit_median_ms" in s:
             print(f"{name}: {s['workers']} workers, warm fit from host NumPy (ms) "
                   f"{s['warm_fit_median_ms']}, shard {s['warm_shard_median_ms']}")
+        elif "crossings" in s:
+            print(f"{name}: {s['span_per_iteration_us']} us per iteration, {s['crossings']}")
         elif "predict_parts_ms" in s:
             print(f"{name}: {s['workers']} workers, warm LR (ms) {s['warm_ms']}, predict's "
                   f"parts {s['predict_parts_ms']}, straight call {s['straight_call_floor_ms']}")
