@@ -126,16 +126,15 @@ class DeviceBackend:
         d = int(shards[0][0].shape[1])
         m, dk = d * k + k, d * k
         self.shape = (d, k)
-        self.evaluations = 0
-        self.syncs = 0  # host waits for the device
+        self.evaluations, self.syncs = 0, 0  # syncs: host waits for the device
         if self.gpu:
             import cupy
             import cupyx
 
             xp = cupy
             self.device = cupy.cuda.Device()
-            self.stream = cupy.cuda.Stream(non_blocking=True)
-            self.side = cupy.cuda.Stream(non_blocking=True)  # the pairs' products
+            # ``side``: a stored pair's products, beside ``dots`` (see _propose)
+            self.stream, self.side = (cupy.cuda.Stream(non_blocking=True) for _ in range(2))
             self._scal_h = cupyx.empty_pinned(K.N_SCALARS, dtype=np.float64)
             threads = Fin.THREADS
         else:
@@ -154,8 +153,7 @@ class DeviceBackend:
             chunks = max(1, min(K.MAX_CHUNKS, -(-m // sweep)))
             self.SY, self.YY = z(memory, memory), z(memory, memory)
             self.dparts, self.pparts = z(2 * memory + 1, chunks), z(1, chunks)
-            self.gparts = z(3 * memory, chunks)
-            self.fparts = z(Fin.N_PARTS, chunks)
+            self.gparts, self.fparts = z(3 * memory, chunks), z(Fin.N_PARTS, chunks)
             self.state = (self.x, self.g, self.gt, self.p, self.S, self.Y, self.rho, self.scal,
                           self.params, self.parts, self.psums, self.SY, self.YY, self.dparts,
                           self.pparts, self.gparts, self.fparts)
@@ -164,9 +162,8 @@ class DeviceBackend:
                                                      1.0 / n_rows, float(penalty))
             self._trial_blocks = -(-m // 256)
             if self.gpu:
-                self._ready = cupy.cuda.Event(disable_timing=True)
-                self._fork = cupy.cuda.Event(disable_timing=True)
-                self._join = cupy.cuda.Event(disable_timing=True)
+                self._ready, self._fork, self._join = (cupy.cuda.Event(disable_timing=True)
+                                                       for _ in range(3))
                 # The zeros above were queued on the legacy default stream, which a
                 # non-blocking stream is not ordered with: done before any kernel reads them.
                 cupy.cuda.Stream.null.synchronize()
@@ -223,9 +220,8 @@ class DeviceBackend:
                 launcher(grid)
 
     def _propose(self) -> None:
-        """The proposal, after the products of a pair the last finish stored (``SY``,
-        ``YY``; nothing where none was): on the side stream, beside ``dots``, joined before
-        ``direction`` reads them."""
+        """The proposal, after the products of a pair the last finish stored (for ``SY``,
+        ``YY``): those on the side stream beside ``dots``, joined before ``direction``."""
         (dots, dots_grid), *rest = self._propose_launches
         with self._leader():
             if self.gpu:
