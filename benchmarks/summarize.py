@@ -41,6 +41,10 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
                        "device_ms_total": result[name]["device_ms_total"],
                        "largest": result[name]["kernels"][:8]}
                 for name in ("logreg fit", "knn search")}
+    if "shapes" in result:  # benchmarks/logreg_fused_shapes.py: the fused kernel's shapes
+        return {"gpu": result["gpu"], "shapes": {
+            f"{s['stage_bytes']} B x {s['stages']}, {s['min_blocks']} blocks/SM":
+            {r["rows"]: (r["ms"], r["equal"]) for r in s["sizes"]} for s in result["shapes"]}}
     if "crossings" in result:  # benchmarks/lbfgs_timeline_gpus.py: the L-BFGS under CUPTI
         return {k: result[k] for k in ("iterations", "span_per_iteration_us", "crossings")}
     if "checks" in result:  # benchmarks/knn_fused.py: the search without Dask
@@ -233,6 +237,11 @@ def main() -> None:
         elif "warm_fit_median_ms" in s:
             print(f"{name}: {s['workers']} workers, warm fit from host NumPy (ms) "
                   f"{s['warm_fit_median_ms']}, shard {s['warm_shard_median_ms']}")
+        elif "shapes" in s:
+            for shape, by_rows in s["shapes"].items():
+                print(f"{name}: {shape}: " + ", ".join(
+                    f"{rows} rows {ms} ms{'' if same else ' (other bits)'}"
+                    for rows, (ms, same) in by_rows.items()))
         elif "crossings" in s:
             print(f"{name}: {s['span_per_iteration_us']} us per iteration, {s['crossings']}")
         elif "predict_parts_ms" in s:
