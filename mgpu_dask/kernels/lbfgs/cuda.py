@@ -191,9 +191,9 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
     yv = cuda.local.array(HELD_PAIRS, float64)
     part = float64(0.0)
     for j in range(c * nt + tid, g.shape[0], chunks * nt):
-        if held > 0:
-            for i in range(HELD_PAIRS):  # a constant count, unrolled; every load of a pair
-                idx = slots[min(i, held - 1)]  # held (none skipped): they go out together
+        for i in range(HELD_PAIRS):  # a constant count: unrolled, the loads issued together
+            if i < held:
+                idx = slots[i]
                 sv[i] = S[idx, j]
                 yv[i] = Y[idx, j]
         pj = coef[2 * pairs] * g[j]

@@ -114,9 +114,9 @@ def split_coef_i8(params, step, w8, colinfo):
     k = colinfo.shape[0] // 2
     d = params.shape[0] // k - 1
     held = cuda.local.array(SPLIT_HELD, float64)
-    for r in range(SPLIT_HELD):  # a constant count, unrolled; every load of an entry in
-        j = min(tid + r * THREADS, d - 1)  # range (none skipped), so they go out together
-        held[r] = float64(params[j * k + c])
+    for r in range(SPLIT_HELD):  # a constant count: unrolled, the loads issued together
+        j = tid + r * THREADS
+        held[r] = float64(params[j * k + c]) if j < d else 0.0
     top = float64(0.0)
     total = float64(0.0)
     for r in range(SPLIT_HELD):
@@ -274,11 +274,6 @@ def sum_block_parts(bpart, acc):
         acc[c] = total
 
 
-COMBINE_HELD = 4
-"""``_combine`` reads the sums of this many row blocks (of every term) at once: their
-loads go out together, not one after another.  Integer sums: any order, the same bits."""
-
-
 @inlined_device
 def _combine(g, step, acc, grad, clear):
     """This thread's entry of ``grad`` (flat d x k, float32): entry (f, c) of the
@@ -292,22 +287,15 @@ def _combine(g, step, acc, grad, clear):
         return
     f = i // k
     c = i - f * k
-    sums = cuda.local.array(I8_TERMS, int64)
-    for t in range(I8_TERMS):
-        sums[t] = 0
-    blocks = g.shape[0]
-    for b0 in range(0, blocks, COMBINE_HELD):
-        for t in range(I8_TERMS):  # constant counts, unrolled; loads of a block in range
-            for h in range(COMBINE_HELD):  # (none skipped), so they go out together
-                value = g[min(b0 + h, blocks - 1), f, t * k + c]
-                if b0 + h < blocks:
-                    sums[t] += value
-                    if clear:
-                        g[b0 + h, f, t * k + c] = 0
     total = float64(0.0)
     scale = 1.0 / I8_TOP
     for t in range(I8_TERMS):
-        total += float64(sums[t]) * scale
+        s = int64(0)
+        for b in range(g.shape[0]):
+            s += g[b, f, t * k + c]
+            if clear:
+                g[b, f, t * k + c] = 0
+        total += float64(s) * scale
         scale /= I8_BASE
     grad[i] = step[0] * (total + I8_SHIFT * acc[c])
 
