@@ -46,6 +46,17 @@ def _median(xs: list) -> float | None:
     return round(xs[len(xs) // 2], 2) if xs else None
 
 
+def _waits(after: list, before: list) -> float | None:
+    """The median, over the events ``after``, of the time from the latest end among
+    ``before`` that precedes an event's start to that start."""
+    waits = []
+    for a in after:
+        ends = [b["end"] for b in before if b["end"] <= a["start"]]
+        if ends:
+            waits.append(a["start"] - max(ends))
+    return _median(waits)
+
+
 def crossings(events: list) -> dict:
     """Medians (us) of what each iteration's hand-overs between GPU 0 (the leader) and
     the others wait: from the leader's last proposal kernel (``trial``/``set_trial``) to
@@ -62,20 +73,10 @@ def crossings(events: list) -> dict:
                                             for a, b in zip(assembles, assembles[1:])])}
     for dev, evs in sorted(by_dev.items()):
         firsts = [e for e in evs if short(e["name"]) == "split_coef_i8"]
-        waits = []
-        for f in firsts:
-            before = [p["end"] for p in proposals if p["end"] <= f["start"]]
-            if before:
-                waits.append(f["start"] - max(before))
-        out[f"proposal to GPU {dev}'s evaluation"] = _median(waits)
+        out[f"proposal to GPU {dev}'s evaluation"] = _waits(firsts, proposals)
         if dev == 0:
             continue
-        back = []
-        for a in assembles:
-            ends = [e["end"] for e in evs if e["end"] <= a["start"]]
-            if ends:
-                back.append(a["start"] - max(ends))
-        out[f"GPU {dev}'s evaluation to assemble"] = _median(back)
+        out[f"GPU {dev}'s evaluation to assemble"] = _waits(assembles, evs)
         lasts = []  # the other GPU's evaluation: its first kernel to its last (combine)
         for f in firsts:
             combines = [e for e in evs if e["start"] >= f["start"]
