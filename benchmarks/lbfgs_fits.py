@@ -1,6 +1,7 @@
-"""What the Dask-free L-BFGS benchmarks share: MNIST's training rows as the ``logreg``
-job fits them (all four, ``lbfgs_timeline_gpus.py`` too), and warm fits of one device
-L-BFGS timed on the host (``lbfgs_split.py``, ``lbfgs_ipc.py``, ``lbfgs_blocks.py``)."""
+"""What the Dask-free L-BFGS benchmarks share: MNIST's training rows and the device
+L-BFGS of the ``logreg`` job's problem (all four, ``lbfgs_timeline_gpus.py`` too), and
+warm fits of it timed on the host (``lbfgs_split.py``, ``lbfgs_ipc.py``,
+``lbfgs_blocks.py``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,16 @@ def mnist_rows(copies: int) -> tuple[np.ndarray, np.ndarray]:
             np.concatenate([s.y_train] * copies).astype(np.int32))
 
 
+def backend(shards: list[tuple[Any, Any]], n: int) -> Any:
+    """A :class:`~mgpu_dask.logreg.lbfgs.device.DeviceBackend` on the current GPU over
+    ``shards`` (CuPy rows and labels on any GPUs) for the ``logreg`` job's problem: 10
+    classes, C = 1 over ``n`` rows, int8 products where the rows are levels, uint8 scale."""
+    from mgpu_dask.kernels.precision import Precision
+    from mgpu_dask.logreg.lbfgs import device as dev
+
+    return dev.DeviceBackend(shards, 10, n, 1.0 / n, precision=Precision.AUTO, scale=SCALE)
+
+
 def fit_times(shards: list[tuple[Any, Any]], n: int, repeats: int = 12) -> dict[str, Any]:
     """One :class:`~mgpu_dask.logreg.lbfgs.device.DeviceBackend` on GPU 0 over ``shards``
     (CuPy rows and labels on any GPUs), three warm-up fits of 100 iterations, then
@@ -31,25 +42,22 @@ def fit_times(shards: list[tuple[Any, Any]], n: int, repeats: int = 12) -> dict[
     (ms), the last fit's result and the first 16 hex digits of its point's SHA-256."""
     import cupy
 
-    from mgpu_dask.kernels.precision import Precision
-    from mgpu_dask.logreg.lbfgs import device as dev
     from mgpu_dask.logreg.lbfgs import loop
 
     with cupy.cuda.Device(0):
-        backend = dev.DeviceBackend(shards, 10, n, 1.0 / n, precision=Precision.AUTO,
-                                    scale=SCALE)
+        fits = backend(shards, n)
         walls = []
         for i in range(repeats + 3):
             if i:
-                assert backend.reuse(shards)
+                assert fits.reuse(shards)
             t = time.perf_counter()
-            result = loop.run(backend, maxiter=100, gtol=1e-4)
+            result = loop.run(fits, maxiter=100, gtol=1e-4)
             walls.append(time.perf_counter() - t)
-        point = hashlib.sha256(backend.solution().tobytes()).hexdigest()[:16]
+        point = hashlib.sha256(fits.solution().tobytes()).hexdigest()[:16]
         out = {"median_ms": round(1e3 * statistics.median(walls[3:]), 3),
                "min_ms": round(1e3 * min(walls[3:]), 3), "nit": result["nit"],
                "nfev": result["nfev"], "fun": float(result["fun"]), "point": point,
-               "graph": backend.graph_note, "run_ahead": backend.run_ahead,
-               "precision": ",".join(str(o.precision) for o in backend.objectives)}
-        backend.close()
+               "graph": fits.graph_note, "run_ahead": fits.run_ahead,
+               "precision": ",".join(str(o.precision) for o in fits.objectives)}
+        fits.close()
     return out

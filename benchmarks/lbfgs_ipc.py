@@ -1,12 +1,11 @@
 """The two-GPU device L-BFGS of logistic regression (no Dask) with GPU 1's rows in this
 process, with another process holding a context on GPU 1, and with GPU 1's rows owned by
-another process and mapped here by CUDA IPC, as a Dask worker's export is
-one GPU beside.
+another process and mapped here by CUDA IPC, as a Dask worker's export on the other
+GPU is.
 
 usage (a machine with two GPUs): python benchmarks/lbfgs_ipc.py OUT.json COPIES
 
-MNIST's training rows (``COPIES`` times over), halved between GPU 0 and GPU 1
-two
+MNIST's training rows (``COPIES`` times over), halved between GPU 0 and GPU 1; two
 rounds of: GPU 0 alone, both halves allocated here, the same with an idle process
 holding a context on GPU 1, and GPU 1's half allocated by another process (``cudaMalloc``)
 and opened here (``cudaIpcOpenMemHandle``).  Each: the median of 12 timed fits of

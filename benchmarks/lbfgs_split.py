@@ -4,8 +4,7 @@ leader, which holds the optimiser's state) and GPU 1 at several leader shares.
 usage (a machine with two GPUs): python benchmarks/lbfgs_split.py OUT.json COPIES SHARES [REPEATS]
 
 MNIST's training rows (``COPIES`` times over), uint8 with the scale 1/255 as the
-``logreg`` job fits them
-for each of the comma-separated ``SHARES`` (a fraction of
+``logreg`` job fits them.  For each of the comma-separated ``SHARES`` (a fraction of
 the rows evaluated on GPU 0, 1 for GPU 0 alone, or above 1 a row count) one
 :class:`~mgpu_dask.logreg.lbfgs.device.DeviceBackend`, three warm-up fits and then
 ``REPEATS`` (12) fits of 100 iterations from the same backend (``reuse``), each timed

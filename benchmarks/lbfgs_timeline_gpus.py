@@ -16,7 +16,7 @@ import re
 import sys
 from collections import defaultdict
 
-from lbfgs_fits import SCALE, mnist_rows
+from lbfgs_fits import backend, mnist_rows
 
 
 def short(name: str) -> str:
@@ -92,8 +92,6 @@ def main():
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from mgpu_dask.kernels.precision import Precision
-    from mgpu_dask.logreg.lbfgs import device as dev
     from mgpu_dask.logreg.lbfgs import loop
     out, times, ngpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     Xtr, ytr = mnist_rows(times)
@@ -105,7 +103,7 @@ def main():
         with cupy.cuda.Device(g):
             shards.append((cupy.asarray(Xtr[a:b]), cupy.asarray(ytr[a:b])))
     with cupy.cuda.Device(0):
-        be = dev.DeviceBackend(shards, 10, n, 1.0 / n, precision=Precision.AUTO, scale=SCALE)
+        be = backend(shards, n)
         for i in range(4):
             if i:
                 be.reuse(shards)

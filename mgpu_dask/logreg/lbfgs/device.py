@@ -89,7 +89,7 @@ class DeviceBackend:
         :class:`~mgpu_dask.kernels.logreg.ShardObjective` precision; ``AUTO``:
         int8 where the rows are levels).
     run_ahead : int or None
-        Iterations queued per look at the scalars; None: a few milliseconds of
+        Iterations queued per look at the scalars; None: ``pace.AHEAD_SECONDS`` of
         device work (:class:`.pace.RunAhead`).
     graph : bool
         Capture an iteration as a CUDA graph (see the module's docstring);
