@@ -1,8 +1,9 @@
-"""Numba CUDA device functions shared by our kernels: reductions over one block."""
+"""Numba CUDA device functions shared by our kernels: reductions over one block, and
+which block of a grid is the last to finish (:func:`last_block`)."""
 
 from __future__ import annotations
 
-from numba import cuda
+from numba import cuda, int32
 
 from .jitable import inlined_device
 
@@ -79,3 +80,29 @@ def _row_reduce(combine):
 
 row_sums = _row_reduce(_add)      # sum of each row of ``parts``
 row_maxes = _row_reduce(_larger)  # largest entry of each row of ``parts``
+
+
+@inlined_device
+def last_block(count, slot, blocks):
+    """Whether this block is the last of ``blocks`` blocks to get here, for every thread
+    of it.
+
+    Each of those ``blocks`` blocks must call it exactly once, after the writes the last
+    one is to read: each thread makes its writes visible to the whole device
+    (``threadfence``), then one thread counts the block in ``count[slot]`` (an int32
+    array, zero before the launch).  The last block, which sees the count reach
+    ``blocks``, sets it back to zero for the next launch, so one array serves a kernel
+    launched again and again (a CUDA graph's replays too).  What the last block then does
+    runs after every other block's writes: one launch instead of a second, one-block
+    kernel.
+    """
+    flag = cuda.shared.array(1, int32)
+    cuda.threadfence()
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        last = cuda.atomic.add(count, slot, 1) == blocks - 1
+        flag[0] = 1 if last else 0
+        if last:
+            count[slot] = 0
+    cuda.syncthreads()
+    return flag[0] == 1

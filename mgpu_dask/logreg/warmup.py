@@ -83,9 +83,8 @@ def _kernels(fit: Fit) -> list[Any]:
         from ..kernels.lbfgs import cuda as lbfgs
         from ..kernels.lbfgs import finish
 
-        used += [lbfgs.dots, lbfgs.direction, lbfgs.trial, lbfgs.gram_parts, lbfgs.gram_sum,
-                 lbfgs.set_trial, lbfgs.forget, lbfgs.arm, finish.assemble, finish.finish,
-                 finish.apply]
+        used += [lbfgs.products, lbfgs.direction, lbfgs.trial, lbfgs.set_trial, lbfgs.forget,
+                 lbfgs.arm, finish.assemble, finish.apply]
     return used
 
 

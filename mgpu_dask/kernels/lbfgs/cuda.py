@@ -6,29 +6,29 @@ of ``memory`` rows; ``rho[i] = 1 / s_i.y_i``) live on the GPU.  So do the
 scalars the host decides on, in ``scal`` (indices below): one small copy to
 the host per iteration is all the loop reads.
 
-* A proposal is three launches over many blocks: :func:`dots` (``g`` against
-  every stored ``s`` and ``y`` and itself), :func:`direction` (the two-loop
-  recursion from those products and the pairs' Gram matrices ``SY``/``YY``,
-  then ``p = -H g``) and :func:`trial` (the slope along ``p``, the first
-  trial step, and the trial point written as the float32 parameters the
-  evaluation reads).
+* A proposal is three launches over many blocks: :func:`products` (``g``
+  against every stored ``s`` and ``y`` and itself, and after a pair was
+  stored, that pair's products with the others, which its last block adds to
+  the pairs' Gram matrices ``SY``/``YY``), :func:`direction` (the two-loop
+  recursion from those products, then ``p = -H g``) and :func:`trial` (the
+  slope along ``p``, the first trial step, and the trial point written as the
+  float32 parameters the evaluation reads).
 * :func:`set_trial`: the trial point at a step the host chose (line search).
 * :mod:`.finish`: the objective at the trial point from the shards' sums and,
-  by ``mode``, whether to keep it (three launches: ``assemble``, ``finish``,
-  ``apply``).  Keeping a point stores the new curvature pair;
-  :func:`gram_parts` and :func:`gram_sum`, at the start of the next proposal
-  and beside :func:`dots`, add its products with the other pairs to ``SY``
-  and ``YY``.
+  by ``mode``, whether to keep it (two launches: ``assemble``, whose last
+  block decides, and ``apply``).  Keeping a point stores the new curvature
+  pair; the next :func:`products` adds its products with the other pairs to
+  ``SY`` and ``YY``.
 * :func:`forget`: drops the curvature pairs.
 * :func:`arm`: lets the next proposals run (see "Running ahead").
 
 Running ahead: the host may queue several iterations (``arm``, then
-a proposal, the evaluation and ``finish(AUTO)`` n times) and read the scalars once.
-``finish(AUTO)`` clears ``scal[ACTIVE]`` when its step is not kept (the host's
-line search takes over from there) or when a stopping rule holds (largest
-gradient entry at most ``scal[GTOL]``, relative decrease at most
-``scal[FTOL]``); while it is clear, the proposal's kernels and
-``finish(AUTO)`` return at once, so the iterations queued behind change
+a proposal, the evaluation and the end in mode AUTO n times) and read the
+scalars once.  The end in mode AUTO clears ``scal[ACTIVE]`` when its step is
+not kept (the host's line search takes over from there) or when a stopping
+rule holds (largest gradient entry at most ``scal[GTOL]``, relative decrease
+at most ``scal[FTOL]``); while it is clear, the proposal's kernels and the
+ends in mode AUTO return at once, so the iterations queued behind change
 nothing.  ``scal[DONE]`` counts the steps kept since ``arm``.
 
 The recursion's products are independent, so they are taken over many
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from numba import cuda, float32, float64, int32
 
-from ..blocks import LANES, block_sum, row_sums
+from ..blocks import LANES, block_sum, last_block, row_sums
 from ..jitable import inlined_device
 from .rules import first_step
 
@@ -51,7 +51,7 @@ MAX_MEMORY = 32    # curvature pairs at most
 HELD_PAIRS = 16    # direction: the pairs whose entries a thread loads together (registers)
 VECS = 65          # 2 * MAX_MEMORY + 1 (literal: Numba needs constant shared shapes)
 GRAM = 1024        # MAX_MEMORY ** 2
-PAIR_ROWS = 96     # 3 * MAX_MEMORY: gram_parts' rows
+PAIR_ROWS = 96     # 3 * MAX_MEMORY: the rows of a stored pair's products
 VECS_LANES = 520   # VECS * blocks.LANES: scratch of the row sums
 PAIR_LANES = 768   # PAIR_ROWS * blocks.LANES
 assert VECS_LANES == VECS * LANES and PAIR_LANES == PAIR_ROWS * LANES
@@ -60,7 +60,10 @@ assert VECS_LANES == VECS * LANES and PAIR_LANES == PAIR_ROWS * LANES
 (F, F_PREV, SLOPE0, STEP, VALUE, SLOPE, STATUS, GMAX, DECREASE, PAIRS, HEAD,
  ACTIVE, DONE, GTOL, FTOL, STORED, APPLY, SLOT) = range(18)
 N_SCALARS = 18  # the host copies all of them once per look
-# Modes of ``finish``.
+# Slots of ``count`` (blocks.last_block): products' and the end's (finish.assemble).
+COUNT_PRODUCTS, COUNT_END = 0, 1
+N_COUNTS = 2
+# Modes of the end of an iteration (``finish.assemble``).
 INIT, AUTO, PROBE, COMMIT = 0, 1, 2, 3
 # Values of ``scal[STATUS]`` (the host loop's ACCEPTED, SEARCH, NOT_DESCENT).
 ACCEPTED, SEARCH, NOT_DESCENT = 0, 1, 2
@@ -76,27 +79,21 @@ def _slot(head, age, memory):
     return slot
 
 
-@cuda.jit(cache=True)
-def dots(S, Y, g, scal, parts):
-    """Partial products of ``g`` with every stored ``s`` and ``y`` and itself, per chunk.
-
-    Block ``v * chunks + c`` sums vector ``v`` (``s`` of age v for v < pairs,
-    then ``y`` of age v - pairs, then ``g``) against ``g`` over chunk ``c``
-    into ``parts[v, c]``.
-    """
-    if scal[ACTIVE] == 0.0:
-        return
+@inlined_device
+def _dot_part(S, Y, g, scal, parts, b, sh):
+    """``g``'s products, block ``b``: vector ``v = b // chunks`` (``s`` of age v for v < pairs,
+    then ``y`` of age v - pairs, then ``g``) against ``g`` over chunk ``c = b % chunks``,
+    into ``parts[v, c]`` (nothing for v past ``2 * pairs``)."""
     chunks = parts.shape[1]
-    v = cuda.blockIdx.x // chunks
-    c = cuda.blockIdx.x % chunks
+    v = b // chunks
+    c = b % chunks
     pairs = int32(scal[PAIRS])
+    head = int32(scal[HEAD])
     if v > 2 * pairs:
         return
     memory = S.shape[0]
-    head = int32(scal[HEAD])
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
-    sh = cuda.shared.array(SWEEP, float64)
     part = float64(0.0)
     if v == 2 * pairs:
         for j in range(c * nt + tid, g.shape[0], chunks * nt):
@@ -114,13 +111,88 @@ def dots(S, Y, g, scal, parts):
         parts[v, c] = total
 
 
+@inlined_device
+def _pair_part(S, Y, scal, parts, b, sh):
+    """A stored pair's products, block ``b``: kind ``v // memory`` (0:
+    s_new . y_o, 1: s_o . y_new, 2: y_new . y_o), ``v = b // chunks``, for slot
+    ``o = v % memory`` over chunk ``c = b % chunks``, into ``parts[v, c]``."""
+    memory = S.shape[0]
+    chunks = parts.shape[1]
+    v = b // chunks
+    c = b % chunks
+    new = _slot(int32(scal[HEAD]), 0, memory)
+    kind = v // memory
+    o = v % memory
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    part = float64(0.0)
+    for j in range(c * nt + tid, S.shape[1], chunks * nt):
+        if kind == 0:
+            part += S[new, j] * Y[o, j]
+        elif kind == 1:
+            part += S[o, j] * Y[new, j]
+        else:
+            part += Y[new, j] * Y[o, j]
+    total = block_sum(part, sh)
+    if tid == 0:
+        parts[v, c] = total
+
+
+@inlined_device
+def _pair_sums(scal, parts, SY, YY):
+    """The new pair's row and column of ``SY`` and ``YY`` from the pair's parts (one
+    block, the whole of it), and ``scal[STORED]`` cleared."""
+    memory = SY.shape[0]
+    new = _slot(int32(scal[HEAD]), 0, memory)
+    scratch = cuda.shared.array(PAIR_LANES, float64)
+    totals = cuda.shared.array(PAIR_ROWS, float64)
+    row_sums(parts, 3 * memory, scratch, totals)
+    for v in range(cuda.threadIdx.x, 3 * memory, cuda.blockDim.x):
+        total = totals[v]
+        o = v % memory
+        if v < memory:
+            SY[new, o] = total
+        elif v < 2 * memory:
+            SY[o, new] = total
+        else:
+            YY[new, o] = total
+            YY[o, new] = total
+    cuda.syncthreads()  # every thread has read scal[STORED]
+    if cuda.threadIdx.x == 0:
+        scal[STORED] = 0.0
+
+
+@cuda.jit(cache=True)
+def products(S, Y, g, scal, dparts, gparts, SY, YY, count):
+    """The products a proposal needs, in one launch.  After a pair was stored
+    (``scal[STORED]``), the first ``gparts.size`` blocks take the new pair's ``s`` and
+    ``y`` against every slot's, and the last of them to finish adds them into ``SY``
+    and ``YY``; the next ``dparts.size`` blocks take ``g`` against every stored ``s``
+    and ``y`` and itself (``dparts[v, c]``, as ``direction`` reads them).
+
+    Every block writes its chunk's sum alone, so the sums are the same bits as in
+    launches of their own; one launch waits on memory for both at once.
+    """
+    sh = cuda.shared.array(SWEEP, float64)
+    pair_blocks = gparts.shape[0] * gparts.shape[1]
+    b = cuda.blockIdx.x
+    if b < pair_blocks:
+        if scal[STORED] == 0.0:  # every pair block alike: none counts itself
+            return
+        _pair_part(S, Y, scal, gparts, b, sh)
+        if last_block(count, COUNT_PRODUCTS, pair_blocks):
+            _pair_sums(scal, gparts, SY, YY)
+    elif scal[ACTIVE] != 0.0:
+        _dot_part(S, Y, g, scal, dparts, b - pair_blocks, sh)
+
+
 @cuda.jit(cache=True)
 def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
     """``p = -H g`` over chunk ``c`` (block ``c``), and its chunk of ``g . p`` in ``pparts[c]``.
 
     The two-loop recursion needs, besides ``g``, only products of vectors:
-    ``s_i . g``, ``y_i . g`` (``dots``) and the pairs' ``s_i . y_j`` and
-    ``y_i . y_j`` (``SY``, ``YY``, kept by ``gram_parts``/``gram_sum``), so its
+    ``s_i . g``, ``y_i . g`` and the pairs' ``s_i . y_j`` and ``y_i . y_j``
+    (``SY``, ``YY``), all from :func:`products`, so its
     scalars (alpha_i, beta_i) come from a few hundred flops: the alphas and the
     betas' chain on one thread, each beta's products with the alphas on a thread
     of its own (the same operations in the same order as on one thread); every
@@ -129,15 +201,16 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
     chunk, each thread's entries of the first HELD_PAIRS pairs loaded together.
     The same direction as the usual recursion on vectors, summed in another order.
     """
-    if scal[ACTIVE] == 0.0:
+    active = scal[ACTIVE]  # the scalars loaded together, before the test
+    pairs = int32(scal[PAIRS])
+    head = int32(scal[HEAD])
+    if active == 0.0:
         return
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     c = cuda.blockIdx.x
     chunks = pparts.shape[1]
     memory = S.shape[0]
-    pairs = int32(scal[PAIRS])
-    head = int32(scal[HEAD])
     d = cuda.shared.array(VECS, float64)
     coef = cuda.shared.array(VECS, float64)
     sy = cuda.shared.array(GRAM, float64)
@@ -152,7 +225,7 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
         slots[i] = slot
         rh[i] = rho[slot]
     scratch = cuda.shared.array(VECS_LANES, float64)
-    row_sums(parts, 2 * pairs + 1, scratch, d)  # dots' products, over the chunks
+    row_sums(parts, 2 * pairs + 1, scratch, d)  # g's products, over the chunks
     for e in range(tid, pairs * pairs, nt):
         a = slots[e // pairs]
         b = slots[e % pairs]
@@ -213,13 +286,16 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
 @cuda.jit(cache=True)
 def trial(x, p, scal, pparts, params):
     """The slope along ``p``, the first step and the float32 trial parameters (any block count)."""
-    if scal[ACTIVE] == 0.0:
+    active = scal[ACTIVE]  # the scalars loaded together, before the test
+    f = scal[F]
+    f_prev = scal[F_PREV]
+    if active == 0.0:
         return
     scratch = cuda.shared.array(LANES, float64)
     total = cuda.shared.array(1, float64)
     row_sums(pparts, 1, scratch, total)  # direction's chunks of g . p
     slope0 = total[0]
-    step = first_step(scal[F], scal[F_PREV], slope0)
+    step = first_step(f, f_prev, slope0)
     nt = cuda.blockDim.x
     for j in range(cuda.blockIdx.x * nt + cuda.threadIdx.x, x.shape[0], cuda.gridDim.x * nt):
         params[j] = float32(x[j] + step * p[j])
@@ -227,63 +303,6 @@ def trial(x, p, scal, pparts, params):
         scal[SLOPE0] = slope0
         scal[STEP] = step
         scal[STATUS] = SEARCH if slope0 < 0 else NOT_DESCENT
-
-
-@cuda.jit(cache=True)
-def gram_parts(S, Y, scal, parts):
-    """After a pair was stored: partial products of its ``s`` and ``y`` with every slot's.
-
-    Block ``v * chunks + c``: kind ``v // memory`` (0: s_new . y_o, 1: s_o . y_new,
-    2: y_new . y_o) for slot ``o = v % memory`` over chunk ``c``.
-    """
-    if scal[STORED] == 0.0:
-        return
-    memory = S.shape[0]
-    chunks = parts.shape[1]
-    v = cuda.blockIdx.x // chunks
-    c = cuda.blockIdx.x % chunks
-    new = _slot(int32(scal[HEAD]), 0, memory)
-    kind = v // memory
-    o = v % memory
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
-    sh = cuda.shared.array(SWEEP, float64)
-    part = float64(0.0)
-    for j in range(c * nt + tid, S.shape[1], chunks * nt):
-        if kind == 0:
-            part += S[new, j] * Y[o, j]
-        elif kind == 1:
-            part += S[o, j] * Y[new, j]
-        else:
-            part += Y[new, j] * Y[o, j]
-    total = block_sum(part, sh)
-    if tid == 0:
-        parts[v, c] = total
-
-
-@cuda.jit(cache=True)
-def gram_sum(scal, parts, SY, YY):
-    """The new pair's row and column of ``SY`` and ``YY`` from ``gram_parts`` (one block)."""
-    if scal[STORED] == 0.0:
-        return
-    memory = SY.shape[0]
-    new = _slot(int32(scal[HEAD]), 0, memory)
-    scratch = cuda.shared.array(PAIR_LANES, float64)
-    totals = cuda.shared.array(PAIR_ROWS, float64)
-    row_sums(parts, 3 * memory, scratch, totals)
-    for v in range(cuda.threadIdx.x, 3 * memory, cuda.blockDim.x):
-        total = totals[v]
-        o = v % memory
-        if v < memory:
-            SY[new, o] = total
-        elif v < 2 * memory:
-            SY[o, new] = total
-        else:
-            YY[new, o] = total
-            YY[o, new] = total
-    cuda.syncthreads()  # every thread has read scal[STORED]
-    if cuda.threadIdx.x == 0:
-        scal[STORED] = 0.0
 
 
 @cuda.jit(cache=True)

@@ -1,7 +1,7 @@
 """Numba CUDA kernels that end an L-BFGS iteration on the device: the objective at the
 trial point and whether to keep it (float64; the state of :mod:`.cuda`).
 
-Three launches, so that only scalar work runs in one block and every sweep
+Two launches, so that only scalar work runs in one block and every sweep
 over the ``d * k + k`` entries runs over many:
 
 * :func:`assemble` (many blocks): the gradient at the trial point from the
@@ -9,8 +9,8 @@ over the ``d * k + k`` entries runs over many:
   coefficients, the intercept unpenalised) into ``gt``, and each block's
   parts of the sums the decision needs (``fparts``: the penalty's squared
   norm, the slope, ``gt . gt``, the largest ``|gt|``, and the new curvature
-  pair's ``s . y`` and ``y . y``).
-* :func:`finish` (one block): adds those parts in a fixed order and, by
+  pair's ``s . y`` and ``y . y``).  The grid's last block then decides
+  (:func:`_decide`): it adds those parts in a fixed order and, by
   ``mode``, keeps the point as the start point (INIT), keeps it when both
   strong-Wolfe conditions hold (AUTO), only reports value and slope (PROBE),
   or keeps the last probed point (COMMIT); it writes the scalars and, in
@@ -30,14 +30,13 @@ import math
 
 from numba import cuda, float64, int32
 
-from ..blocks import LANES, row_maxes, row_sums
+from ..blocks import LANES, last_block
 from ..jitable import inlined_device
-from .cuda import (ACCEPTED, ACTIVE, APPLY, AUTO, COMMIT, DECREASE, DONE, F, F_PREV, FTOL,
-                   GMAX, GTOL, HEAD, INIT, NOT_DESCENT, PAIRS, SEARCH, SLOPE,
-                   SLOPE0, SLOT, STATUS, STEP, STORED, SWEEP, VALUE)
+from .cuda import (ACCEPTED, ACTIVE, APPLY, AUTO, COMMIT, COUNT_END, DECREASE, DONE, F,
+                   F_PREV, FTOL, GMAX, GTOL, HEAD, INIT, N_SCALARS, NOT_DESCENT, PAIRS,
+                   SEARCH, SLOPE, SLOPE0, SLOT, STATUS, STEP, STORED, SWEEP, VALUE)
 from .rules import acceptable
 
-THREADS = 128  # threads of finish's one block (a power of 2; fewer in the simulator)
 # Rows of ``fparts`` (one column per block of assemble).
 W2, GTP, GG, TOP, SY, YY = range(6)
 N_PARTS = 6
@@ -69,15 +68,21 @@ def _block_parts(sh, fparts, c):
 
 
 @cuda.jit(cache=True)
-def assemble(parts, psums, x, p, g, gt, scal, fparts, inv_n, penalty, mode):
+def assemble(parts, psums, x, p, g, gt, rho, scal, fparts, count, inv_n, penalty, mode):
     """``gt`` at the trial point ``x + step p`` (COMMIT: ``gt`` as the last probe left it),
-    and this block's parts of the decision's sums in ``fparts[:, block]``.
+    this block's parts of the decision's sums in ``fparts[:, block]``, and, in the grid's
+    last block (``count[COUNT_END]``, see :func:`~mgpu_dask.kernels.blocks.last_block`), the
+    decision (:func:`_decide`).
 
     ``parts[s]``: shard ``s``'s coefficient gradient (rows x classes, flat,
     float32, unscaled); ``psums[s]``: its intercept gradient and, last, its
     summed cross-entropy.
     """
-    if mode == AUTO and scal[ACTIVE] == 0.0:  # queued behind a step not kept, or a stop
+    active = scal[ACTIVE]  # the scalars loaded together, before the test
+    step = scal[STEP]
+    if mode == AUTO and active == 0.0:  # queued behind a step not kept, or a stop
+        if cuda.grid(1) == 0:  # (the whole grid returns: no block counts itself)
+            scal[APPLY] = NOTHING
         return
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
@@ -86,7 +91,6 @@ def assemble(parts, psums, x, p, g, gt, scal, fparts, inv_n, penalty, mode):
     m = x.shape[0]
     dk = parts.shape[1]
     n_parts = parts.shape[0]
-    step = scal[STEP]
     sh = cuda.shared.array((N_PARTS, SWEEP), float64)
     w2 = float64(0.0)
     gtp = float64(0.0)
@@ -124,38 +128,73 @@ def assemble(parts, psums, x, p, g, gt, scal, fparts, inv_n, penalty, mode):
     sh[SY, tid] = sy
     sh[YY, tid] = yy
     _block_parts(sh, fparts, c)
+    if last_block(count, COUNT_END, chunks):
+        _decide(psums, rho, scal, fparts, inv_n, penalty, mode)
 
 
-@cuda.jit(cache=True)
-def finish(psums, rho, scal, fparts, inv_n, penalty, mode):
-    """The objective and slope at the trial point from ``assemble``'s parts, and what
-    ``mode`` makes of them (one block; ``apply`` carries it out over the vectors)."""
+@inlined_device
+def _totals(fparts, scratch, out):
+    """``out[r]``: row ``r`` of ``fparts`` over the blocks, TOP's its largest entry and
+    the others' sums, in one pass (the order of ``blocks.row_sums`` and ``row_maxes``,
+    so their bits); ``scratch`` holds PARTS_LANES."""
     tid = cuda.threadIdx.x
-    if mode == AUTO and scal[ACTIVE] == 0.0:
-        if tid == 0:
-            scal[APPLY] = NOTHING
-        return
-    scratch = cuda.shared.array(PARTS_LANES, float64)
-    sums = cuda.shared.array(N_PARTS, float64)
-    tops = cuda.shared.array(N_PARTS, float64)
-    row_sums(fparts, N_PARTS, scratch, sums)  # in a fixed order: the same bits every time
-    row_maxes(fparts, N_PARTS, scratch, tops)
-    if tid != 0:
-        return
+    nt = cuda.blockDim.x
+    chunks = fparts.shape[1]
+    for e in range(tid, PARTS_LANES, nt):
+        r = e // LANES
+        lane = e - r * LANES
+        total = fparts[r, lane] if lane < chunks else fparts[r, 0]
+        for q in range(lane + LANES, chunks, LANES):
+            if r == TOP:
+                total = max(total, fparts[r, q])
+            else:
+                total = total + fparts[r, q]
+        scratch[e] = total
+    cuda.syncthreads()
+    for r in range(tid, N_PARTS, nt):
+        total = scratch[r * LANES]
+        for lane in range(1, min(LANES, chunks)):
+            if r == TOP:
+                total = max(total, scratch[r * LANES + lane])
+            else:
+                total = total + scratch[r * LANES + lane]
+        out[r] = total
+    cuda.syncthreads()
+
+
+@inlined_device
+def _decide(psums, rho, scal, fparts, inv_n, penalty, mode):
+    """The objective and slope at the trial point from ``assemble``'s parts, and what
+    ``mode`` makes of them (one block, every block's parts written; ``apply`` carries it
+    out over the vectors).  The scalars and the shards' losses are read into shared
+    memory side by side with the parts, not one after another by the deciding thread."""
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
     k = psums.shape[1] - 1
-    memory = rho.shape[0]
-    f = scal[F]
-    step = scal[STEP]
-    slope0 = scal[SLOPE0]
-    pairs = int32(scal[PAIRS])
-    head = int32(scal[HEAD])
-    value = scal[VALUE]
-    slope = scal[SLOPE]
-    if mode != COMMIT:
+    sc = cuda.shared.array(N_SCALARS, float64)
+    summed = cuda.shared.array(1, float64)
+    for i in range(tid, N_SCALARS, nt):
+        sc[i] = scal[i]
+    if tid == nt - 1:  # the shards' summed losses, in shard order
         loss = float64(0.0)
         for s in range(psums.shape[0]):
             loss += psums[s, k]
-        value = loss * inv_n + 0.5 * penalty * sums[W2]
+        summed[0] = loss
+    scratch = cuda.shared.array(PARTS_LANES, float64)
+    sums = cuda.shared.array(N_PARTS, float64)
+    _totals(fparts, scratch, sums)  # in a fixed order: the same bits every time
+    if tid != 0:
+        return
+    memory = rho.shape[0]
+    f = sc[F]
+    step = sc[STEP]
+    slope0 = sc[SLOPE0]
+    pairs = int32(sc[PAIRS])
+    head = int32(sc[HEAD])
+    value = sc[VALUE]
+    slope = sc[SLOPE]
+    if mode != COMMIT:
+        value = summed[0] * inv_n + 0.5 * penalty * sums[W2]
         slope = sums[GTP]
     descent = slope0 < 0
     keep = mode == INIT or mode == COMMIT or (
@@ -165,7 +204,7 @@ def finish(psums, rho, scal, fparts, inv_n, penalty, mode):
     if keep and mode == INIT:
         scal[F] = value
         scal[F_PREV] = value + math.sqrt(sums[GG]) / 2  # first trial step of about unit length
-        scal[GMAX] = tops[TOP]
+        scal[GMAX] = sums[TOP]
         scal[DECREASE] = math.inf
         todo = GRADIENT
     elif keep:
@@ -173,20 +212,20 @@ def finish(psums, rho, scal, fparts, inv_n, penalty, mode):
         sy = sums[SY]
         if sy > 1e-10 * sums[YY]:
             todo = PAIR_STORED
-            scal[STORED] = 1.0  # gram_parts / gram_sum bring SY and YY up to date
+            scal[STORED] = 1.0  # the next cuda.products brings SY and YY up to date
             scal[SLOT] = head
             rho[head] = 1.0 / sy
             scal[HEAD] = (head + 1) % memory
             scal[PAIRS] = min(pairs + 1, memory)
-        top = tops[TOP]
+        top = sums[TOP]
         decrease = (f - value) / max(abs(f), abs(value), 1.0)
         scal[F_PREV] = f
         scal[F] = value
         scal[GMAX] = top
         scal[DECREASE] = decrease
         if mode == AUTO:
-            scal[DONE] += 1.0
-            scal[ACTIVE] = 1.0 if top > scal[GTOL] and decrease > scal[FTOL] else 0.0
+            scal[DONE] = sc[DONE] + 1.0
+            scal[ACTIVE] = 1.0 if top > sc[GTOL] and decrease > sc[FTOL] else 0.0
     if mode == AUTO and not keep:
         scal[ACTIVE] = 0.0
     scal[VALUE] = value
@@ -197,13 +236,14 @@ def finish(psums, rho, scal, fparts, inv_n, penalty, mode):
 
 @cuda.jit(cache=True)
 def apply(x, p, g, gt, S, Y, scal):
-    """What ``finish`` decided, over the vectors (any grid): ``g = gt``; for a step kept
-    ``x += step p``; for a stored pair ``S[slot] = step p``, ``Y[slot] = gt - g``."""
-    todo = scal[APPLY]
-    if todo == NOTHING:
-        return
+    """What ``assemble``'s last block decided, over the vectors (any grid): ``g = gt``;
+    for a step kept ``x += step p``; for a stored pair ``S[slot] = step p``,
+    ``Y[slot] = gt - g``."""
+    todo = scal[APPLY]  # the scalars loaded together, before the test
     step = scal[STEP]
     slot = int32(scal[SLOT])
+    if todo == NOTHING:
+        return
     for j in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
         if todo >= STEP_KEPT:
             s_j = step * p[j]

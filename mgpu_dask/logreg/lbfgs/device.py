@@ -133,13 +133,10 @@ class DeviceBackend:
 
             xp = cupy
             self.device = cupy.cuda.Device()
-            # ``side``: a stored pair's products, beside ``dots`` (see _propose)
-            self.stream, self.side = (cupy.cuda.Stream(non_blocking=True) for _ in range(2))
+            self.stream = cupy.cuda.Stream(non_blocking=True)
             self._scal_h = cupyx.empty_pinned(K.N_SCALARS, dtype=np.float64)
-            threads = Fin.THREADS
         else:
-            xp, self.device, self.stream, self.side = np, None, None, None
-            threads = SIMULATOR_THREADS
+            xp, self.device, self.stream = np, None, None
         with self._leader():
             z = lambda *shape, dtype=np.float64: xp.zeros(shape, dtype=dtype)  # noqa: E731
             self.x, self.g, self.gt, self.p = z(m), z(m), z(m), z(m)
@@ -154,16 +151,15 @@ class DeviceBackend:
             self.SY, self.YY = z(memory, memory), z(memory, memory)
             self.dparts, self.pparts = z(2 * memory + 1, chunks), z(1, chunks)
             self.gparts, self.fparts = z(3 * memory, chunks), z(Fin.N_PARTS, chunks)
+            self.count = z(K.N_COUNTS, dtype=np.int32)  # blocks.last_block's, zero between launches
             self.state = (self.x, self.g, self.gt, self.p, self.S, self.Y, self.rho, self.scal,
                           self.params, self.parts, self.psums, self.SY, self.YY, self.dparts,
-                          self.pparts, self.gparts, self.fparts)
-            (self._propose_launches, self._finish_launches, self._gram_launches, self._k_trial,
-             self._k_forget, self._k_arm) = launches(self, memory, chunks, sweep, threads,
-                                                     1.0 / n_rows, float(penalty))
+                          self.pparts, self.gparts, self.fparts, self.count)
+            (self._propose_launches, self._finish_launches, self._k_trial, self._k_forget,
+             self._k_arm) = launches(self, memory, chunks, sweep, 1.0 / n_rows, float(penalty))
             self._trial_blocks = -(-m // 256)
             if self.gpu:
-                self._ready, self._fork, self._join = (cupy.cuda.Event(disable_timing=True)
-                                                       for _ in range(3))
+                self._ready = cupy.cuda.Event(disable_timing=True)
                 # The zeros above were queued on the legacy default stream, which a
                 # non-blocking stream is not ordered with: done before any kernel reads them.
                 cupy.cuda.Stream.null.synchronize()
@@ -212,29 +208,17 @@ class DeviceBackend:
             self.psums[i, k] = loss
 
     def _finish(self, mode: int) -> None:
-        (assemble, _), (finish, _), _ = self._finish_launches
-        assemble.set(10, mode)
-        finish.set(6, mode)
+        (assemble, _), _ = self._finish_launches
+        assemble.set(12, mode)
         with self._leader():
             for launcher, grid in self._finish_launches:
                 launcher(grid)
 
     def _propose(self) -> None:
-        """The proposal, after the products of a pair the last finish stored (for ``SY``,
-        ``YY``): those on the side stream beside ``dots``, joined before ``direction``."""
-        (dots, dots_grid), *rest = self._propose_launches
+        """The proposal: its products (with those of a pair the last finish stored),
+        the direction and the trial point."""
         with self._leader():
-            if self.gpu:
-                self._fork.record(self.stream)
-                self.side.wait_event(self._fork)
-            for launcher, grid in self._gram_launches:
-                launcher(grid)
-            if self.gpu:
-                self._join.record(self.side)
-            dots(dots_grid)
-            if self.gpu:
-                self.stream.wait_event(self._join)
-            for launcher, grid in rest:
+            for launcher, grid in self._propose_launches:
                 launcher(grid)
 
     def _iterate(self) -> None:
@@ -325,8 +309,7 @@ class DeviceBackend:
         """Why the loop's kernels (or a shard's) go through Numba's own launch (GPU only)."""
         if not self.gpu:
             return None
-        launchers = [launcher for launcher, _ in
-                     self._propose_launches + self._finish_launches + self._gram_launches]
+        launchers = [launcher for launcher, _ in self._propose_launches + self._finish_launches]
         launchers += [self._k_trial, self._k_forget, self._k_arm]
         slow = [launcher.why for launcher in launchers if not launcher.fast]
         if slow:

@@ -2,8 +2,8 @@
 
 Each is a :class:`~mgpu_dask.kernels.launch.Launcher`, laid out once and launched
 every iteration (or captured into its CUDA graph) with the grid beside it:
-the proposal (:mod:`mgpu_dask.kernels.lbfgs.cuda`), the end of an iteration
-(:mod:`mgpu_dask.kernels.lbfgs.finish`) and the curvature pairs' products.
+the proposal (:mod:`mgpu_dask.kernels.lbfgs.cuda`) and the end of an iteration
+(:mod:`mgpu_dask.kernels.lbfgs.finish`).
 """
 
 from __future__ import annotations
@@ -15,31 +15,26 @@ from ...kernels.lbfgs import cuda as K
 from ...kernels.lbfgs import finish as Fin
 
 
-def launches(b: Any, memory: int, chunks: int, sweep: int, threads: int, inv_n: float,
-             penalty: float) -> tuple[list, list, list, Launcher, Launcher, Launcher]:
-    """``(propose, finish, gram, set_trial, forget, arm)`` over the buffers of backend
-    ``b``: three lists of ``(launcher, grid)`` (the products of a stored pair on ``b.side``,
-    the rest on ``b.stream``) and three launchers; ``chunks`` blocks of
-    ``sweep`` threads run the sweeps over the vectors, ``threads`` the one block of
-    ``finish``."""
+def launches(b: Any, memory: int, chunks: int, sweep: int,
+             inv_n: float, penalty: float) -> tuple[list, list, Launcher, Launcher, Launcher]:
+    """``(propose, finish, set_trial, forget, arm)`` over the buffers of backend ``b``:
+    two lists of ``(launcher, grid)`` and three launchers, all on ``b.stream``;
+    ``chunks`` blocks of ``sweep`` threads run the sweeps over the vectors (``products``:
+    that many for each of its vectors)."""
     propose = [
-        (Launcher(K.dots, [b.S, b.Y, b.g, b.scal, b.dparts], sweep, b.stream),
-         (2 * memory + 1) * chunks),
+        (Launcher(K.products, [b.S, b.Y, b.g, b.scal, b.dparts, b.gparts, b.SY, b.YY,
+                               b.count], sweep, b.stream),
+         (2 * memory + 1 + 3 * memory) * chunks),
         (Launcher(K.direction, [b.S, b.Y, b.g, b.rho, b.SY, b.YY, b.scal, b.dparts, b.p,
                                 b.pparts], sweep, b.stream), chunks),
         (Launcher(K.trial, [b.x, b.p, b.scal, b.pparts, b.params], sweep, b.stream), chunks)]
     finish = [
-        (Launcher(Fin.assemble, [b.parts, b.psums, b.x, b.p, b.g, b.gt, b.scal, b.fparts,
-                                 inv_n, penalty, K.INIT], sweep, b.stream), chunks),
-        (Launcher(Fin.finish, [b.psums, b.rho, b.scal, b.fparts, inv_n, penalty, K.INIT],
-                  threads, b.stream), 1),
+        (Launcher(Fin.assemble, [b.parts, b.psums, b.x, b.p, b.g, b.gt, b.rho, b.scal,
+                                 b.fparts, b.count, inv_n, penalty, K.INIT], sweep,
+                  b.stream), chunks),
         (Launcher(Fin.apply, [b.x, b.p, b.g, b.gt, b.S, b.Y, b.scal], sweep, b.stream),
          chunks)]
-    gram = [  # on the side stream, beside dots (see DeviceBackend._propose)
-        (Launcher(K.gram_parts, [b.S, b.Y, b.scal, b.gparts], sweep, b.side),
-         3 * memory * chunks),
-        (Launcher(K.gram_sum, [b.scal, b.gparts, b.SY, b.YY], sweep, b.side), 1)]
     trial = Launcher(K.set_trial, [b.x, b.p, b.scal, b.params, 0.0], 256, b.stream)
     forget = Launcher(K.forget, [b.scal], 1, b.stream)
     arm = Launcher(K.arm, [b.scal, 0.0, 0.0], 1, b.stream)
-    return propose, finish, gram, trial, forget, arm
+    return propose, finish, trial, forget, arm
