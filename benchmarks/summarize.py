@@ -10,7 +10,9 @@ rounds per worker count, and their ratios to one worker; ``gpus_*``: the means p
 GPU count, and the speed-ups over one GPU, per code where they are ``gpus_*_old|new_*``;
 ``precision_*``: the means per precision
 and their ratios to bf16's; ``sizes_*``: the means per size and code, and new over old;
-``host_fit_*``: the warm fits' means per code, and new over old).  The tables print as Markdown.
+``host_fit_*``: the warm fits' means per code, and new over old; ``lbfgs_split_*``: the
+fits' means per size, share and code; for ``gpus_logreg_*``, the L-BFGS loop's too).  The
+tables print as Markdown.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         return {"gpu": result["gpu"], "shapes": {
             f"{s['stage_bytes']} B x {s['stages']}, {s['min_blocks']} blocks/SM":
             {r["rows"]: (r["ms"], r["equal"]) for r in s["sizes"]} for s in result["shapes"]}}
+    if "runs" in result and "gpus" in result:  # benchmarks/lbfgs_split.py: fits, no Dask
+        return {"n": result["n"], "fits": {
+            str(r["share"]): {k: r.get(k) for k in ("median_ms", "min_ms", "nit", "nfev", "fun",
+                                                    "run_ahead", "point")}
+            for r in result["runs"]}}
     if "crossings" in result:  # benchmarks/lbfgs_timeline_gpus.py: the L-BFGS under CUPTI
         return {k: result[k] for k in ("iterations", "span_per_iteration_us", "crossings")}
     if "checks" in result:  # benchmarks/knn_fused.py: the search without Dask
@@ -57,10 +64,11 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
                                          "differ_from_sklearn", "note")}
                          for r in result["backends"]}}
     warm = result.get("warm_predict_median", result.get("warm_fit_predict_median"))
+    lbfgs = (result.get("fit_profile") or {}).get("L-BFGS")  # logreg: the loop alone
     return {"task": result["task"], "n_train": result["n_train"], "n_test": result["n_test"],
             "accuracy": result["accuracy"], "warm_seconds": warm,
             "precision": result.get("precision"), "cold": result.get("cold"),
-            "warm_phases": result.get("warm")}
+            "warm_phases": result.get("warm"), **({"lbfgs_seconds": lbfgs} if lbfgs else {})}
 
 
 def ab_ratios(summary: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +148,49 @@ def gpu_ab_means(summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def loop_ab_means(summary: dict[str, Any]) -> dict[str, float]:
+    """Means over rounds of the L-BFGS loop alone (``fit_profile``'s "L-BFGS": the device
+    loop, no Dask, no predict) in ``gpus_logreg_SIZE_nN_CODE_I``, ms, and new over old."""
+    import re
+
+    runs: dict[tuple[str, str, str], list[float]] = {}
+    for name, s in summary.items():
+        m = re.fullmatch(r"gpus_logreg_(?P<size>f\d+|deformed)_n(?P<n>\d+)_(?P<code>old|new)_\d+",
+                         name)
+        if m and s.get("lbfgs_seconds") is not None:
+            runs.setdefault((m["size"], m["n"], m["code"]), []).append(1e3 * s["lbfgs_seconds"])
+    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
+    out = {f"logreg {size}, {n} GPUs, L-BFGS loop, {code}": round(mean, 2)
+           for (size, n, code), mean in means.items()}
+    for (size, n, code), mean in means.items():
+        old = means.get((size, n, "old"))
+        if code == "new" and old:
+            out[f"logreg {size}, {n} GPUs, L-BFGS loop, new / old (ratio)"] = round(mean / old, 3)
+    return out
+
+
+def split_means(summary: dict[str, Any]) -> dict[str, float]:
+    """Means over rounds of ``lbfgs_split_cC_CODE_I`` (``benchmarks/lbfgs_split.py``: whole
+    fits without Dask, timed on the host), ms per share of the rows on GPU 0, and new over
+    old."""
+    import re
+
+    runs: dict[tuple[str, str, str], list[float]] = {}
+    for name, s in summary.items():
+        m = re.fullmatch(r"lbfgs_split_c(?P<c>\d+)_(?P<code>old|new)_\d+", name)
+        for share, fit in (s.get("fits") or {}).items() if m else ():
+            runs.setdefault((m["c"], share, m["code"]), []).append(fit["median_ms"])
+    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
+    out = {f"fits of {c}x MNIST, share {share} on GPU 0, {code}": round(mean, 2)
+           for (c, share, code), mean in means.items()}
+    for (c, share, code), mean in means.items():
+        old = means.get((c, share, "old"))
+        if code == "new" and old:
+            out[f"fits of {c}x MNIST, share {share} on GPU 0, new / old (ratio)"] = round(
+                mean / old, 3)
+    return out
+
+
 def size_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``sizes_TASK_SIZE_CODE_I`` (``PHASE=sizes-ab``), ms, and the
     newer code's time over the older's at each size."""
@@ -208,7 +259,8 @@ def main() -> None:
     payload = {"machine": machine, "commit": args.commit, "made_by": args.made_by,
                "runs": summary, "ab": ab_ratios(summary)}
     means = {**worker_means(summary), **gpu_means(summary), **gpu_ab_means(summary),
-             **precision_means(summary), **size_means(summary), **host_fit_means(summary)}
+             **precision_means(summary), **size_means(summary), **host_fit_means(summary),
+             **loop_ab_means(summary), **split_means(summary)}
     if means:
         payload["means_over_rounds_ms"] = means
     (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
@@ -242,6 +294,9 @@ def main() -> None:
                 print(f"{name}: {shape}: " + ", ".join(
                     f"{rows} rows {ms} ms{'' if same else ' (other bits)'}"
                     for rows, (ms, same) in by_rows.items()))
+        elif "fits" in s:
+            print(f"{name}: " + ", ".join(f"share {share}: {f['median_ms']} ms"
+                                          for share, f in s["fits"].items()))
         elif "crossings" in s:
             print(f"{name}: {s['span_per_iteration_us']} us per iteration, {s['crossings']}")
         elif "predict_parts_ms" in s:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from numba import cuda, float64
 
-from mgpu_dask.kernels.blocks import LANES, row_maxes, row_sums
+from mgpu_dask.kernels.blocks import LANES, last_block, row_maxes, row_sums
 
 ROWS = 7
 
@@ -41,3 +41,36 @@ def test_row_sums_and_maxes_cover_every_chunk_in_a_fixed_order(chunks, threads):
         again = np.full(ROWS, np.nan)
         _rows[1, 2 * threads](parts, rows, again, np.full(ROWS, np.nan))
         np.testing.assert_array_equal(again[:rows], sums[:rows])
+
+
+@cuda.jit
+def _last(count, counted, step, parts, totals, lasts):
+    """Blocks below ``counted`` write a part and count themselves in ``count[1]``; the last
+    of them adds every part (the others write nothing and do not count)."""
+    b = cuda.blockIdx.x
+    if b >= counted:
+        return
+    if cuda.threadIdx.x == 0:
+        parts[b] = (b + 1) * step
+    if last_block(count, 1, counted):
+        if cuda.threadIdx.x == 0:
+            total = 0.0
+            for i in range(counted):
+                total += parts[i]
+            totals[0] = total
+            lasts[b] += 1
+
+
+@pytest.mark.parametrize("threads", [1, 8])
+def test_the_last_block_sees_every_part_and_resets_its_count_for_the_next_launch(threads):
+    """One block finds itself last, after every counted block's part was written, and the
+    count is back at zero: a second launch (a graph's replay) finds its last block too."""
+    count = np.zeros(3, np.int32)
+    parts, totals = np.zeros(5), np.zeros(1)
+    lasts = np.zeros(7, np.int64)
+    for step in (1.0, 2.0):
+        _last[7, threads](count, 5, step, parts, totals, lasts)
+        assert totals[0] == 15 * step  # (1 + 2 + 3 + 4 + 5) * step: every part, this launch's
+        assert count.tolist() == [0, 0, 0]
+    assert lasts.sum() == 2 and not lasts[5:].any()  # one last block per launch, a counted one
+
