@@ -148,6 +148,19 @@ def gpu_ab_means(summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _code_means(runs: dict[tuple[str, str, str], list[float]],
+                label: Any) -> dict[str, float]:
+    """Means of ``runs`` (keyed ``(a, b, code)``), labelled ``label(a, b, code)``, and the
+    newer code's over the older's, labelled ``label(a, b, "new / old (ratio)")``."""
+    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
+    out = {label(*key): round(mean, 2) for key, mean in means.items()}
+    for (a, b, code), mean in means.items():
+        old = means.get((a, b, "old"))
+        if code == "new" and old:
+            out[label(a, b, "new / old (ratio)")] = round(mean / old, 3)
+    return out
+
+
 def loop_ab_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of the L-BFGS loop alone (``fit_profile``'s "L-BFGS": the device
     loop, no Dask, no predict) in ``gpus_logreg_SIZE_nN_CODE_I``, ms, and new over old."""
@@ -159,14 +172,7 @@ def loop_ab_means(summary: dict[str, Any]) -> dict[str, float]:
                          name)
         if m and s.get("lbfgs_seconds") is not None:
             runs.setdefault((m["size"], m["n"], m["code"]), []).append(1e3 * s["lbfgs_seconds"])
-    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
-    out = {f"logreg {size}, {n} GPUs, L-BFGS loop, {code}": round(mean, 2)
-           for (size, n, code), mean in means.items()}
-    for (size, n, code), mean in means.items():
-        old = means.get((size, n, "old"))
-        if code == "new" and old:
-            out[f"logreg {size}, {n} GPUs, L-BFGS loop, new / old (ratio)"] = round(mean / old, 3)
-    return out
+    return _code_means(runs, lambda size, n, code: f"logreg {size}, {n} GPUs, L-BFGS loop, {code}")
 
 
 def split_means(summary: dict[str, Any]) -> dict[str, float]:
@@ -180,15 +186,8 @@ def split_means(summary: dict[str, Any]) -> dict[str, float]:
         m = re.fullmatch(r"lbfgs_split_c(?P<c>\d+)_(?P<code>old|new)_\d+", name)
         for share, fit in (s.get("fits") or {}).items() if m else ():
             runs.setdefault((m["c"], share, m["code"]), []).append(fit["median_ms"])
-    means = {key: statistics.mean(times) for key, times in sorted(runs.items())}
-    out = {f"fits of {c}x MNIST, share {share} on GPU 0, {code}": round(mean, 2)
-           for (c, share, code), mean in means.items()}
-    for (c, share, code), mean in means.items():
-        old = means.get((c, share, "old"))
-        if code == "new" and old:
-            out[f"fits of {c}x MNIST, share {share} on GPU 0, new / old (ratio)"] = round(
-                mean / old, 3)
-    return out
+    return _code_means(runs, lambda c, share, code: f"fits of {c}x MNIST, share {share} on GPU 0, "
+                                                    f"{code}")
 
 
 def size_means(summary: dict[str, Any]) -> dict[str, float]:
