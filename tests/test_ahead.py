@@ -1,6 +1,7 @@
 """Compiling a first run's kernels ahead, side by side (mgpu_dask.kernels.ahead, jobs.ahead)."""
 
 import importlib
+import inspect
 import json
 import os
 
@@ -96,8 +97,8 @@ def test_listed_kernels_are_named_in_the_report():
 
 
 def test_the_listed_kernels_exist_and_their_signatures_read_back():
-    """ahead.json names kernels of ours that exist, by signatures Numba reads back, for the
-    kinds of run the command line makes by default."""
+    """ahead.json names kernels of ours that exist, by signatures Numba reads back with one
+    type per parameter, for the kinds of run the command line makes by default."""
     listed = json.loads(ahead.LIST.read_text())
     assert set(listed["runs"]) == {ahead.key(s) for s in ahead.usual_specs()}
     for items in listed["runs"].values():
@@ -106,8 +107,12 @@ def test_the_listed_kernels_exist_and_their_signatures_read_back():
             if "numba" in item:
                 module, name = item["numba"].split(":")
                 assert module.startswith("mgpu_dask.kernels.")
-                assert hasattr(importlib.import_module(module), name), item["numba"]
+                kernel = getattr(importlib.import_module(module), name, None)
+                assert kernel is not None, item["numba"]
                 kernels_ahead.decode(item["signature"])
+                # one type per parameter (the simulator's kernels keep the function as ``fn``)
+                fn = getattr(kernel, "py_func", None) or kernel.fn
+                assert len(item["signature"]) == len(inspect.signature(fn).parameters), item
             else:
                 assert item["cupy"]["source"] and isinstance(item["cupy"]["options"], list)
 
