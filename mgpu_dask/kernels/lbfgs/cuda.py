@@ -157,7 +157,8 @@ def _pair_sums(scal, parts, SY, YY):
         else:
             YY[new, o] = total
             YY[o, new] = total
-    cuda.syncthreads()  # every thread has read scal[STORED]
+    # Cleared last: every pair block read scal[STORED] before it counted itself
+    cuda.syncthreads()
     if cuda.threadIdx.x == 0:
         scal[STORED] = 0.0
 
