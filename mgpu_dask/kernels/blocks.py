@@ -48,12 +48,13 @@ LANES = 8
 """Threads that share one row of :func:`row_sums` (a power of 2)."""
 
 
-def _row_reduce(combine):
+def row_reduce(combine):
     """A device function ``f(parts, rows, scratch, out)``: ``out[r]`` = ``combine`` over
     ``parts[r, :]`` for every ``r < rows``, by the whole block, in a fixed order (the same
     bits every time); ``scratch`` and ``out`` are shared arrays of at least
     ``rows * LANES`` and ``rows`` slots.  Each row's entries are read by LANES threads side
-    by side, not by one thread in a chain of dependent loads."""
+    by side, not by one thread in a chain of dependent loads.  ``combine(r, a, b)`` (a
+    device function) is told the row, so that rows may be combined differently."""
 
     @inlined_device
     def reduce(parts, rows, scratch, out):
@@ -65,21 +66,31 @@ def _row_reduce(combine):
             lane = e - r * LANES
             total = parts[r, lane] if lane < chunks else parts[r, 0]
             for q in range(lane + LANES, chunks, LANES):
-                total = combine(total, parts[r, q])
+                total = combine(r, total, parts[r, q])
             scratch[e] = total
         cuda.syncthreads()
         for r in range(tid, rows, nt):
             total = scratch[r * LANES]
             for lane in range(1, min(LANES, chunks)):
-                total = combine(total, scratch[r * LANES + lane])
+                total = combine(r, total, scratch[r * LANES + lane])
             out[r] = total
         cuda.syncthreads()
 
     return reduce
 
 
-row_sums = _row_reduce(_add)      # sum of each row of ``parts``
-row_maxes = _row_reduce(_larger)  # largest entry of each row of ``parts``
+@inlined_device
+def _add_in_row(r, a, b):
+    return a + b
+
+
+@inlined_device
+def _larger_in_row(r, a, b):
+    return max(a, b)
+
+
+row_sums = row_reduce(_add_in_row)       # sum of each row of ``parts``
+row_maxes = row_reduce(_larger_in_row)   # largest entry of each row of ``parts``
 
 
 @inlined_device

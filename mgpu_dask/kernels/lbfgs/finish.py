@@ -30,7 +30,7 @@ import math
 
 from numba import cuda, float64, int32
 
-from ..blocks import LANES, last_block
+from ..blocks import LANES, last_block, row_reduce
 from ..jitable import inlined_device
 from .cuda import (ACCEPTED, ACTIVE, APPLY, AUTO, COMMIT, COUNT_END, DECREASE, DONE, F,
                    F_PREV, FTOL, GMAX, GTOL, HEAD, INIT, N_SCALARS, NOT_DESCENT, PAIRS,
@@ -133,33 +133,13 @@ def assemble(parts, psums, x, p, g, gt, rho, scal, fparts, count, inv_n, penalty
 
 
 @inlined_device
-def _totals(fparts, scratch, out):
-    """``out[r]``: row ``r`` of ``fparts`` over the blocks, TOP's its largest entry and
-    the others' sums, in one pass (the order of ``blocks.row_sums`` and ``row_maxes``,
-    so their bits); ``scratch`` holds PARTS_LANES."""
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
-    chunks = fparts.shape[1]
-    for e in range(tid, PARTS_LANES, nt):
-        r = e // LANES
-        lane = e - r * LANES
-        total = fparts[r, lane] if lane < chunks else fparts[r, 0]
-        for q in range(lane + LANES, chunks, LANES):
-            if r == TOP:
-                total = max(total, fparts[r, q])
-            else:
-                total = total + fparts[r, q]
-        scratch[e] = total
-    cuda.syncthreads()
-    for r in range(tid, N_PARTS, nt):
-        total = scratch[r * LANES]
-        for lane in range(1, min(LANES, chunks)):
-            if r == TOP:
-                total = max(total, scratch[r * LANES + lane])
-            else:
-                total = total + scratch[r * LANES + lane]
-        out[r] = total
-    cuda.syncthreads()
+def _sum_or_top(r, a, b):
+    return max(a, b) if r == TOP else a + b
+
+
+# ``out[r]``: row ``r`` of ``fparts`` over the blocks, TOP's its largest entry and the
+# others' sums, in one pass (in the order of ``row_sums`` and ``row_maxes``, so their bits)
+_totals = row_reduce(_sum_or_top)
 
 
 @inlined_device
@@ -182,7 +162,7 @@ def _decide(psums, rho, scal, fparts, inv_n, penalty, mode):
         summed[0] = loss
     scratch = cuda.shared.array(PARTS_LANES, float64)
     sums = cuda.shared.array(N_PARTS, float64)
-    _totals(fparts, scratch, sums)  # in a fixed order: the same bits every time
+    _totals(fparts, N_PARTS, scratch, sums)  # in a fixed order: the same bits every time
     if tid != 0:
         return
     memory = rho.shape[0]
