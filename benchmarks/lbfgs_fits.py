@@ -57,7 +57,8 @@ def fit_times(shards: list[tuple[Any, Any]], n: int, repeats: int = 12) -> dict[
         out = {"median_ms": round(1e3 * statistics.median(walls[3:]), 3),
                "min_ms": round(1e3 * min(walls[3:]), 3), "nit": result["nit"],
                "nfev": result["nfev"], "fun": float(result["fun"]), "point": point,
-               "graph": fits.graph_note, "run_ahead": fits.run_ahead,
+               "graph": fits.graph_note, "run_ahead": fits.run_ahead, "syncs": fits.syncs,
+               "bridge": getattr(fits, "bridge", 0),
                "precision": ",".join(str(o.precision) for o in fits.objectives)}
         fits.close()
     return out

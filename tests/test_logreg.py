@@ -405,15 +405,17 @@ def _host_objective(shards, n, d, k, penalty):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-@pytest.mark.parametrize("held", [None, 2])
-def test_device_lbfgs_kernels_follow_the_host_loop(held, monkeypatch):
+@pytest.mark.parametrize("held, bridge", [(None, None), (2, None), (None, 1), (None, 3)])
+def test_device_lbfgs_kernels_follow_the_host_loop(held, bridge, monkeypatch):
     """The device backend's kernels (simulated) take the host backend's every step.
 
     Badly scaled rows make the first step fail the Wolfe test, so the host's
     line search probes the device and commits; 10 iterations with 3 pairs
     wrap the ring of curvature pairs.  With fewer pairs held in registers by
     ``direction`` (HELD_PAIRS, read when the simulated kernel runs) than stored,
-    the rest come from memory: the same steps.
+    the rest come from memory: the same steps.  With iterations queued past
+    each look (``bridge``), those behind a step not kept are skipped on the
+    device: the same steps, the same evaluations counted.
     """
     from mgpu_dask.kernels.lbfgs import cuda as K
     from mgpu_dask.logreg.lbfgs import loop as lbfgs
@@ -424,7 +426,7 @@ def test_device_lbfgs_kernels_follow_the_host_loop(held, monkeypatch):
         monkeypatch.setattr(K, "HELD_PAIRS", held)
     shards, n, d, k = _two_shard_problem()
     penalty = 1.0 / n
-    device = DeviceBackend(shards, k, n, penalty, memory=memory)
+    device = DeviceBackend(shards, k, n, penalty, memory=memory, bridge=bridge)
     got = lbfgs.run(device, maxiter=maxiter, gtol=1e-4)
     want = lbfgs.minimize_lbfgs(_host_objective(shards, n, d, k, penalty), np.zeros(d * k + k),
                                 maxiter=maxiter, gtol=1e-4, memory=memory)
@@ -436,29 +438,35 @@ def test_device_lbfgs_kernels_follow_the_host_loop(held, monkeypatch):
     np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-11)
     assert abs(got["fun"] - want["fun"]) < 1e-12
     assert device.pairs == memory
+    assert device.bridge == (bridge or 0) and (device.bridged > 0) == bool(bridge)
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-@pytest.mark.parametrize("ahead", [1, 16])
-def test_device_lbfgs_stops_where_the_host_loop_stops(ahead):
+@pytest.mark.parametrize("ahead, bridge", [(1, 0), (16, 0), (1, 1), (2, 2), (3, 2)])
+def test_device_lbfgs_stops_where_the_host_loop_stops(ahead, bridge):
     """A stopping rule met in the middle of a run-ahead stops the device there.
 
     Well-scaled rows and a loose gtol: the host loop stops on the gradient
-    after a few iterations; 16 queued at once must make exactly as many.
+    after a few iterations; 16 queued at once must make exactly as many, and so
+    must looks with iterations queued past each (``bridge``, counted in the
+    next look; the last look's bridge is skipped on the device).
     """
     from mgpu_dask.logreg.lbfgs import loop as lbfgs
     from mgpu_dask.logreg.lbfgs.device import DeviceBackend
 
     shards, n, d, k = _two_shard_problem(scale=0.5)
     penalty = 1.0 / n
-    device = DeviceBackend(shards, k, n, penalty, memory=3, run_ahead=ahead)
+    device = DeviceBackend(shards, k, n, penalty, memory=3, run_ahead=ahead, bridge=bridge)
     got = lbfgs.run(device, maxiter=40, gtol=2e-2)
     want = lbfgs.minimize_lbfgs(_host_objective(shards, n, d, k, penalty), np.zeros(d * k + k),
                                 maxiter=40, gtol=2e-2, memory=3)
     assert want["success"] and want["message"] == "gradient below gtol" and want["nit"] < 16
     assert (got["nit"], got["nfev"], got["message"]) == (want["nit"], want["nfev"],
                                                           want["message"])
-    assert device.syncs == (want["nfev"] if ahead == 1 else 2)  # start, then one look
+    # start, then one look per run-ahead (its bridge counted in the next)
+    looks = want["nit"] if ahead == 1 else -(-want["nit"] // max(ahead, bridge))
+    assert device.syncs == 1 + looks
+    assert device.bridged == bridge * looks
     np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-11)
 
 

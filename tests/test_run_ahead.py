@@ -47,3 +47,24 @@ def test_the_first_evaluation_chooses_until_the_iterations_are_timed(elapsed_ms)
     ahead.settle(span, 8, 8)  # quick iterations: as many as allowed
     assert ahead.value == MAX_AHEAD
     assert pace.RunAhead._of(1.0) == 1
+
+
+def test_the_bridge_covers_the_hosts_turn_once_an_iteration_is_timed(elapsed_ms):
+    """Iterations queued past a look: none before an iteration's device time is known (the
+    simulator), then ``BRIDGE_SECONDS`` of them, at least one, at most a look's worth."""
+    assert RunAhead(None).bridge() == 0
+    simulated = RunAhead(None)
+    simulated.first(float("nan"))
+    assert simulated.bridge() == 0
+    assert RunAhead(3, bridge=2).bridge() == 2 and RunAhead(None, bridge=0).bridge() == 0
+    with pytest.raises(ValueError, match="at least 0"):
+        RunAhead(None, bridge=-1)
+    ahead = RunAhead(None)
+    ahead.first(pace.BRIDGE_SECONDS / 2.5)  # the first evaluation: three per bridge
+    assert ahead.bridge() == 3
+    elapsed_ms[0] = 8 * 1e3 * pace.BRIDGE_SECONDS * 4  # long iterations: one
+    ahead.settle(("start", "end"), 8, 8)
+    assert ahead.value == 1 and ahead.bridge() == 1
+    elapsed_ms[0] = 8 * 1e-3  # 1 us iterations: a look's worth at most
+    ahead.settle(("start", "end"), 8, 8)
+    assert ahead.value == MAX_AHEAD and ahead.bridge() == MAX_AHEAD

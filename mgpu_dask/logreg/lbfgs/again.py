@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import numpy as np
 
-from ...kernels.lbfgs import cuda as K
 from ...kernels.logreg import Levels
 from .pace import RunAhead
 
@@ -40,9 +38,10 @@ def ready(backend: Any, shards: list[tuple[Any, Any]]) -> bool:
     with backend._leader(), backend.stream or contextlib.nullcontext():
         for array in backend.state:
             array.fill(0)
-    backend._ahead = RunAhead(backend._run_ahead)
-    backend.evaluations = backend.syncs = backend.graph_launches = 0
+    backend._ahead = RunAhead(backend._run_ahead, backend._bridge)
+    backend.evaluations = backend.graph_launches = backend.bridged = 0
+    backend._pending = backend._done_at = 0
+    backend.scalars.reset()
     if backend._graph is not None:
         backend.graph_seconds = 0.0  # no capture in this fit
-    backend._last = np.zeros(K.N_SCALARS)
     return True

@@ -2,10 +2,9 @@
 device backend).
 
 One process holds every shard of the fit (the single-host fit maps the other
-workers' shards into it).  The optimiser's state -- point,
-gradient, direction, curvature pairs, and the scalars it decides on -- lives
-on the *leader* GPU (this process's own).  One iteration is queued without
-waiting:
+workers' shards into it).  The optimiser's state -- point, gradient, direction,
+curvature pairs, and the scalars it decides on -- lives on the *leader* GPU
+(this process's own).  One iteration is queued without waiting:
 
 1. the proposal on the leader: two-loop recursion, first step, trial
    parameters (float32) -- then an event;
@@ -31,10 +30,14 @@ refuses), the iteration is launched op by op and ``graph_note`` says why.
 
 Most first steps are kept, so the host queues ``run_ahead`` iterations
 before it reads the scalars (``advance``); a step not kept stops the ones
-queued behind it on the device (:mod:`mgpu_dask.kernels.lbfgs.cuda`), so
-``run_ahead`` is chosen from the device time of one evaluation, then again
-from the device time per iteration of each look whose queued steps were all
-kept (shards read from other processes make a first evaluation slow).
+queued behind it on the device (:mod:`mgpu_dask.kernels.lbfgs.cuda`).
+``run_ahead`` is chosen from the device time of one evaluation, then of each
+look whose queued steps were all kept (:mod:`.pace`).  The scalars of a look
+are copied aside (:mod:`.scalars`) and a *bridge* of a few more iterations is
+queued behind that copy before the host waits for it: while the host reads
+the look and queues the next, the device runs the bridge instead of waiting.
+The bridge counts in the next look, which does not re-arm the device: a stop
+in the look leaves it skipped there, like any step queued behind a stop.
 
 When the first step is not kept the host's scalar line search
 (:mod:`.line_search`) asks for more trial steps, two scalars back per trial.
@@ -60,6 +63,7 @@ from . import again
 from .launches import launches
 from .loop import Step
 from .pace import RunAhead
+from .scalars import Scalars
 
 SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: few, or slow
 
@@ -91,6 +95,9 @@ class DeviceBackend:
     run_ahead : int or None
         Iterations queued per look at the scalars; None: ``pace.AHEAD_SECONDS`` of
         device work (:class:`.pace.RunAhead`).
+    bridge : int or None
+        Iterations queued past each look, counted in the next (see the module's
+        docstring); None: ``pace.BRIDGE_SECONDS`` of device work.
     graph : bool
         Capture an iteration as a CUDA graph (see the module's docstring);
         False: launch it op by op (for comparisons).
@@ -103,11 +110,14 @@ class DeviceBackend:
                  penalty: float, memory: int = 10,
                  precision: Precision | str = Precision.FP32,
                  run_ahead: int | None = None, graph: bool = True,
-                 scale: float | None = None) -> None:
+                 scale: float | None = None, bridge: int | None = None) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
-        self._ahead = RunAhead(run_ahead)
-        self._run_ahead = run_ahead
+        self._ahead = RunAhead(run_ahead, bridge)
+        self._run_ahead, self._bridge = run_ahead, bridge
+        self.bridged = 0  # iterations queued as bridges in this fit
+        # The bridge queued past the last look while it may still run, scal[DONE] there
+        self._pending = self._done_at = 0
         self.gpu = usable(shards)
         self._graph: Any = None
         self.graph_seconds: float | None = None  # host time of the capture
@@ -126,15 +136,13 @@ class DeviceBackend:
         d = int(shards[0][0].shape[1])
         m, dk = d * k + k, d * k
         self.shape = (d, k)
-        self.evaluations, self.syncs = 0, 0  # syncs: host waits for the device
+        self.evaluations = 0
         if self.gpu:
             import cupy
-            import cupyx
 
             xp = cupy
             self.device = cupy.cuda.Device()
             self.stream = cupy.cuda.Stream(non_blocking=True)
-            self._scal_h = cupyx.empty_pinned(K.N_SCALARS, dtype=np.float64)
         else:
             xp, self.device, self.stream = np, None, None
         with self._leader():
@@ -163,6 +171,7 @@ class DeviceBackend:
                 # The zeros above were queued on the legacy default stream, which a
                 # non-blocking stream is not ordered with: done before any kernel reads them.
                 cupy.cuda.Stream.null.synchronize()
+        self.scalars = Scalars(self.scal, self.device, self.stream)
         near = peers.enable(self.device.id, [X.device.id for X, _ in shards]) if self.gpu else ()
         self.objectives = [ShardObjective(X, labels, k, precision, scale,
                                           out=(self.params, self.parts[i], self.psums[i])
@@ -172,7 +181,6 @@ class DeviceBackend:
         for o in self.objectives if self.gpu else ():
             with o.device:
                 self._done.append(cupy.cuda.Event(disable_timing=True))
-        self._last = np.zeros(K.N_SCALARS)
 
     def reuse(self, shards: list[tuple[Any, Any]]) -> bool:
         """Ready for another fit of the same rows (:func:`.again.ready`); False where
@@ -253,24 +261,8 @@ class DeviceBackend:
             self.graph_note = f"not captured: {type(exc).__name__}: {exc}"
         self.graph_seconds = time.perf_counter() - began
 
-    def _read(self) -> np.ndarray:
-        """The scalars, after everything queued so far (the one wait of an iteration)."""
-        self.syncs += 1
-        if self.gpu:
-            from cupy.cuda import runtime
-
-            with self.device:
-                runtime.memcpyAsync(self._scal_h.ctypes.data, self.scal.data.ptr,
-                                    self.scal.nbytes, runtime.memcpyDeviceToHost,
-                                    self.stream.ptr)
-                self.stream.synchronize()
-            self._last = np.array(self._scal_h)
-        else:
-            self._last = np.array(self.scal)
-        return self._last
-
-    def _step(self) -> Step:
-        s = self._read()
+    def _step(self, s: np.ndarray | None = None) -> Step:
+        s = self.scalars.read() if s is None else s
         return Step(int(s[K.STATUS]), float(s[K.F]), float(s[K.GMAX]), float(s[K.DECREASE]),
                     float(s[K.SLOPE0]), float(s[K.STEP]), float(s[K.VALUE]), float(s[K.SLOPE]))
 
@@ -281,8 +273,18 @@ class DeviceBackend:
         return self.graph_launches > 0
 
     @property
+    def syncs(self) -> int:
+        """Host waits for the device so far in this fit."""
+        return self.scalars.syncs
+
+    @property
+    def bridge(self) -> int:
+        """Iterations queued past each look now (:meth:`.pace.RunAhead.bridge`)."""
+        return self._ahead.bridge()
+
+    @property
     def pairs(self) -> int:
-        return int(self._last[K.PAIRS])
+        return int(self.scalars.last[K.PAIRS])
 
     def start(self) -> Step:
         if self.gpu:  # the device time of this first evaluation is the fit's figure
@@ -329,24 +331,39 @@ class DeviceBackend:
     def run_ahead(self) -> int:
         return self._ahead.value or self._ahead.first(self.first_evaluation_seconds())
 
-    def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]:
-        """Queue ``ahead`` iterations, read the scalars once (see the module's docstring)."""
-        self._k_arm.set(1, float(gtol))
-        self._k_arm.set(2, float(ftol))
+    def advance(self, ahead: int, gtol: float, ftol: float,
+                more: int = 0) -> tuple[Step, int]:
+        """``ahead`` iterations, the last look's bridge first, then one read of the
+        scalars; a bridge of at most ``more`` iterations queued past that read (see the
+        module's docstring)."""
+        pending = self._pending
+        before = self.evaluations - pending  # the bridge's were counted as it was queued
+        if not pending:  # nothing queued since the last look: let the proposals run
+            self._k_arm.set(1, float(gtol))
+            self._k_arm.set(2, float(ftol))
+            with self._leader():
+                self._k_arm(1)
+        new = max(0, ahead - pending)
         # Timed once the iteration's graph exists (its capture is host time, not theirs).
-        span = self._ahead.span(self.device) if self._graph is not None else None
+        span = self._ahead.span(self.device) if self._graph is not None and new else None
         if span is not None:
             span[0].record(self.stream)
-        with self._leader():
-            self._k_arm(1)
-        for _ in range(ahead):
+        for _ in range(new):
             self._iterate()
         if span is not None:
             span[1].record(self.stream)
-        step = self._step()
-        done = int(self._last[K.DONE])
-        self.evaluations -= ahead - done - (step.status != K.ACCEPTED)  # skipped on the device
-        self._ahead.settle(span, ahead, done)
+        self.scalars.copy()
+        bridge = min(self._ahead.bridge(), max(0, more))
+        for _ in range(bridge):
+            self._iterate()
+        step = self._step(s := self.scalars.wait())
+        done = int(s[K.DONE]) - (self._done_at if pending else 0)
+        moving = step.status == K.ACCEPTED and s[K.ACTIVE] != 0.0
+        self._pending, self._done_at = (bridge, int(s[K.DONE])) if moving else (0, 0)
+        self.bridged += bridge
+        # Steps skipped on the device are not evaluations; a live bridge's are counted.
+        self.evaluations = before + done + (step.status != K.ACCEPTED) + self._pending
+        self._ahead.settle(span, new, done - pending)
         return step, done
 
     def probe(self, step: float) -> tuple[float, float]:
@@ -355,7 +372,7 @@ class DeviceBackend:
             self._k_trial(self._trial_blocks)
         self._evaluate()
         self._finish(K.PROBE)
-        s = self._read()
+        s = self.scalars.read()
         return float(s[K.VALUE]), float(s[K.SLOPE])
 
     def commit(self) -> Step:
@@ -365,7 +382,7 @@ class DeviceBackend:
     def forget(self) -> None:
         with self._leader():
             self._k_forget(1)
-        self._last[K.PAIRS] = 0
+        self.scalars.last[K.PAIRS] = 0
 
     def solution(self) -> np.ndarray:
         if self.gpu:

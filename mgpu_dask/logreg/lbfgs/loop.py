@@ -58,8 +58,10 @@ class Backend(Protocol):
 
     def start(self) -> Step: ...              # evaluate at the start point
     # Up to ``ahead`` proposals while they are kept and no stopping rule holds:
-    # (the last kept step, or the first one not kept; steps kept).
-    def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]: ...
+    # (the last kept step, or the first one not kept; steps kept).  ``more``: how many
+    # the next call may make besides (a backend may queue some of them already).
+    def advance(self, ahead: int, gtol: float, ftol: float,
+                more: int = 0) -> tuple[Step, int]: ...
     def probe(self, step: float) -> tuple[float, float]: ...  # value and slope at a step
     def commit(self) -> Step: ...             # move to the last probed step
     def forget(self) -> None: ...             # drop the curvature pairs
@@ -91,7 +93,8 @@ def run(backend: Backend, *, maxiter: int = 100, gtol: float = 1e-4,
             message, success = "gradient below gtol", True
             break
         ahead = min(max(1, backend.run_ahead), maxiter - nit)
-        state, done, searched = _iterate(backend, maxls, ahead, gtol, ftol)
+        state, done, searched = _iterate(backend, maxls, ahead, gtol, ftol,
+                                         maxiter - nit - ahead)
         nit, searches = nit + done, searches + searched
         if state.status != ACCEPTED and backend.pairs:  # a poor direction: forget, go downhill
             backend.forget()
@@ -111,13 +114,14 @@ def run(backend: Backend, *, maxiter: int = 100, gtol: float = 1e-4,
 
 
 def _iterate(backend: Backend, maxls: int, ahead: int, gtol: float,
-             ftol: float) -> tuple[Step, int, int]:
-    """Up to ``ahead`` iterations: (where they ended, iterations made, line searches run).
+             ftol: float, more: int = 0) -> tuple[Step, int, int]:
+    """Up to ``ahead`` iterations: (where they ended, iterations made, line searches run);
+    ``more``: iterations the loop may make after these.
 
     The step returned is ACCEPTED when the last iteration moved; otherwise
     no acceptable step was found from the point it describes.
     """
-    trial, done = backend.advance(ahead, gtol, ftol)
+    trial, done = backend.advance(ahead, gtol, ftol, more)
     if trial.status != SEARCH:
         return trial, done, 0
     step = line_search.strong_wolfe(backend.probe, trial.f, trial.slope0, trial.step,
@@ -170,7 +174,8 @@ class HostBackend:
         return Step(SEARCH, self.f, float(np.max(np.abs(self.g))), np.inf, slope0, step,
                     value, slope)
 
-    def advance(self, ahead: int, gtol: float, ftol: float) -> tuple[Step, int]:
+    def advance(self, ahead: int, gtol: float, ftol: float,
+                more: int = 0) -> tuple[Step, int]:
         done = 0
         while True:
             step = self.propose()

@@ -1,7 +1,9 @@
-"""How many iterations the device L-BFGS queues before the host reads the scalars."""
+"""How many iterations the device L-BFGS queues before the host reads the scalars, and
+how many it queues past that read (the bridge)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -9,6 +11,8 @@ import numpy as np
 AHEAD_SECONDS = 2e-3   # device time worth queueing per look (each wait has a fixed cost)
 MAX_AHEAD = 16
 SIMULATOR_AHEAD = 4
+BRIDGE_SECONDS = 3e-4  # device time queued past a look: the host's turn between two looks
+                       # (its wait ending, the scalars read, the next look queued)
 
 
 class RunAhead:
@@ -21,16 +25,36 @@ class RunAhead:
     the loop's own iterations are what is queued.
     """
 
-    def __init__(self, fixed: int | None) -> None:
+    def __init__(self, fixed: int | None, bridge: int | None = None) -> None:
         if fixed is not None and fixed < 1:
             raise ValueError(f"run_ahead={fixed} must be at least 1")
+        if bridge is not None and bridge < 0:
+            raise ValueError(f"bridge={bridge} must be at least 0")
         self.value = fixed
         self.paced = fixed is None
+        self._bridge = bridge
+        self.seconds: float | None = None  # device time of one iteration, once known
+
+    def bridge(self) -> int:
+        """Iterations to queue past a look, while the host reads it and queues the next:
+        ``BRIDGE_SECONDS`` of device work, at least one once an iteration's device time
+        is known, at most a look's worth; the number given, if one was.  Each look then
+        finds the device busy instead of idle for the host's turn; a look that stops
+        (a step not kept, a stopping rule met) leaves its bridge to be skipped on the
+        device."""
+        if self._bridge is not None:
+            return self._bridge
+        if self.seconds is None or self.value is None:
+            return 0
+        return min(self.value, max(1, math.ceil(BRIDGE_SECONDS / self.seconds)))
 
     def first(self, seconds: float) -> int:
         """The number, chosen from one evaluation's device time (nan: the simulator)."""
         if self.value is None:
-            self.value = SIMULATOR_AHEAD if not np.isfinite(seconds) else self._of(seconds)
+            if np.isfinite(seconds):
+                self.seconds, self.value = seconds, self._of(seconds)
+            else:
+                self.value = SIMULATOR_AHEAD
         return self.value
 
     def span(self, device: Any) -> tuple[Any, Any] | None:
@@ -47,7 +71,8 @@ class RunAhead:
         if span is not None and kept == queued > 0:
             import cupy
 
-            self.value = self._of(cupy.cuda.get_elapsed_time(*span) / 1e3 / queued)
+            self.seconds = cupy.cuda.get_elapsed_time(*span) / 1e3 / queued
+            self.value = self._of(self.seconds)
 
     @staticmethod
     def _of(seconds: float) -> int:
