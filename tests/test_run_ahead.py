@@ -51,7 +51,8 @@ def test_the_first_evaluation_chooses_until_the_iterations_are_timed(elapsed_ms)
 
 def test_the_bridge_covers_the_hosts_turn_once_an_iteration_is_timed(elapsed_ms):
     """Iterations queued past a look: none before an iteration's device time is known (the
-    simulator), then ``BRIDGE_SECONDS`` of them, at least one, at most a look's worth."""
+    simulator), then ``BRIDGE_SECONDS`` of them, at most a look's worth, and none for
+    iterations longer than that."""
     assert RunAhead(None).bridge() == 0
     simulated = RunAhead(None)
     simulated.first(float("nan"))
@@ -62,9 +63,12 @@ def test_the_bridge_covers_the_hosts_turn_once_an_iteration_is_timed(elapsed_ms)
     ahead = RunAhead(None)
     ahead.first(pace.BRIDGE_SECONDS / 2.5)  # the first evaluation: three per bridge
     assert ahead.bridge() == 3
-    elapsed_ms[0] = 8 * 1e3 * pace.BRIDGE_SECONDS * 4  # long iterations: one
+    elapsed_ms[0] = 8 * 1e3 * pace.BRIDGE_SECONDS  # iterations as long as a bridge: one
     ahead.settle(("start", "end"), 8, 8)
-    assert ahead.value == 1 and ahead.bridge() == 1
+    assert ahead.bridge() == 1
+    elapsed_ms[0] = 8 * 1e3 * pace.BRIDGE_SECONDS * 1.01  # longer: none
+    ahead.settle(("start", "end"), 8, 8)
+    assert ahead.bridge() == 0
     elapsed_ms[0] = 8 * 1e-3  # 1 us iterations: a look's worth at most
     ahead.settle(("start", "end"), 8, 8)
     assert ahead.value == MAX_AHEAD and ahead.bridge() == MAX_AHEAD

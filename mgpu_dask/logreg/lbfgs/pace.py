@@ -12,7 +12,8 @@ AHEAD_SECONDS = 2e-3   # device time worth queueing per look (each wait has a fi
 MAX_AHEAD = 16
 SIMULATOR_AHEAD = 4
 BRIDGE_SECONDS = 3e-4  # device time queued past a look: the host's turn between two looks
-                       # (its wait ending, the scalars read, the next look queued)
+                       # (its wait ending, the scalars read, the next look queued); no bridge
+                       # for longer iterations, whose evaluations a stop would waste
 
 
 class RunAhead:
@@ -37,16 +38,17 @@ class RunAhead:
 
     def bridge(self) -> int:
         """Iterations to queue past a look, while the host reads it and queues the next:
-        ``BRIDGE_SECONDS`` of device work, at least one once an iteration's device time
-        is known, at most a look's worth; the number given, if one was.  Each look then
-        finds the device busy instead of idle for the host's turn; a look that stops
-        (a step not kept, a stopping rule met) leaves its bridge to be skipped on the
-        device."""
+        ``BRIDGE_SECONDS`` of device work (at most a look's worth) once an iteration's
+        device time is known and is at most that; the number given, if one was.  Each
+        look then finds the device busy instead of idle for the host's turn.  A look
+        that stops (a step not kept, a stopping rule met) leaves its bridge to be
+        skipped on the device, but the shards' evaluations still run there: iterations
+        longer than ``BRIDGE_SECONDS``, whose waits cost them little, get no bridge."""
         if self._bridge is not None:
             return self._bridge
-        if self.seconds is None or self.value is None:
+        if self.seconds is None or self.value is None or self.seconds > BRIDGE_SECONDS:
             return 0
-        return min(self.value, max(1, math.ceil(BRIDGE_SECONDS / self.seconds)))
+        return min(self.value, math.ceil(BRIDGE_SECONDS / self.seconds))
 
     def first(self, seconds: float) -> int:
         """The number, chosen from one evaluation's device time (nan: the simulator)."""
