@@ -405,7 +405,8 @@ def _host_objective(shards, n, d, k, penalty):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-@pytest.mark.parametrize("held, bridge", [(None, None), (2, None), (None, 1), (None, 3)])
+@pytest.mark.parametrize("held, bridge", [(None, None), (2, None), (None, 1), (None, 3),
+                                          (None, 5)])
 def test_device_lbfgs_kernels_follow_the_host_loop(held, bridge, monkeypatch):
     """The device backend's kernels (simulated) take the host backend's every step.
 
@@ -415,7 +416,8 @@ def test_device_lbfgs_kernels_follow_the_host_loop(held, bridge, monkeypatch):
     ``direction`` (HELD_PAIRS, read when the simulated kernel runs) than stored,
     the rest come from memory: the same steps.  With iterations queued past
     each look (``bridge``), those behind a step not kept are skipped on the
-    device: the same steps, the same evaluations counted.
+    device: the same steps, the same evaluations counted; a bridge longer than
+    a look (5 against 4 per look) makes no step past ``maxiter``.
     """
     from mgpu_dask.kernels.lbfgs import cuda as K
     from mgpu_dask.logreg.lbfgs import loop as lbfgs

@@ -96,8 +96,7 @@ class DeviceBackend:
         Iterations queued per look at the scalars; None: ``pace.AHEAD_SECONDS`` of
         device work (:class:`.pace.RunAhead`).
     bridge : int or None
-        Iterations queued past each look, counted in the next (see the module's
-        docstring); None: ``pace.BRIDGE_SECONDS`` of device work.
+        Iterations queued past each look (module docstring); None: ``pace.RunAhead``'s.
     graph : bool
         Capture an iteration as a CUDA graph (see the module's docstring);
         False: launch it op by op (for comparisons).
@@ -353,7 +352,8 @@ class DeviceBackend:
         if span is not None:
             span[1].record(self.stream)
         self.scalars.copy()
-        bridge = min(self._ahead.bridge(), max(0, more))
+        # Within what the loop allows: this look may be a last bridge longer than ``ahead``
+        bridge = min(self._ahead.bridge(), max(0, ahead + more - max(ahead, pending)))
         for _ in range(bridge):
             self._iterate()
         step = self._step(s := self.scalars.wait())
