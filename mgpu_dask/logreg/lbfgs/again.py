@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-
 from ...kernels.logreg import Levels
-from .pace import RunAhead
 
 
 def _rows(X: Any) -> Any:
@@ -38,10 +36,7 @@ def ready(backend: Any, shards: list[tuple[Any, Any]]) -> bool:
     with backend._leader(), backend.stream or contextlib.nullcontext():
         for array in backend.state:
             array.fill(0)
-    backend._ahead = RunAhead(backend._run_ahead, backend._bridge)
-    backend.evaluations = backend.graph_launches = backend.bridged = 0
-    backend._pending = backend._done_at = 0
-    backend.scalars.reset()
+    backend.fresh_counts()
     if backend._graph is not None:
         backend.graph_seconds = 0.0  # no capture in this fit
     return True

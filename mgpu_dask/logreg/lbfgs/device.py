@@ -32,12 +32,11 @@ Most first steps are kept, so the host queues ``run_ahead`` iterations
 before it reads the scalars (``advance``); a step not kept stops the ones
 queued behind it on the device (:mod:`mgpu_dask.kernels.lbfgs.cuda`).
 ``run_ahead`` is chosen from the device time of one evaluation, then of each
-look whose queued steps were all kept (:mod:`.pace`).  The scalars of a look
-are copied aside (:mod:`.scalars`) and a *bridge* of a few more iterations is
-queued behind that copy before the host waits for it: while the host reads
-the look and queues the next, the device runs the bridge instead of waiting.
-The bridge counts in the next look, which does not re-arm the device: a stop
-in the look leaves it skipped there, like any step queued behind a stop.
+look whose queued steps were all kept (:mod:`.pace`).  A look's scalars are
+copied aside (:mod:`.scalars`) and a *bridge* of a few more iterations queued
+behind the copy before the host waits for it, so the device runs while the
+host reads the look and queues the next.  The bridge counts in the next look,
+which does not re-arm the device: a stop in the look leaves it skipped.
 
 When the first step is not kept the host's scalar line search
 (:mod:`.line_search`) asks for more trial steps, two scalars back per trial.
@@ -112,15 +111,10 @@ class DeviceBackend:
                  scale: float | None = None, bridge: int | None = None) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
-        self._ahead = RunAhead(run_ahead, bridge)
         self._run_ahead, self._bridge = run_ahead, bridge
-        self.bridged = 0  # iterations queued as bridges in this fit
-        # The bridge queued past the last look while it may still run, scal[DONE] there
-        self._pending = self._done_at = 0
         self.gpu = usable(shards)
         self._graph: Any = None
         self.graph_seconds: float | None = None  # host time of the capture
-        self.graph_launches = 0
         self.graph_note: str | None = None if graph else "not asked for"
         if self.gpu and graph and not capture_allowed():
             self.graph_note = ("not captured: UCX runs in this process (--protocol ucx), "
@@ -135,7 +129,6 @@ class DeviceBackend:
         d = int(shards[0][0].shape[1])
         m, dk = d * k + k, d * k
         self.shape = (d, k)
-        self.evaluations = 0
         if self.gpu:
             import cupy
 
@@ -171,6 +164,7 @@ class DeviceBackend:
                 # non-blocking stream is not ordered with: done before any kernel reads them.
                 cupy.cuda.Stream.null.synchronize()
         self.scalars = Scalars(self.scal, self.device, self.stream)
+        self.fresh_counts()
         near = peers.enable(self.device.id, [X.device.id for X, _ in shards]) if self.gpu else ()
         self.objectives = [ShardObjective(X, labels, k, precision, scale,
                                           out=(self.params, self.parts[i], self.psums[i])
@@ -180,6 +174,13 @@ class DeviceBackend:
         for o in self.objectives if self.gpu else ():
             with o.device:
                 self._done.append(cupy.cuda.Event(disable_timing=True))
+
+    def fresh_counts(self) -> None:
+        """A fit's counts, pacing and scalars as before its first look (also :mod:`.again`)."""
+        self._ahead = RunAhead(self._run_ahead, self._bridge)
+        self.evaluations = self.graph_launches = self.bridged = 0  # bridged: queued as bridges
+        self._pending = self._done_at = 0  # the live bridge past the last look; DONE there
+        self.scalars.reset()
 
     def reuse(self, shards: list[tuple[Any, Any]]) -> bool:
         """Ready for another fit of the same rows (:func:`.again.ready`); False where
@@ -332,9 +333,8 @@ class DeviceBackend:
 
     def advance(self, ahead: int, gtol: float, ftol: float,
                 more: int = 0) -> tuple[Step, int]:
-        """``ahead`` iterations, the last look's bridge first, then one read of the
-        scalars; a bridge of at most ``more`` iterations queued past that read (see the
-        module's docstring)."""
+        """``ahead`` iterations (the last look's bridge first), one read of the scalars and
+        a bridge of at most ``more`` iterations queued past it (the module's docstring)."""
         pending = self._pending
         before = self.evaluations - pending  # the bridge's were counted as it was queued
         if not pending:  # nothing queued since the last look: let the proposals run
