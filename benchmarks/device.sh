@@ -5,7 +5,10 @@
 #
 # Carried, as ignored folders of the repository:
 #   .gpu    gpu-stack-build's parts (base and gpu-stack-install in the first call of a
-#           lease; one rapids-NN or faiss-NN part per later call, calls back to back)
+#           lease; one rapids-NN or faiss-NN part per later call, calls back to back).
+#           Send rapids.count or faiss.count with the first part, not with the base:
+#           with a count and no part yet, gpu-stack-install stops silently (pipefail on
+#           an empty ls) and this script exits before its phases
 #   .mnist  the four MNIST files (first call; kept in /tmp/mnist for the later ones)
 #   .ab     for PHASE=ab: an older commit's package, `git archive REF mgpu_dask | tar -x -C .ab`
 #
