@@ -35,6 +35,11 @@ import pytest
 
 from mgpu_dask.data.idx import write_idx
 
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    from simulator import yield_while_polling
+
+    yield_while_polling()  # the simulated kernels run several times sooner (tests/simulator.py)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

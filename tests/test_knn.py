@@ -23,8 +23,12 @@ def digits():
 
 
 def _tie_queries(X_train, X_test, k):
-    """Queries whose k-th and (k+1)-th exact distances are equal (ambiguous neighbours)."""
-    d = ((X_test[:, None, :].astype(np.float64) - X_train[None].astype(np.float64)) ** 2).sum(-1)
+    """Queries whose k-th and (k+1)-th exact distances are equal (ambiguous neighbours).
+    Integer rows: every term below is an integer float64 holds exactly, so the expanded
+    form is the exact distance (without a queries x rows x features temporary)."""
+    Q, T = X_test.astype(np.float64), X_train.astype(np.float64)
+    assert (Q == np.round(Q)).all() and (T == np.round(T)).all()
+    d = (Q * Q).sum(1)[:, None] + (T * T).sum(1)[None] - 2.0 * (Q @ T.T)
     d.sort(axis=1)
     return d[:, k - 1] == d[:, k]
 

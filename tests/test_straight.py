@@ -288,7 +288,7 @@ def test_an_unreachable_worker_falls_back(client, monkeypatch):
         return False
 
     monkeypatch.setattr(results, "reachable", unreachable)
-    assert direct.run_held(client, {"tcp://nowhere:1": [(len, ([],))]}, 5) is None
+    assert direct.run_held(client, {"tcp://192.0.2.1:1": [(len, ([],))]}, 5) is None  # TEST-NET
 
 
 def test_blocks_in_hand_only_for_arrays_made_in_hand(monkeypatch):

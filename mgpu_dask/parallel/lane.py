@@ -31,6 +31,7 @@ from distributed import WorkerPlugin
 
 from .. import config
 from . import plugins
+from .workers import scheduler_workers
 
 _HEADER = struct.Struct("<QQ")  # a message's pickle, in bytes, and its buffers
 
@@ -176,6 +177,10 @@ class _Lanes:
         with self.lock:
             if worker in self.socks:
                 return self.socks[worker]
+        if worker not in scheduler_workers(client):
+            # Not a worker the client knows of (lost, or not yet heard of): no lane now, and
+            # no ``run`` for Dask to wait out its 30 s connect timeout on.  Not remembered.
+            return None
         sock = None
         try:
             found = client.run(_lane_of, workers=[worker], on_error="return",
