@@ -43,12 +43,11 @@
 #            package and the working tree alternating (ROUNDS, ORDER): sizes_TASK_SIZE_CODE_I
 #   host-fit-ab  benchmarks/host_fit.py --repeats 15 (one worker), .ab's package and the
 #            working tree alternating (ROUNDS, ORDER): host_fit_CODE_n1_I
-#   profile  benchmarks/kernel_profile.py at FRACTIONS, .ab's package and the working tree
 #   ahead    record the compile-ahead list (python -m mgpu_dask.jobs.ahead --record) into
 #            $OUT/ahead.json and use it in the working tree here
-#   parts    benchmarks/lr_parts.py with --workers in NGPUS (1 2) at FRACTIONS (1), then
-#            benchmarks/host_fit.py --repeats 15 --parts (one worker): where a warm LR fit
-#            and predict, and a warm KNN fit from host NumPy, spend their time
+#   knn-data benchmarks/knn_data.py (own data: ours, FAISS, PyTorch, cuML) for CASES (all),
+#            then CASE (1m-128) with NWORKERS (2 4) workers sharing GPU 0, ours only
+#   logreg-data  benchmarks/logreg_data.py (own data: ours, PyTorch, cuML) for CASES (all)
 #   timeline benchmarks/lbfgs_timeline_gpus.py (the L-BFGS without Dask under CUPTI) at
 #            FRACTIONS (1 4) rows over each of NGPUS (1 2) GPUs, .ab's package and the
 #            working tree in ORDER: lbfgs_timeline_fF_gN_CODE (its events in .events.json)
@@ -102,7 +101,7 @@ for phase in ${PHASE:-none}; do
 # A phase that runs .ab's package needs .ab carried in this very call (a carried path a
 # call does not name is deleted there): without it the old side's runs fail one by one.
 case "$phase" in
-  *-ab|ab|profile|timeline)
+  *-ab|ab|timeline)
     if [ ! -d .ab/mgpu_dask ] && [[ " ${ORDER:-old new} " == *" old "* ]]; then
       log "error: PHASE=$phase runs .ab's package, and .ab is not here: carry it in this call"
       continue
@@ -154,19 +153,6 @@ host-fit-ab)
       "$R/$name.json" --repeats 15 > "$R/$name.log" 2>&1)
     tail -1 "$R/$name.log" | cut -c1-300 | tee -a "$OUT/summary.log"
   done; done
-  ;;
-profile)
-  top=$PWD; base=$PYTHONPATH
-  for code in ${ORDER:-old new}; do
-    where=$top; [ "$code" = old ] && where=$top/.ab
-    for f in ${FRACTIONS:-1 4}; do
-      [ "$f" = 0 ] && continue
-      log "profile_${code}_f$f: python benchmarks/kernel_profile.py OUT $f ($where)"
-      (cd "$where" && PYTHONPATH=$where:$base timeout 200 python3 "$top/benchmarks/kernel_profile.py" \
-        "$R/profile_${code}_f$f.json" $f > "$R/profile_${code}_f$f.log" 2>&1)
-      tail -2 "$R/profile_${code}_f$f.log" | cut -c1-300 | tee -a "$OUT/summary.log"
-    done
-  done
   ;;
 ahead)
   log "python -m mgpu_dask.jobs.ahead --record"
@@ -324,19 +310,24 @@ precisions)
       --copies ${COPIES:-155} --workers 1 --repeats 3 --quiet
   done; done
   ;;
-parts)
-  for n in ${NGPUS:-1 2}; do for f in ${FRACTIONS:-1}; do
-    log "lr_parts_f${f}_n$n: python benchmarks/lr_parts.py --workers $n --fraction $f"
-    timeout 200 python3 benchmarks/lr_parts.py "$R/lr_parts_f${f}_n$n.json" --workers $n \
-      --fraction $f > "$R/lr_parts_f${f}_n$n.log" 2>&1
-    tail -1 "$R/lr_parts_f${f}_n$n.log" | cut -c1-600 | tee -a "$OUT/summary.log"
-  done; done
-  log "host_fit_parts: python benchmarks/host_fit.py --repeats 15 --parts"
-  timeout 250 python3 benchmarks/host_fit.py "$R/host_fit_parts.json" --repeats 15 --parts \
-    > "$R/host_fit_parts.log" 2>&1
-  tail -1 "$R/host_fit_parts.log" | cut -c1-300 | tee -a "$OUT/summary.log"
-  python3 -c "import json; print(json.load(open('$R/host_fit_parts.json')).get('parts_median_ms'))" \
-    | tee -a "$OUT/summary.log"
+knn-data)
+  log "knn_data: python benchmarks/knn_data.py OUT --cases ${CASES:-all}"
+  cases=${CASES:-all}; [ "$cases" = all ] && cases=100k-32,1m-128,1m-768-cosine,10m-96,1m-128-100kq
+  timeout ${LIMIT:-560} python3 benchmarks/knn_data.py "$R/knn_data.json" --cases "$cases" \
+    --repeats ${REPEATS:-5} > "$R/knn_data.log" 2>&1
+  tail -8 "$R/knn_data.log" | cut -c1-400 | tee -a "$OUT/summary.log"
+  for n in ${NWORKERS:-2 4}; do
+    log "knn_data_n$n: tests/shared_gpu.py $n -- python benchmarks/knn_data.py OUT --cases ${CASE:-1m-128} --no-peers"
+    timeout 280 python3 tests/shared_gpu.py $n -- python3 benchmarks/knn_data.py \
+      "$R/knn_data_n$n.json" --cases ${CASE:-1m-128} --no-peers > "$R/knn_data_n$n.log" 2>&1
+    tail -2 "$R/knn_data_n$n.log" | cut -c1-300 | tee -a "$OUT/summary.log"
+  done
+  ;;
+logreg-data)
+  log "logreg_data: python benchmarks/logreg_data.py OUT --cases ${CASES:-all}"
+  timeout ${LIMIT:-560} python3 benchmarks/logreg_data.py "$R/logreg_data.json" \
+    --cases ${CASES:-all} > "$R/logreg_data.log" 2>&1
+  tail -8 "$R/logreg_data.log" | cut -c1-400 | tee -a "$OUT/summary.log"
   ;;
 timeline)
   top=$PWD; base=$PYTHONPATH

@@ -10,8 +10,8 @@ rounds per worker count, and their ratios to one worker; ``gpus_*``: the means p
 GPU count, and the speed-ups over one GPU, per code where they are ``gpus_*_old|new_*``;
 ``precision_*``: the means per precision
 and their ratios to bf16's; ``sizes_*``: the means per size and code, and new over old;
-``host_fit_*``: the warm fits' means per code, and new over old; ``lbfgs_split_*``: the
-fits' means per size, share and code; for ``gpus_logreg_*``, the L-BFGS loop's too).  The
+``host_fit_*``: the warm fits' means per code, and new over old; for ``gpus_logreg_*``, the
+L-BFGS loop's too; ``knn_data``, ``logreg_data``: each case's rows).  The
 tables print as Markdown.
 """
 
@@ -34,29 +34,17 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
                                        "warm_fit_back_to_back_median_ms", "parts_median_ms",
                                        "warm_shard_median_ms", "predictions_equal", "accuracy")
                 if k in result}
-    if "predict_parts_ms" in result:  # benchmarks/lr_parts.py: a warm LR call, part by part
-        return {k: result[k] for k in ("workers", "fraction", "accuracy", "warm_ms",
-                                       "predict_parts_ms", "straight_call_floor_ms",
-                                       "predict_block_alone_ms")}
-    if "knn search" in result:  # benchmarks/kernel_profile.py: kernels without Dask
-        return {name: {"wall_ms_median": result[name]["wall_ms_median"],
-                       "device_ms_total": result[name]["device_ms_total"],
-                       "largest": result[name]["kernels"][:8]}
-                for name in ("logreg fit", "knn search")}
-    if "shapes" in result:  # benchmarks/logreg_fused_shapes.py: the fused kernel's shapes
-        return {"gpu": result["gpu"], "shapes": {
-            f"{s['stage_bytes']} B x {s['stages']}, {s['min_blocks']} blocks/SM":
-            {r["rows"]: (r["ms"], r["equal"]) for r in s["sizes"]} for s in result["shapes"]}}
-    if "runs" in result and "gpus" in result:  # benchmarks/lbfgs_split.py: fits, no Dask
-        return {"n": result["n"], "fits": {
-            str(r["share"]): {k: r.get(k) for k in ("median_ms", "min_ms", "nit", "nfev", "fun",
-                                                    "run_ahead", "point")}
-            for r in result["runs"]}}
+    if "cases" in result:  # benchmarks/knn_data.py, logreg_data.py: own data, peers beside ours
+        keep = ("predict_s", "first_predict_s", "fit_s", "first_fit_s", "recall", "iterations",
+                "evaluations", "per_iteration_ms", "loss", "graph", "precision", "searches",
+                "error")
+        return {"workers": result.get("workers"), "cases": {
+            c["case"]["name"]: {"rows": {r["backend"]: {k: r[k] for k in keep if k in r}
+                                         for r in c["rows"]},
+                                **{k: c[k] for k in ("fastest_faiss", "times_faiss") if k in c}}
+            for c in result["cases"]}}
     if "crossings" in result:  # benchmarks/lbfgs_timeline_gpus.py: the L-BFGS under CUPTI
         return {k: result[k] for k in ("iterations", "span_per_iteration_us", "crossings")}
-    if "checks" in result:  # benchmarks/knn_fused.py: the search without Dask
-        return {"device": result.get("device"), "mismatches": result.get("mismatches"),
-                **{k: v for k, v in result.items() if k.startswith("fraction_")}}
     if "backends" in result:  # --backend ...: one row per backend
         return {"task": result["task"], "n_train": result["n_train"], "n_test": result["n_test"],
                 "rows": {r["backend"]: {k: r.get(k) for k in
@@ -175,21 +163,6 @@ def loop_ab_means(summary: dict[str, Any]) -> dict[str, float]:
     return _code_means(runs, lambda size, n, code: f"logreg {size}, {n} GPUs, L-BFGS loop, {code}")
 
 
-def split_means(summary: dict[str, Any]) -> dict[str, float]:
-    """Means over rounds of ``lbfgs_split_cC_CODE_I`` (``benchmarks/lbfgs_split.py``: whole
-    fits without Dask, timed on the host), ms per share of the rows on GPU 0, and new over
-    old."""
-    import re
-
-    runs: dict[tuple[str, str, str], list[float]] = {}
-    for name, s in summary.items():
-        m = re.fullmatch(r"lbfgs_split_c(?P<c>\d+)_(?P<code>old|new)_\d+", name)
-        for share, fit in (s.get("fits") or {}).items() if m else ():
-            runs.setdefault((m["c"], share, m["code"]), []).append(fit["median_ms"])
-    return _code_means(runs, lambda c, share, code: f"fits of {c}x MNIST, share {share} on GPU 0, "
-                                                    f"{code}")
-
-
 def size_means(summary: dict[str, Any]) -> dict[str, float]:
     """Means over rounds of ``sizes_TASK_SIZE_CODE_I`` (``PHASE=sizes-ab``), ms, and the
     newer code's time over the older's at each size."""
@@ -259,7 +232,7 @@ def main() -> None:
                "runs": summary, "ab": ab_ratios(summary)}
     means = {**worker_means(summary), **gpu_means(summary), **gpu_ab_means(summary),
              **precision_means(summary), **size_means(summary), **host_fit_means(summary),
-             **loop_ab_means(summary), **split_means(summary)}
+             **loop_ab_means(summary)}
     if means:
         payload["means_over_rounds_ms"] = means
     (args.out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")

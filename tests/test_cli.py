@@ -103,7 +103,9 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
     root = Path(__file__).resolve().parents[1]
     found = []
     for doc in (root / "README.md", root / "deploy" / "README.md"):
-        for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", doc.read_text(), re.S):
+        for lang, block in re.findall(r"```(\w*)\n(.*?)```", doc.read_text(), re.S):
+            if lang not in ("", "bash", "sh"):  # (every fence paired: python blocks too)
+                continue
             for line in block.replace("\\\n", " ").splitlines():
                 line = line.split("  #")[0].strip()
                 if line.startswith("python -m mgpu_dask.run "):

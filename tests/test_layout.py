@@ -105,3 +105,49 @@ def test_no_measured_history_in_the_code():
     found = [f"{p.relative_to(ROOT)}:{i}" for p in ROOT.rglob("*.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not found, found
+
+
+# -- the house around the code: the README, benchmarks/ and the history stay small -------------
+REPO = ROOT.parent
+README_LINES, HISTORY_LINES, BENCHMARK_SCRIPTS, BENCHMARKS_README_LINES = 200, 500, 10, 120
+BENCHMARK_TOOLS = {"README.md", "device.sh", "summarize.py", "results"}
+"""benchmarks/ entries that are not a table's script."""
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_readme_and_history_stay_short():
+    assert _lines(REPO / "README.md") <= README_LINES, "README.md: results go to docs/results.md"
+    assert _lines(REPO / "docs" / "performance-history.md") <= HISTORY_LINES, \
+        "performance-history.md: one short paragraph per idea"
+    assert _lines(REPO / "benchmarks" / "README.md") <= BENCHMARKS_README_LINES
+
+
+def test_benchmarks_hold_one_script_per_table():
+    scripts = sorted(p.name for p in (REPO / "benchmarks").iterdir()
+                     if p.name not in BENCHMARK_TOOLS and p.suffix in (".py", ".sh"))
+    assert len(scripts) <= BENCHMARK_SCRIPTS, f"finished probes leave the tree (git keeps them): {scripts}"
+    text = (REPO / "benchmarks" / "README.md").read_text()
+    unexplained = [s for s in scripts if s not in text]
+    assert not unexplained, f"benchmarks/README.md says nothing of {unexplained}"
+
+
+def _documents() -> str:
+    return "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
+                                             REPO / "benchmarks" / "README.md"])
+
+
+def test_every_results_folder_is_cited_and_every_cited_folder_exists():
+    import re
+
+    text = _documents()
+    folders = {p.name for p in (REPO / "benchmarks" / "results").iterdir() if p.is_dir()}
+    uncited = sorted(f for f in folders if f not in text)
+    assert not uncited, f"results folders no page cites (git keeps them): {uncited}"
+    # a folder of a commit named bare (``floor-runs-1xH200-80c84bf/``); one read from an
+    # older commit is written with its path (``results/...``) or a ``git show``
+    named = set(re.findall(r"(?<![\w/.-])([a-z][\w.-]*?-\d+xH\d+-[0-9a-f]{7})(?![\w-])", text))
+    missing = sorted(n for n in named if n not in folders)
+    assert not missing, f"pages cite results folders that are not in the tree: {missing}"

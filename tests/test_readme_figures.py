@@ -1,4 +1,5 @@
-"""Every measured figure of the README is in a results file that its passage cites.
+"""Every measured figure of the README and of docs/results.md is in a results file that
+its passage cites.
 
 A figure is a number with a unit (``19.4 ms``, ``38.2 s``, ``5.6-6.9 s``,
 ``21.0 and 22.9 ms``) or an accuracy (``0.9742``).  A passage is a paragraph, a
@@ -15,6 +16,8 @@ import json
 import re
 from itertools import product
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -72,8 +75,15 @@ def _found(figure: str, unit: str, pool: list[float]) -> bool:
 
 
 def _results_section(text: str) -> str:
-    """From the run section to the end of the results (where the figures are)."""
-    return text[text.index("## Run"):text.index("## Use it from Python")]
+    """The README's results (from their heading to the next section)."""
+    start = text.index("## Results")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def _pages() -> list[str]:
+    """Where the measured figures are: the README's results and the results page."""
+    return [_results_section((ROOT / "README.md").read_text()),
+            (ROOT / "docs" / "results.md").read_text()]
 
 
 def _passages(text: str) -> list[str]:
@@ -100,16 +110,16 @@ def _covered(text: str) -> list[tuple[str, set[Path]]]:
     return out + [(p, set()) for p in waiting]
 
 
-def test_every_readme_figure_is_in_a_results_file_its_passage_cites():
-    text = _results_section((ROOT / "README.md").read_text())
-    covered = _covered(text)
-    assert len({f for _, files in covered for f in files}) >= 5, "too few results cited"
+@pytest.mark.parametrize("page", [0, 1], ids=["README", "results.md"])
+def test_every_figure_is_in_a_results_file_its_passage_cites(page):
+    covered = _covered(_pages()[page])
+    assert len({f for _, files in covered for f in files}) >= 2, "too few results cited"
     missing = []
     for passage, files in covered:
         pool = [n for f in files for n in _numbers(json.loads(f.read_text()))]
         missing += [f"{n} {u}".strip() for n, u in _figures(passage)
                     if not _found(n, u, pool)]
-    assert not missing, f"README figures in no results file their passage cites: {missing}"
+    assert not missing, f"figures in no results file their passage cites: {missing}"
 
 
 def test_the_check_finds_a_figure_that_is_not_there():
