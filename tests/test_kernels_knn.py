@@ -41,9 +41,11 @@ def _tile(target, n):
 
 
 def _check(cand, ref, labels, k, offset=0):
+    """Candidates against squared distances ``ref``: the euclidean distance comes back."""
     order = np.argsort(ref, axis=1, kind="stable")[:, :k]
     np.testing.assert_array_equal(cand[..., 1], order + offset)
-    np.testing.assert_allclose(cand[..., 0], np.take_along_axis(ref, order, 1), rtol=1e-12)
+    np.testing.assert_allclose(cand[..., 0], np.sqrt(np.take_along_axis(ref, order, 1)),
+                               rtol=1e-12)
     np.testing.assert_array_equal(cand[..., 2], labels[order])
 
 
@@ -101,21 +103,47 @@ def test_float_data_are_reranked_and_certified(target, precision):
             assert stats["rows_recomputed"] == m
 
 
-@pytest.mark.parametrize("precision", ["bf16", "tf32", "fp32"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "tf32", "fp32"])
 def test_error_bound_holds_for_emulated_products(precision):
     """|key~ - key| <= e(q) on data built to be hard (wide dynamic range, long rows)."""
     rng = np.random.default_rng()
     d = 256
     Q = (rng.standard_normal((200, d)) * rng.lognormal(0, 2, d)).astype(np.float32)
     T = (rng.standard_normal((300, d)) * rng.lognormal(0, 2, d)).astype(np.float32)
-    Qr, Tr = (precisions.round_operand(a, precision) for a in (Q, T))
+    scale = 2.0 ** -6 if precision == "fp16" else 1.0  # float16's range
+    Qr, Tr = (precisions.round_operand((a * scale).astype(np.float32), precision) for a in (Q, T))
     norms = (T.astype(np.float64) ** 2).sum(1).astype(np.float32)
-    approx = norms.astype(np.float64)[None] - 2.0 * (Qr @ Tr.T).astype(np.float64)
+    approx = norms.astype(np.float64)[None] - 2.0 * (Qr @ Tr.T).astype(np.float64) / scale ** 2
     exact = (T.astype(np.float64) ** 2).sum(1)[None] - 2.0 * (Q.astype(np.float64) @ T.T.astype(np.float64))
     bound = precisions.error_bound(precision, d, np.sqrt((Q.astype(np.float64) ** 2).sum(1)),
-                                   float(np.sqrt(norms.max())))
+                                   float(np.sqrt(norms.max())), scale=scale)
     assert (np.abs(approx - exact) <= bound[:, None]).all()
     assert (np.abs(approx - exact) > bound[:, None] / 1e4).any() or precision == "fp32"
+
+
+def test_error_bound_holds_for_the_three_part_float16_product():
+    """hi = fp16(x), lo = fp16(x - hi): qh.th + qh.tl + ql.th within the split bound, which is
+    many times tighter than the plain float16 one (float32's accumulation then bounds it)."""
+    rng = np.random.default_rng()
+    d = 96
+    Q = (rng.standard_normal((150, d)) * rng.lognormal(0, 1, d)).astype(np.float32)
+    T = (rng.standard_normal((250, d)) * rng.lognormal(0, 1, d)).astype(np.float32)
+    scale = 2.0 ** 4
+
+    def parts(a):
+        v = a.astype(np.float64) * scale
+        hi = v.astype(np.float16).astype(np.float64)
+        return hi, (v - hi).astype(np.float16).astype(np.float64)
+
+    (qh, ql), (th, tl) = parts(Q), parts(T)
+    products = (qh @ th.T + qh @ tl.T + ql @ th.T) / scale ** 2
+    exact = Q.astype(np.float64) @ T.T.astype(np.float64)
+    q_norm = np.sqrt((Q.astype(np.float64) ** 2).sum(1))
+    t_max = float(np.sqrt((T.astype(np.float64) ** 2).sum(1).max()))
+    split = precisions.error_bound("fp16", d, q_norm, t_max, scale=scale, split=True)
+    plain = precisions.error_bound("fp16", d, q_norm, t_max, scale=scale)
+    assert (2 * np.abs(products - exact) <= split[:, None]).all()
+    assert (split < plain / 10).all()
 
 
 def test_bf16_and_tf32_rounding_is_to_nearest_even():
@@ -157,7 +185,7 @@ def test_merge_of_disjoint_shards_equals_whole(target):
 def _reference_vote(cand, n_classes, weights):
     proba = np.zeros((len(cand), n_classes))
     for r, row in enumerate(cand):
-        d = np.sqrt(row[:, 0])
+        d = row[:, 0]
         if weights == "uniform":
             w = np.ones(len(d))
         elif (d == 0).any():
@@ -187,10 +215,11 @@ def test_vote_matches_reference(target, weights):
 @pytest.mark.parametrize("requested, eight_bit, capability, expected", [
     ("auto", True, (9, 0), ("int8", None)),
     ("auto", True, (7, 5), ("int8", None)),
-    ("auto", False, (9, 0), ("tf32", None)),
+    ("auto", False, (9, 0), ("fp16", None)),
     ("auto", True, None, ("int8", None)),
     ("auto", False, None, ("fp32", None)),
-    ("auto", False, (7, 0), ("fp32", None)),
+    ("auto", False, (7, 0), ("fp16", None)),
+    ("auto", False, (6, 0), ("fp32", None)),
     ("bf16", True, (7, 5), ("fp32", "precision bf16 needs a GPU of compute capability 8.0")),
     ("tf32", False, (9, 0), ("tf32", None)),
 ])

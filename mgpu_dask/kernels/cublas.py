@@ -16,8 +16,8 @@ import threading
 import numpy as np
 
 # cudaDataType_t and cublasComputeType_t values (cuBLAS through ctypes)
-CUDA_R_32F, CUDA_R_8I, CUDA_R_32I, CUDA_R_16BF = 0, 3, 10, 14
-CUBLAS_COMPUTE = {"int8": 72, "bf16": 68, "tf32": 77, "fp32": 69}
+CUDA_R_32F, CUDA_R_16F, CUDA_R_8I, CUDA_R_32I, CUDA_R_16BF = 0, 2, 3, 10, 14
+CUBLAS_COMPUTE = {"int8": 72, "bf16": 68, "fp16": 68, "tf32": 77, "fp32": 69, "fp32 sums": 68}
 
 
 def cublas_library() -> Any:
@@ -88,8 +88,7 @@ def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False,
     """A no-argument callable computing ``out = A @ B`` (``A.T @ B`` with ``trans_a``) on ``stream``.
 
     C-contiguous CuPy arrays, ``out`` float32.  ``operands="fp32"``: float32
-    ``A`` and ``B``, one cuBLAS SGEMM per use without CuPy's dispatch (CuPy's
-    ``matmul`` where its cuBLAS bindings are not available).
+    ``A`` and ``B``, one ``cublasGemmEx`` in float32 per use (no TF32).
     ``operands="bf16"``: ``A`` and ``B`` hold bfloat16 bit patterns (uint16),
     one ``cublasGemmStridedBatchedEx`` on tensor cores with float32
     accumulation; with ``batches`` > 1, ``A`` and ``B`` are that many equal
@@ -97,8 +96,6 @@ def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False,
     (sums over fewer rows each: see ``ShardObjective``).  Call it with the
     arrays' device current.
     """
-    import cupy
-
     if batches > 1 and operands != "bf16":
         raise ValueError("batches > 1 takes bf16 operands")
     M, N = out.shape[-2:]
@@ -126,18 +123,21 @@ def bound_gemm(out: Any, A: Any, B: Any, stream: Any, *, trans_a: bool = False,
                                    f"{M}x{N}x{K} product")
         gemm_ex.keep = (scalars, A, B, out)  # type: ignore[attr-defined]
         return gemm_ex
-    try:
-        from cupy_backends.cuda.libs import cublas
-    except ImportError:  # pragma: no cover - other CuPy layouts
-        def gemm() -> None:
-            with stream:
-                cupy.matmul(A.T if trans_a else A, B, out=out)
-        return gemm
+    # float32: cublasGemmEx on a handle of ours, as the other operands are.  CuPy's cuBLAS
+    # wrapper leaves work a stream capture cannot join ("unjoined work"), which cost the
+    # float32 evaluation its place in the L-BFGS iteration's CUDA graph.
+    lib = cublas_library()
+    ours = handle()
 
     def gemm() -> None:
-        with stream:
-            cublas.sgemm(_cublas_on(stream), cublas.CUBLAS_OP_N, op_a, N, M, K, one, b_ptr, N,
-                         a_ptr, lda, zero, out_ptr, N)
+        status = (lib.cublasSetStream_v2(ours, stream.ptr)
+                  or lib.cublasSetPointerMode_v2(ours, 0)
+                  or lib.cublasGemmEx(ours, 0, op_a, N, M, K, one, b_ptr, CUDA_R_32F, N,
+                                      a_ptr, CUDA_R_32F, lda, zero, out_ptr, CUDA_R_32F, N,
+                                      CUBLAS_COMPUTE["fp32 sums"], -1))
+        if status:
+            raise RuntimeError(f"cuBLAS returned status {status} for a float32 {M}x{N}x{K} "
+                               "product")
     gemm.keep = (scalars, A, B, out)  # type: ignore[attr-defined]
     return gemm
 

@@ -1,6 +1,7 @@
-// int8 tensor-core helpers of our CUDA C kernels (knn/fused.cu, logreg/fused.cu): loads
+// Tensor-core helpers of our CUDA C kernels (knn/fused.cu, logreg/fused.cu): loads
 // into shared memory with cp.async, ldmatrix, and mma.sync m16n8k32 (int8 in, exact
-// int32 out), compute capability 8.0 or newer; and Hopper's wgmma (sm_90a only).  Put
+// int32 out) or m16n8k16 (float16 in, float32 out), compute capability 8.0 or newer; and
+// Hopper's wgmma (sm_90a only).  Put
 // in front of each kernel's source by kernels/cuda_source.py, so that CuPy's cache key
 // (the source) holds it.
 
@@ -22,6 +23,15 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned
                                             unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+
+// mma.sync m16n8k16 (float16 in, float32 out): the same fragments, byte for byte, as
+// mma_s8's (32 bytes of a row a step), so the same loads feed both.
+__device__ __forceinline__ void mma_f16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ void mma_s8(int* c, const unsigned* a, unsigned b0, unsigned b1) {
@@ -85,6 +95,10 @@ __device__ __forceinline__ void fence_regs(int* d, int n) {
 #pragma unroll
     for (int i = 0; i < n; ++i) asm volatile("" : "+r"(d[i]) :: "memory");
 }
+__device__ __forceinline__ void fence_regs(float* d, int n) {
+#pragma unroll
+    for (int i = 0; i < n; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
 
 // wgmma m64n128k32 (int8 in, int32 out) on d: its 64 registers, each under constraint C.
 #define WGMMA_N128(pred, C) \
@@ -111,6 +125,22 @@ __device__ __forceinline__ void wgmma_s8_n128(int* d, unsigned long long a, unsi
 // wgmma_s8_n128 with d written, not read: d = A times B^T (d's old values dead to the compiler).
 __device__ __forceinline__ void wgmma_s8_n128_first(int* d, unsigned long long a, unsigned long long b) {
     WGMMA_N128("0", "=r");
+}
+
+// The float16 twins (m64n128k16, float32 out): 32 bytes of each row an instruction as the
+// int8 ones, both operands K-major (no transpose), the same descriptors.
+#define WGMMA_F16_N128(pred, C) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " pred ", 0;\n" \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+                 : WGMMA_D64(C) : "l"(a), "l"(b))
+
+__device__ __forceinline__ void wgmma_f16_n128(float* d, unsigned long long a, unsigned long long b) {
+    WGMMA_F16_N128("1", "+f");
+}
+
+__device__ __forceinline__ void wgmma_f16_n128_first(float* d, unsigned long long a, unsigned long long b) {
+    WGMMA_F16_N128("0", "=f");
 }
 
 // --- Hopper: the tensor memory accelerator and mbarriers (sm_90) -------------------------

@@ -10,14 +10,15 @@ class Precision(str, Enum):
 
     ``AUTO`` asks the estimator to choose; the others name what runs:
     ``INT8`` (int8 tensor cores, exact int32 sums), ``BF16`` (bfloat16 tensor
-    cores, float32 sums), ``TF32`` (tf32 tensor cores) and ``FP32`` (float32
-    CUDA cores).  A member compares equal to its value (``Precision.INT8 ==
+    cores, float32 sums), ``FP16`` (float16 tensor cores, float32 sums),
+    ``TF32`` (tf32 tensor cores) and ``FP32`` (float32 CUDA cores).  A member compares equal to its value (``Precision.INT8 ==
     "int8"``) and is written as it in JSON and text.
     """
 
     AUTO = "auto"
     INT8 = "int8"
     BF16 = "bf16"
+    FP16 = "fp16"
     TF32 = "tf32"
     FP32 = "fp32"
 
@@ -51,4 +52,4 @@ class Precision(str, Enum):
 
 
 NEEDS = {Precision.AUTO: (0, 0), Precision.INT8: (7, 5), Precision.BF16: (8, 0),
-         Precision.TF32: (8, 0), Precision.FP32: (0, 0)}
+         Precision.FP16: (7, 0), Precision.TF32: (8, 0), Precision.FP32: (0, 0)}

@@ -11,6 +11,7 @@ from dask.utils import parse_bytes
 
 from .. import config
 from ..exceptions import DataError
+from ..kernels.knn import floats
 from ..kernels.knn import precision as precisions
 from ..kernels.precision import Precision
 from ..parallel import placement
@@ -76,16 +77,16 @@ def eight_bit(X: Any) -> precisions.EightBit:
 
 
 def bytes_per_value(precision: Precision, exact: bool, method: str) -> int:
-    """Bytes a worker keeps per training value (operand plus exact rows where needed)."""
+    """Bytes a worker keeps per training value (operand plus exact rows where needed; a
+    float16 operand in three parts, :mod:`mgpu_dask.kernels.knn.floats`)."""
     if method == "direct":
         return 4
-    operand = {Precision.INT8: 1, Precision.BF16: 2}.get(precision, 4)
-    extra = 4 if precision is Precision.BF16 and not exact else 0
-    return operand + extra
+    operand = {Precision.INT8: 1, Precision.BF16: 2, Precision.FP16: 6}.get(precision, 4)
+    return operand + (0 if exact else 4)
 
 
 def choose(X: Any, client: Any, device: str, *, plan: str, precision: str, method: str,
-           memory_budget: int | str | None) -> Choice:
+           memory_budget: int | str | None, metric: str = "euclidean") -> Choice:
     """The plan and precision for training rows ``X`` on ``client``'s workers (or here).
 
     ``plan="auto"`` replicates when the rows fit the per-worker memory budget,
@@ -93,7 +94,9 @@ def choose(X: Any, client: Any, device: str, *, plan: str, precision: str, metho
     ``mgpu-dask.knn.replicate-max-move``: those stay where they are, sharded.
     A sharded set that does not fit even then is a DataError.
     """
-    eight = eight_bit(X)
+    # 8-bit rows keep exact integer keys under a distance; an inner product is not shift
+    # invariant, so its rows go as float data.
+    eight = precisions.EightBit(False, 0) if floats.inner(metric) else eight_bit(X)
     requested = Precision.parse(precision)
     try:
         chosen, note = precisions.choose(requested, eight.exact, capability(client, device))
@@ -114,7 +117,8 @@ def choose(X: Any, client: Any, device: str, *, plan: str, precision: str, metho
                   and X.nbytes > parse_bytes(config.get("knn.replicate-max-move"))
                   and placement.locate(client, X) is not None)
         plan = "replicate" if train_bytes <= budget and not moving else "shard"
-    if plan == "shard" and memory_budget:
+    if plan == "shard" and (memory_budget or budget):
+        budget = budget or worker_budget(client, device)
         n_workers = len(scheduler_workers(client)) if client else 1
         if train_bytes / n_workers > budget:
             raise DataError(

@@ -18,12 +18,13 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from .. import config
 from ..exceptions import DataError, MgpuDaskError
-from ..kernels.knn import MAX_K
+from ..kernels.knn import MAX_K, floats
 from ..kernels.knn import precision as precisions
+from ..kernels.precision import Precision
 from ..parallel import inputs
 from ..parallel.inputs import NotFittedError, accuracy, to_host
 from ..parallel.workers import detect_device, one_view
-from . import choices, layout, plans
+from . import choices, convert, layout, plans
 
 __all__ = ["KNeighborsClassifier", "NotFittedError", "accuracy", "to_host"]
 
@@ -45,8 +46,15 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
     n_neighbors : int, default 3
         Neighbours per query, 1 to 64.
     weights : {"distance", "uniform"}, default "distance"
-        ``"distance"`` weighs each neighbour by 1/d; a query with exact
-        matches (d = 0) is decided by those alone, as in scikit-learn.
+        ``"distance"`` weighs each neighbour by 1/d (d in ``metric``); a query with
+        exact matches (d = 0) is decided by those alone, as in scikit-learn.
+        ``metric="inner_product"`` has no distance: it takes ``"uniform"``.
+    metric : {"euclidean", "sqeuclidean", "cosine", "inner_product"}, default "euclidean"
+        How neighbours are ranked, and the distances :meth:`kneighbors` returns:
+        scikit-learn's metrics of those names (``cosine``: ``1 - cos``), and
+        ``inner_product`` (largest ``q.t`` first, as FAISS's ``IndexFlatIP``; the
+        "distances" returned are the inner products).  Every metric is exact: see
+        ``precision``.
     plan : {"auto", "replicate", "shard"}, default "auto"
         ``"replicate"`` copies the training set to every worker and shards the
         queries; ``"shard"`` splits the training set and tree-merges each
@@ -54,31 +62,37 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         per-worker memory budget, except rows already persisted on the
         workers above ``mgpu-dask.knn.replicate-max-move`` (2 GiB): those stay
         where they are, sharded.
-    precision : {"auto", "int8", "bf16", "tf32", "fp32"}, default "auto"
-        Arithmetic of the distance product (``mgpu_dask.kernels.knn_precision``).
-        8-bit integer data (uint8 pixels) are exact in every precision, so
-        ``"auto"`` takes int8 tensor cores for them (from Ampere on, one
-        kernel that folds the products straight into each row's top-k,
-        ``mgpu_dask.kernels.knn.fused``); other data take ``"tf32"``
-        (``"fp32"`` on a CPU or an older GPU), and every precision's
-        ranking is re-ranked in float64 and certified by an error bound, rows
-        it cannot certify recomputed: the neighbours are exact in every
-        precision.  ``"int8"`` on other data is an error; a GPU without the
-        tensor cores a precision needs runs ``"fp32"`` (``precision_note_``).
+    precision : {"auto", "int8", "bf16", "fp16", "tf32", "fp32"}, default "auto"
+        Arithmetic of the distance product (``mgpu_dask.kernels.knn.precision``).
+        8-bit integer data (uint8 pixels) under a distance are exact in every
+        precision, so ``"auto"`` takes int8 tensor cores for them (from Ampere on,
+        one kernel that folds the products straight into each row's top-k,
+        ``mgpu_dask.kernels.knn.fused``).  Other data take ``"fp16"`` on a GPU: the
+        rows centred and scaled, float16 tensor cores, and for the rows that product
+        cannot settle a three-part float16 product near float32's
+        (``mgpu_dask.kernels.knn.floats``); ``"fp32"`` on a CPU.  Every precision's
+        candidates are re-ranked exactly and certified by a proven error bound, and
+        the rows it cannot certify are searched again more exactly, in float64 last:
+        the neighbours are those of an exact brute force in every precision.
+        ``"int8"`` on other data is an error; a GPU without the tensor cores a
+        precision needs runs ``"fp32"`` (``precision_note_``).
     method : {"gemm", "direct"}, default "gemm"
         Bulk distances by a cuBLAS / BLAS product in ``precision``, or by our
         tiled Numba difference kernel in float32.
     margin : int, default 8
         Extra candidates re-ranked with exact float64 distances where keys are
-        approximate.
+        approximate (more make certification likelier; correctness never rests on it).
     memory_budget : int, str or None, default None
         Bytes of training data one worker may hold (``"20GB"``); ``None`` reads
         80% of the smallest worker's free GPU / host memory.  A training set
         above it is sharded; one that does not fit even sharded is an error.
     tile_bytes : int, str or None, default None
         Largest product tile; ``None`` is eight times the GPU's L2 cache (8 MiB
-        on a CPU): big enough for efficient products, each tile ranked as soon
-        as it is made.
+        on a CPU), never more than an eighth of the device's free memory: big
+        enough for efficient products, each tile ranked as soon as it is made.
+        Query blocks are searched in passes whose buffers take at most a quarter of
+        the free memory (eight tiles where this is given), so a block of any size
+        searches in bounded memory.
 
     Attributes
     ----------
@@ -117,12 +131,14 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
     array([1])
     """
 
-    def __init__(self, n_neighbors: int = 3, *, weights: str = "distance", plan: str = "auto",
+    def __init__(self, n_neighbors: int = 3, *, weights: str = "distance",
+                 metric: str = "euclidean", plan: str = "auto",
                  precision: str = "auto", method: str = "gemm", margin: int = 8,
                  memory_budget: int | str | None = None,
                  tile_bytes: int | str | None = None) -> None:
         self.n_neighbors = n_neighbors
         self.weights = weights
+        self.metric = metric
         self.plan = plan
         self.precision = precision
         self.method = method
@@ -141,11 +157,20 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         if k > MAX_K:
             raise DataError(f"n_neighbors={k} exceeds the kernels' limit of {MAX_K}")
         for name, value, allowed in (("weights", self.weights, ("distance", "uniform")),
+                                     ("metric", self.metric, floats.METRICS),
                                      ("plan", self.plan, ("auto", "replicate", "shard")),
                                      ("precision", self.precision, precisions.PRECISIONS),
                                      ("method", self.method, ("gemm", "direct"))):
             if value not in allowed:
                 raise DataError(f"{name}={value!r} must be one of {', '.join(allowed)}")
+        if self.metric == "inner_product" and self.weights == "distance":
+            raise DataError("weights='distance' weighs by 1/distance, and metric="
+                            "'inner_product' has no distance; use weights='uniform'")
+        if floats.inner(self.metric) and self.method == "direct":
+            raise DataError(f"method='direct' computes distances; metric={self.metric!r} "
+                            "takes method='gemm'")
+        if not isinstance(self.margin, (int, np.integer)) or self.margin < 0:
+            raise DataError(f"margin={self.margin!r} must be a non-negative integer (e.g. 8)")
 
     def _check_fitted(self) -> None:
         if not self.__sklearn_is_fitted__():
@@ -195,6 +220,8 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         self
         """
         X, labels = inputs.fit_inputs(self, X, y)
+        if isinstance(X, da.Array) and X.numblocks[1] > 1:  # a row's features in one block
+            X = X.rechunk({1: -1})
         self._check_params(int(X.shape[0]))
         self.classes_, encoded = inputs.encode_labels(labels)
         self._train_source = X
@@ -210,6 +237,8 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         client = inputs.active_client()
         if isinstance(X, da.Array):
             device = inputs.device_of(X)
+            if device == "cpu" and client is not None and detect_device(client) == "gpu":
+                device = "gpu"  # NumPy chunks: each goes to the GPU of the worker holding it
         elif inputs.kind_of(X) == "cupy":
             device = "gpu"
             if client is not None:
@@ -217,9 +246,11 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         else:
             device = detect_device(client) if client is not None else "cpu"
         choice = choices.choose(X, client, device, plan=self.plan, precision=self.precision,
-                                method=self.method, memory_budget=self.memory_budget)
+                                method=self.method, memory_budget=self.memory_budget,
+                                metric=self.metric)
         eight = choice.eight_bit
-        prep = layout.Prep(choice.precision, eight.exact, eight.shift, self.method)
+        prep = layout.Prep(choice.precision, eight.exact, eight.shift, self.method, self.metric,
+                           split=choice.precision is Precision.FP16)
         build = layout.replicate_train if choice.plan == "replicate" else layout.shard_train
         self.layout_ = build(X, encoded, client, device, config.seconds("cluster.compute-timeout"),
                              prep)
@@ -247,17 +278,39 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
                                 client=inputs.active_client(),
                                 timeout=config.seconds("cluster.compute-timeout"), vote=vote)
 
-    def kneighbors(self, X: Any, n_neighbors: int | None = None,
+    def kneighbors(self, X: Any = None, n_neighbors: int | None = None,
                    return_distance: bool = True) -> Any:
-        """Distances (euclidean) and training-row indices of each row's neighbours, nearest first.
+        """Distances and training-row indices of each row's neighbours, nearest first.
 
-        Returned in the type of ``X`` (see the class notes).
+        As scikit-learn's ``NearestNeighbors.kneighbors``: the distances are those of
+        scikit-learn's metric of the same name (``inner_product``: the inner products,
+        largest first), exact whatever the product's precision.
+
+        Parameters
+        ----------
+        X : dask.array.Array, cupy.ndarray or array-like of shape (n_queries, n_features)
+            The query rows (``None`` is not supported: pass the training rows).
+        n_neighbors : int or None, default None
+            Neighbours per row (``None``: ``n_neighbors`` of the model).
+        return_distance : bool, default True
+            Whether to return the distances too.
+
+        Returns
+        -------
+        distances : array of shape (n_queries, n_neighbors), float64
+            Only with ``return_distance``.
+        indices : array of shape (n_queries, n_neighbors), int64
+            Rows of the training set, in the type of ``X`` (see the class notes).
         """
+        if X is None:
+            raise DataError("kneighbors(X=None) would exclude each training row from its own "
+                            "neighbours, which is not supported; pass the rows")
         cand = self._candidates(X, n_neighbors)
         indices = self._returned(cand[..., 1].astype(np.int64), X)
         if not return_distance:
             return indices
-        return self._returned(da.sqrt(cand[..., 0]), X), indices
+        dist = -cand[..., 0] if self.metric == "inner_product" else cand[..., 0]
+        return self._returned(dist, X), indices
 
     def predict(self, X: Any, *, on_host: bool = False) -> Any:
         """Predicted class label per row, in the type of ``X``.
@@ -318,44 +371,20 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         return state
 
     def to_sklearn(self) -> Any:
-        """The equivalent fitted ``sklearn.neighbors.KNeighborsClassifier`` (brute force).
+        """The equivalent fitted ``sklearn.neighbors.KNeighborsClassifier`` (brute force,
+        the same metric; ``inner_product`` has none there).
 
         Its training rows come home from the workers (see :meth:`__getstate__`).
         """
         self._check_fitted()
-        from sklearn.neighbors import KNeighborsClassifier as SklearnKNN
-
-        model = SklearnKNN(n_neighbors=self.n_neighbors, weights=self.weights, algorithm="brute")
-        return model.fit(self._rows_home(), self.classes_[self._train_codes])
+        return convert.to_sklearn(self)
 
     @classmethod
     def from_sklearn(cls, model: Any, **params: Any) -> "KNeighborsClassifier":
-        """Ours from a fitted scikit-learn ``KNeighborsClassifier`` with the euclidean metric.
+        """Ours from a fitted scikit-learn ``KNeighborsClassifier`` with the euclidean,
+        squared euclidean or cosine metric.
 
         The rows are placed on the active client's workers (or prepared here)
         on first use.  ``params`` set our other parameters (``precision``, ``plan``, ...).
         """
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(model)
-        metric = (model.effective_metric_, dict(model.effective_metric_params_ or {}))
-        if metric[0] not in ("euclidean",) and not (metric[0] == "minkowski"
-                                                    and metric[1].get("p", 2) == 2):
-            raise DataError(f"the model's metric is {metric[0]} {metric[1] or ''}; only euclidean "
-                            "distances run here")
-        if model.weights not in ("uniform", "distance") or np.ndim(model._y) != 1:
-            raise DataError("only single-output models with uniform or distance weights convert")
-        rows = model._fit_X
-        if hasattr(rows, "toarray"):
-            rows = rows.toarray()
-        ours = cls(n_neighbors=model.n_neighbors, weights=model.weights, **params)
-        ours._check_params(int(rows.shape[0]))
-        ours.classes_ = np.asarray(model.classes_)
-        ours._train_source = np.asarray(rows)
-        ours._train_codes = np.asarray(model._y, dtype=np.int32)
-        ours.n_features_in_ = int(rows.shape[1])
-        if hasattr(model, "feature_names_in_"):
-            ours.feature_names_in_ = model.feature_names_in_
-        ours.n_samples_fit_ = int(rows.shape[0])
-        ours.layout_ = None
-        return ours
+        return convert.from_sklearn(cls, model, params)

@@ -54,6 +54,8 @@ class Prep(NamedTuple):
     eight_bit: bool
     shift: int
     method: str
+    metric: str = "euclidean"
+    split: bool = False   # float16 operands keep the three-part product for uncertain rows
 
 
 def _to_device(block: Any, device: str, dtype: Any = None) -> Any:
@@ -67,7 +69,8 @@ def _to_device(block: Any, device: str, dtype: Any = None) -> Any:
 
 
 def _prepare(rows: Any, prep: Prep) -> Any:
-    return kernels.prepare_train(rows, prep.precision, prep.eight_bit, prep.shift, prep.method)
+    return kernels.prepare_train(rows, prep.precision, prep.eight_bit, prep.shift, prep.method,
+                                 prep.metric, prep.split)
 
 
 def _prepare_host(rows: np.ndarray, device: str, prep: Prep) -> Any:
@@ -78,9 +81,15 @@ def _prepare_shared(shared: shared_rows.SharedRows, device: str, prep: Prep) -> 
     return _prepare(shared_rows.read(shared, device=device), prep)
 
 
-def _prepare_stacked(blocks: list[Any], prep: Prep) -> Any:
+def _prepare_stacked(blocks: list[Any], prep: Prep, device: str | None = None) -> Any:
+    if device is not None:  # NumPy chunks on GPU workers go to the GPU
+        blocks = [_to_device(b, device) for b in blocks]
     xp = array_module(blocks[0])
     return _prepare(blocks[0] if len(blocks) == 1 else xp.concatenate(blocks), prep)
+
+
+def _prepare_block(rows: Any, prep: Prep, device: str) -> Any:
+    return _prepare(_to_device(rows, device), prep)
 
 
 def _local_layout(X: Any, y: Any, device: str, plan: str, prep: Prep) -> TrainLayout:
@@ -130,7 +139,7 @@ def replicate_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         sends = [(f"{name}-send", b) for b in range(len(futures))]
         tasks += [Pinned(key, (placement.send, f.key), w)
                   for key, f, w in zip(sends, futures, where)]
-        stack = functools.partial(_prepare_stacked, prep=prep)
+        stack = functools.partial(_prepare_stacked, prep=prep, device=device)
         tasks += [Pinned((name, j, 0), (stack, list(sends)), w) for j, w in enumerate(workers)]
     else:
         host = np.ascontiguousarray(X)
@@ -172,7 +181,8 @@ def shard_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         Xd = shard(X, client, device=device, timeout=timeout)
     else:
         Xd = placed_rows(client, X.rechunk({1: -1}), timeout)[0]
-    blocks = placement.map_blocks(client, _prepare, Xd, prep, name=placement.fresh_name("knn-train"),
+    blocks = placement.map_blocks(client, _prepare_block, Xd, prep, device,
+                                  name=placement.fresh_name("knn-train"),
                                   chunks=Xd.chunks, meta=meta_for(device, 2, np.float32))
     yd = shard(y, client, device=device, dtype=np.int32, timeout=timeout, like=blocks)
     _placed_or_raise(futures_of([blocks, yd]), int(Xd.shape[0]), timeout)

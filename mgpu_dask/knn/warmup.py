@@ -112,7 +112,7 @@ def warm_up(**fields: Any) -> dict[str, Any]:
     if search.method == "direct":
         chosen = Precision.FP32
     train = kernels.prepare_train(xp.asarray(rows), chosen, eight.exact, eight.shift,
-                                  search.method)
+                                  search.method, split=chosen is Precision.FP16)
     steps.done("training rows")
     labels = xp.asarray(np.arange(ROWS, dtype=np.int32) % 3)
     index = row_index(xp, ROWS, 0)

@@ -48,8 +48,9 @@ def scan_tile(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, row0,
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def refine_rows(Q, T, cand, k, out_sq, out_idx):
-    """Exact float64 squared distances of each row's candidates; keep the k best."""
+def refine_rows(Q, T, cand, k, inner, out_sq, out_idx):
+    """Exact float64 squared distances of each row's candidates (``inner``: ``-2 q.t``);
+    keep the k best."""
     for r in prange(Q.shape[0]):
         best = np.full(k, np.inf)
         best_i = np.full(k, 2**31 - 1, dtype=np.int32)
@@ -58,9 +59,13 @@ def refine_rows(Q, T, cand, k, out_sq, out_idx):
             if t < 0 or t >= T.shape[0]:
                 continue
             acc = 0.0
-            for f in range(Q.shape[1]):
-                diff = np.float64(Q[r, f]) - np.float64(T[t, f])
-                acc += diff * diff
+            if inner != 0:
+                for f in range(Q.shape[1]):
+                    acc -= 2.0 * np.float64(Q[r, f]) * np.float64(T[t, f])
+            else:
+                for f in range(Q.shape[1]):
+                    diff = np.float64(Q[r, f]) - np.float64(T[t, f])
+                    acc += diff * diff
             if acc < best[k - 1] or (acc == best[k - 1] and t < best_i[k - 1]):
                 p = k - 1
                 while p > 0 and (best[p - 1] > acc or (best[p - 1] == acc and best_i[p - 1] > t)):
@@ -112,7 +117,7 @@ def vote_rows(cand, n_classes, uniform, out_proba, out_pred):
             elif exact:
                 w = 1.0 if cand[row, j, 0] == 0.0 else 0.0
             else:
-                w = 1.0 / math.sqrt(cand[row, j, 0])
+                w = 1.0 / cand[row, j, 0]
             score[int(cand[row, j, 2])] += w
             total += w
         best = 0

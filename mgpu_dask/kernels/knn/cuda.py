@@ -283,11 +283,9 @@ def scan_tile_long(G, ld, nrows, ncols, alpha, norms, use_norms, col0, n_valid, 
 
 
 @cuda.jit(cache=True)
-def refine_rows(Q, T, cand, k, out_sq, out_idx):
-    """Exact float64 squared distances of each row's candidates; keep the k best.
-
-    One block of ROW_THREADS threads per row; thread 0 keeps the sorted list.
-    """
+def refine_rows(Q, T, cand, k, inner, out_sq, out_idx):
+    """Exact float64 squared distances (``inner``: ``-2 q.t``) of each row's candidates; keep
+    the k best.  One block of ROW_THREADS threads per row; thread 0 keeps the sorted list."""
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     sh = cuda.shared.array(ROW_THREADS, float64)
@@ -305,8 +303,8 @@ def refine_rows(Q, T, cand, k, out_sq, out_idx):
         acc = 0.0
         if ok:
             for f in range(tid, Q.shape[1], ROW_THREADS):
-                diff = float64(Q[row, f]) - float64(T[t, f])
-                acc += diff * diff
+                q, v = float64(Q[row, f]), float64(T[t, f])
+                acc += -2.0 * q * v if inner != 0 else (q - v) * (q - v)
         acc = block_sum(acc, sh)
         if tid == 0 and ok:
             if acc < best[k - 1] or (acc == best[k - 1] and t < best_i[k - 1]):
@@ -355,7 +353,7 @@ def _weight(cand, row, j, uniform, exact):
         return 1.0
     if exact:
         return 1.0 if cand[row, j, 0] == 0.0 else 0.0
-    return 1.0 / math.sqrt(cand[row, j, 0])
+    return 1.0 / cand[row, j, 0]
 
 
 @cuda.jit(cache=True)

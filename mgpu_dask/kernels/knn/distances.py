@@ -46,19 +46,20 @@ def sqdist(Q: Any, T: Any, *, target: str | None = None, out: Any = None) -> Any
     return out
 
 
-def refine(Q: Any, T: Any, candidates: Any, k: int, *,
-           target: str | None = None) -> tuple[Any, Any]:
-    """Exact float64 squared distances of candidate columns; the k best per row."""
+def refine(Q: Any, T: Any, candidates: Any, k: int, *, target: str | None = None,
+           inner: bool = False) -> tuple[Any, Any]:
+    """Exact float64 squared distances of candidate columns (``inner``: ``-2 q.t``);
+    the k best per row, ties to the smaller column."""
     xp = array_module(Q)
     sq = xp.empty((Q.shape[0], k), dtype=np.float64)
     columns = xp.empty((Q.shape[0], k), dtype=np.int32)
     if _cuda_target(Q, target):
         from . import cuda as cuda_kernels
 
-        launch(cuda_kernels.refine_rows, max(1, Q.shape[0]), cuda_kernels.ROW_THREADS, Q, T, candidates,
-                k, sq, columns)
+        launch(cuda_kernels.refine_rows, max(1, Q.shape[0]), cuda_kernels.ROW_THREADS, Q, T,
+               candidates, k, int(inner), sq, columns)
     else:
         from . import cpu as cpu_kernels
 
-        cpu_kernels.refine_rows(Q, T, candidates, k, sq, columns)
+        cpu_kernels.refine_rows(Q, T, candidates, k, int(inner), sq, columns)
     return sq, columns

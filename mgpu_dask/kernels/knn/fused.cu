@@ -18,7 +18,11 @@
 // barriers, run at their own pace: one takes its keys while the other's products run.
 // Lists hold key * 2^32 + column, so one comparison orders by key, then by the smaller
 // column.  Each split writes its rows' lists; fused_merge keeps the K best of the
-// splits.
+// splits.  With HALF the operands are float16 (mma.sync m16n8k16, wgmma m64n128k16: the
+// same bytes a step, the same fragments and descriptors), the sums float32, and a key
+// |t|^2 - 2 q.t is a float whose bits, made to order as integers do, take the int key's
+// place: everything after the products is the same code.  Rows are LD bytes apart, of
+// which the first D_PAD take part (the first part of a split operand, or all of it).
 
 #define BM 128
 #ifndef BN
@@ -61,13 +65,29 @@
 #define OPEN_KEY 0x7ffffffe   // threshold of a list not yet full: every real key passes
 #define CLOSED_KEY (-0x7fffffff - 1)   // threshold of a padding row: nothing passes
 
+#ifdef HALF
+typedef float acc_t;
+// A float's bits as an int that orders as the float does (and back: the map is its own inverse).
+__device__ __forceinline__ int ordered(float f) {
+    const int i = __float_as_int(f);
+    return i >= 0 ? i : i ^ 0x7fffffff;
+}
+__device__ __forceinline__ float unordered(int i) { return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff); }
+#define KEY_BITS(x) __float_as_int(x)
+#define SET_KEY(x, v) ((x) = __int_as_float(v))
+#else
+typedef int acc_t;
+#define KEY_BITS(x) (x)
+#define SET_KEY(x, v) ((x) = (v))
+#endif
+
 __device__ __forceinline__ long long pack(int key, int col) {
     return (long long)key * 4294967296LL + (long long)col;
 }
 
 __device__ __forceinline__ int key_of(long long p) { return (int)(p >> 32); }
 
-__device__ __forceinline__ void zero(int (&acc)[MT][NT][4]) {
+__device__ __forceinline__ void zero(acc_t (&acc)[MT][NT][4]) {
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -104,13 +124,19 @@ __device__ __forceinline__ bool merge_queue(long long* lists, const long long* q
 // stage), A's 64 rows at a, B's BN rows at b.  They stay in flight while the next stage
 // is waited for; those of the stage before are done when this returns, so its buffer
 // may be loaded again.  (Past d_pad a stage holds zeros.)
-__device__ __forceinline__ void stage_products(int* d, const signed char* a, const signed char* b,
+__device__ __forceinline__ void stage_products(acc_t* d, const signed char* a, const signed char* b,
                                                bool first) {
     wgmma_fence();
     const unsigned long long da = sw64_desc(a), db = sw64_desc(b);
+#ifdef HALF
+    if (first) wgmma_f16_n128_first(d, da, db);   // (the last tile's keys are dead)
+    else wgmma_f16_n128(d, da, db);
+    wgmma_f16_n128(d, da + 2, db + 2);
+#else
     if (first) wgmma_s8_n128_first(d, da, db);   // (the last tile's keys are dead)
     else wgmma_s8_n128(d, da, db);
     wgmma_s8_n128(d, da + 2, db + 2);
+#endif
     wgmma_commit();
     wgmma_wait<1>();
     fence_regs(d, NT * 4);
@@ -132,7 +158,7 @@ __device__ __forceinline__ void group_sync(int id, int n) {
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 const signed char* __restrict__ T, int t_rows, int n_valid,
-                const float* __restrict__ norms, int d_pad, int tiles_per_split, int K,
+                const float* __restrict__ norms, int d_pad, int ld, int tiles_per_split, int K,
                 long long* __restrict__ out, const void* __restrict__ tmap)
 {
     extern __shared__ __align__(1024) unsigned char smem[];  // (wgmma: stages on 512-byte boundaries)
@@ -180,14 +206,14 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         for (int i = 0; i < BM / 64; ++i) {
             const int r = lr + i * 64, grow = row0 + r;
             const bool ok = kin && grow < q_rows;
-            cp_async16(smem_u32(a + swz(r, lc)), ok ? Q + (long long)grow * d_pad + gk : Q, ok ? 16 : 0);
+            cp_async16(smem_u32(a + swz(r, lc)), ok ? Q + (long long)grow * ld + gk : Q, ok ? 16 : 0);
         }
 #endif
 #pragma unroll
         for (int i = 0; i < BN / 64; ++i) {
             const int r = lr + i * 64, grow = load_tile * BN + r;
             const bool ok = kin && grow < t_rows;
-            cp_async16(smem_u32(b + swz(r, lc)), ok ? T + (long long)grow * d_pad + gk : T, ok ? 16 : 0);
+            cp_async16(smem_u32(b + swz(r, lc)), ok ? T + (long long)grow * ld + gk : T, ok ? 16 : 0);
         }
         load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
         load_k0 += BK;
@@ -204,7 +230,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         const int ks = i / (BM * 4), r = (i >> 2) % BM, c = i & 3;
         const int gk = ks * BK + c * 16, grow = row0 + r;
         const bool ok = gk < d_pad && grow < q_rows;
-        cp_async16(smem_u32(sA + ks * BM * BK + swz(r, c)), ok ? Q + (long long)grow * d_pad + gk : Q,
+        cp_async16(smem_u32(sA + ks * BM * BK + swz(r, c)), ok ? Q + (long long)grow * ld + gk : Q,
                    ok ? 16 : 0);
     }
     cp_async_commit();
@@ -229,7 +255,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     }
 #endif
 
-    int acc[MT][NT][4];
+    acc_t acc[MT][NT][4];
     zero(acc);
 
 #ifdef WGMMA
@@ -278,7 +304,11 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
+#ifdef HALF
+                    for (int nt = 0; nt < NT; ++nt) mma_f16(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+#else
                     for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+#endif
             }
         }
 #endif
@@ -311,13 +341,22 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = col0 + my_col + nt * 8 + e;
+#ifdef HALF
+                const float nrm = col < n_valid ? nrm_at[nt * step + e] : 0.f;
+#else
                 const int nrm = col < n_valid ? __float2int_rn(nrm_at[nt * step + e]) : 0;
+#endif
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        int& v = acc[mt][nt][h * 2 + e];
-                        v = col < n_valid ? nrm - 2 * v : NO_KEY;
+                        acc_t& a = acc[mt][nt][h * 2 + e];
+#ifdef HALF
+                        const int v = col < n_valid ? ordered(nrm - 2.f * a) : NO_KEY;
+#else
+                        const int v = col < n_valid ? nrm - 2 * a : NO_KEY;
+#endif
+                        SET_KEY(a, v);
                         if (v <= th[mt * 2 + h]) {  // rare once the lists have filled
                             const int r = my_row + mt * 16 + h * 8;
                             const int slot = atomicAdd(&count[r], 1);
@@ -346,7 +385,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             const int bit = nt * 4 + h * 2 + e;
-                            const int v = acc[mt][nt][h * 2 + e];
+                            const int v = KEY_BITS(acc[mt][nt][h * 2 + e]);
                             if (!(done[mt] >> bit & 1ull) && v <= t) {
                                 const int slot = atomicAdd(&count[r], 1);
                                 if (slot < QCAP) {
@@ -460,8 +499,13 @@ extern "C" __global__ void fused_merge(const long long* __restrict__ parts, int 
     }
     for (int j = 0; j < K; ++j) {
         const long long v = best[j];
+#ifdef HALF
+        keys[(long long)row * K + j] = v == EMPTY ? __longlong_as_double(0x7ff0000000000000LL)
+                                                  : (double)unordered(key_of(v));
+#else
         keys[(long long)row * K + j] = v == EMPTY ? __longlong_as_double(0x7ff0000000000000LL)
                                                   : (double)key_of(v);
+#endif
         cols[(long long)row * K + j] = v == EMPTY ? 0x7fffffff : (int)(v & 0xffffffffLL);
     }
 }

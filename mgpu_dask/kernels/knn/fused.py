@@ -27,7 +27,13 @@ each warpgroup runs at its own pace and one takes its keys while the other's pro
 run.  :class:`Build` names each build, :func:`build_for` picks one
 (docs/performance-history.md: what each measured).
 
-It needs int8 operands (8-bit data, ``precision="int8"``), ``mma.sync`` and
+Float data run the same kernel built with ``HALF``: float16 operands (centred and
+scaled, :mod:`.floats`), float32 sums, each key a float whose bits are made to order
+as integers, so that the lists, queues and merges are the int8 build's own; a split
+operand's plain product reads the first part of each row, its three-part product all of
+it.  Those keys are approximate, and the search certifies them as the tile loop's.
+
+It needs int8 operands (8-bit data, ``precision="int8"``) or float16 ones, ``mma.sync`` and
 ``cp.async`` (compute capability 8.0 or newer) and enough shared memory for the
 lists; :func:`usable` says whether a search qualifies, and the tile loop runs
 otherwise.  Plain CUDA C, compiled by NVRTC through CuPy once per GPU and
@@ -79,10 +85,11 @@ class Build:
     tma: bool = False
     start_tiles: float = START_TILES  # a block's start-up in tiles of work, for splits()
 
-    def options(self) -> tuple[str, ...]:
-        """NVRTC's options (CuPy adds its own architecture after them)."""
+    def options(self, half: bool = False) -> tuple[str, ...]:
+        """NVRTC's options (CuPy adds its own architecture after them); ``half``: the
+        float16 build."""
         out = ("--std=c++17", f"-DBN={COLS}", f"-DSTAGES={self.stages}",
-               f"-DMIN_BLOCKS={self.min_blocks}")
+               f"-DMIN_BLOCKS={self.min_blocks}") + (("-DHALF",) if half else ())
         if self.wgmma:
             out += (("-DWGMMA",) + (("-DRESIDENT",) if self.resident else ())
                     + (("-DTMA",) if self.tma else ()) + ("-arch=sm_90a",))
@@ -147,13 +154,19 @@ def _device() -> tuple[int, int, tuple[int, int]]:
     return _OPTIN[device.id]
 
 
+FLOAT = True
+"""Float16 operands search fused too (``False``: the tile loop, for a comparison)."""
+
+
 def usable_for(K: int, precision: Precision, eight_bit: bool, method: str, d_pad: int) -> bool:
-    """Whether a search for lists of ``K`` over ``d_pad`` (padded) features of data so
-    described runs fused on this GPU: int8 operands of 8-bit data through a product,
-    compute capability 8.0 or newer, and lists that fit the shared memory."""
-    if precision is not Precision.INT8 or method != "gemm" or not eight_bit:
+    """Whether a search for lists of ``K`` over ``d_pad`` bytes of each (padded) row of
+    data so described runs fused on this GPU: int8 operands of 8-bit data or float16
+    operands through a product, compute capability 8.0 or newer, and lists that fit the
+    shared memory."""
+    half = precision is Precision.FP16 and FLOAT
+    if method != "gemm" or not (half or (precision is Precision.INT8 and eight_bit)):
         return False
-    if not 1 <= K <= MAX_K or 3 * d_pad * 128 * 128 >= 2 ** 31:  # keys must fit int32
+    if not 1 <= K <= MAX_K or (not half and 3 * d_pad * 128 * 128 >= 2 ** 31):  # int32 keys
         return False
     try:
         optin, _, capability = _device()
@@ -162,17 +175,25 @@ def usable_for(K: int, precision: Precision, eight_bit: bool, method: str, d_pad
     return capability >= NEEDS and build_for(K, d_pad, capability, optin) is not None
 
 
-def usable(train: Any, K: int) -> bool:
+def row_bytes(train: Any, split: bool = False) -> int:
+    """Bytes of each training row a search reads: a split operand's first part (plain) or
+    all three, else the whole padded row."""
+    item = int(train.operand.dtype.itemsize)
+    part = train.frame.part if train.frame is not None else None
+    return item * (int(train.operand.shape[1]) if part is None or split else part)
+
+
+def usable(train: Any, K: int, split: bool = False) -> bool:
     """:func:`usable_for` a prepared training block (``operands.TrainBlock``)."""
-    return (train.operand.dtype == np.int8
+    return (train.operand.dtype in (np.int8, np.float16)
             and usable_for(K, train.precision, train.eight_bit, train.method,
-                           int(train.operand.shape[1])))
+                           row_bytes(train, split)))
 
 
-def _kernels(build: Build) -> tuple[Any, Any]:
+def _kernels(build: Build, half: bool = False) -> tuple[Any, Any]:
     import cupy
 
-    key = (cupy.cuda.Device().id, build.options())
+    key = (cupy.cuda.Device().id, build.options(half))
     if key not in _MODULES:
         _MODULES[key] = cupy.RawModule(code=source(__package__, "fused.cu"), options=key[1])
     module = _MODULES[key]
@@ -202,11 +223,14 @@ class FusedTopK:
     """
 
     def __init__(self, queries: Any, train: Any, m: int, K: int,
-                 build: Build | None = None) -> None:
+                 build: Build | None = None, split: bool = False) -> None:
         import cupy
 
         optin, sms, capability = _device()
-        d_pad = int(train.operand.shape[1])
+        self.half = train.operand.dtype == np.float16
+        d_pad = row_bytes(train, split)
+        self.ld = int(train.operand.shape[1]) * int(train.operand.dtype.itemsize)
+        self.d_pad = d_pad
         self.build = build or build_for(K, d_pad, capability, optin)
         if self.build is None:
             raise ValueError(f"lists of {K} over {d_pad} features do not fit the shared memory")
@@ -215,11 +239,12 @@ class FusedTopK:
         self.tmap, self.note = None, None
         if self.build.tma:
             try:
-                self.tmap = tensor_map.rows_2d(train.operand, COLS, STAGE_BYTES, STAGE_BYTES)
+                self.tmap = tensor_map.rows_2d(train.operand.view(np.int8), COLS, STAGE_BYTES,
+                                               STAGE_BYTES)
             except (OSError, AttributeError, RuntimeError) as exc:
                 self.note = f"no tensor map ({type(exc).__name__}: {exc}): {self.build.label} not run"
                 self.build = build_for(K, d_pad, capability, optin, tma=False)
-        self.search, self.merge = _kernels(self.build)
+        self.search, self.merge = _kernels(self.build, self.half)
         self.queries, self.train, self.m, self.K = queries, train, m, K
         tiles = max(1, -(-train.n // COLS))
         self.splits = splits(-(-m // ROWS), tiles, sms * self.build.min_blocks,
@@ -237,7 +262,7 @@ class FusedTopK:
         self.search((-(-self.m // ROWS), self.splits), (self.build.threads,),
                     (q, np.int32(self.m), np.int32(q.shape[0]), t.operand,
                      np.int32(t.operand.shape[0]), np.int32(t.n), t.norms,
-                     np.int32(t.operand.shape[1]), np.int32(self.tiles_per_split),
+                     np.int32(self.d_pad), np.int32(self.ld), np.int32(self.tiles_per_split),
                      np.int32(self.K), self.parts, tmap), shared_mem=self.shared)
         self.merge((-(-self.m // 128),), (128,),
                    (self.parts, np.int32(self.splits), np.int32(self.m), np.int32(self.K),

@@ -2,12 +2,13 @@
 
 A training block is prepared once per worker (:func:`prepare_train`): its
 rows as the product's operand in the precision's dtype (int8, bfloat16 bits,
-float32), padded to multiples of 16 rows and features (what int8 tensor cores
-ask of cuBLAS), with its row norms.  8-bit data are stored shifted to int8
-(``x - 128`` for pixels), which loses nothing: see :mod:`.precision`.  Query
-blocks are prepared the same way per call (:func:`prepare_queries`).  On a CPU
-the operands are float32 rounded as a GPU would round them for the precision
-(exact for 8-bit data), so CI checks the same logic.
+float16, float32), padded to multiples of 16 rows and features (what int8 tensor
+cores ask of cuBLAS), with its row norms.  8-bit data are stored shifted to int8
+(``x - 128`` for pixels), which loses nothing: see :mod:`.precision`.  Float data
+are the metric's rows, centred and scaled (:mod:`.floats`), with the float32 rows
+kept for the exact re-rank.  Query blocks are prepared the same way per call
+(:func:`prepare_queries`).  On a CPU the operands are float32 rounded as a GPU would
+round them for the precision (exact for 8-bit data), so CI checks the same logic.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..launch import array_module, on_gpu
 from ..precision import Precision
+from . import floats
 from . import precision as precisions
 
 PAD = 16  # rows and features are padded to multiples of this
@@ -26,16 +28,20 @@ PAD = 16  # rows and features are padded to multiples of this
 class TrainBlock(NamedTuple):
     """What one worker holds of the training set for one plan entry."""
 
-    operand: Any        # (n_pad, d_pad): int8 (8-bit, GPU int8), uint16 bf16 bits, float32
+    operand: Any        # (n_pad, d_pad): int8 (8-bit, GPU int8), uint16 bf16 bits, float16,
+                        # float32; a split float16 operand holds three parts (floats.Frame)
     rows: Any           # (n, d) float32 exact rows for the re-rank; None when keys are exact
-    norms: Any          # (n_pad,) float32 |t|^2 of the rows the keys are about (exact for 8-bit)
+    norms: Any          # (n_pad,) float32 |t|^2 of the rows as the operand holds them (0: an
+                        # inner product's key has none)
     n: int
     d: int
-    t_max: float        # largest row norm (the error bound's |t|)
+    t_max: float        # largest norm of a row as the operand holds it, unscaled (the bound's |t|)
     precision: Precision
     eight_bit: bool
     shift: int
     method: str         # "gemm" or "direct"
+    metric: str         # floats.METRICS
+    frame: Any          # floats.Frame of float data (centre, scale, split), None for 8-bit data
     loops: dict         # per query-block size, the worker's reusable tile loop (search.TileLoop)
 
     @property
@@ -58,13 +64,6 @@ def padded_shape(rows: int, cols: int) -> tuple[int, int]:
     return _round_up(max(1, rows)), _round_up(max(1, cols))
 
 
-def _to_bf16_bits(xp: Any, X: Any) -> Any:
-    """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even."""
-    bits = xp.ascontiguousarray(X, dtype=np.float32).view(np.uint32)
-    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
-            >> np.uint32(16)).astype(np.uint16)
-
-
 def _shifted(xp: Any, X: Any, shift: int) -> Any:
     """8-bit values as int8 after subtracting ``shift``; raises on values that do not fit."""
     if X.dtype == np.uint8 and shift == 128:
@@ -83,8 +82,14 @@ def _shifted(xp: Any, X: Any, shift: int) -> Any:
 def operand_dtype(precision: Precision, gpu: bool) -> Any:
     if not gpu:
         return np.dtype(np.float32)
-    return np.dtype({Precision.INT8: np.int8, Precision.BF16: np.uint16}.get(precision,
-                                                                           np.float32))
+    return np.dtype({Precision.INT8: np.int8, Precision.BF16: np.uint16,
+                     Precision.FP16: np.float16}.get(precision, np.float32))
+
+
+def operand_shape(rows: int, d: int, frame: Any) -> tuple[int, int]:
+    """The padded operand of ``rows`` rows: three parts of a split float16 operand."""
+    n_pad, d_pad = padded_shape(rows, d)
+    return (n_pad, 3 * frame.part) if frame is not None and frame.part else (n_pad, d_pad)
 
 
 CHUNK_BYTES = 1 << 28
@@ -179,7 +184,7 @@ def operand(xp: Any, X: Any, precision: Precision, eight_bit: bool, shift: int, 
         if not gpu:
             values = precisions.round_operand(np.asarray(values, dtype=np.float32), precision)
         elif precision is Precision.BF16:
-            values = _to_bf16_bits(xp, values.astype(np.float32))
+            values = precisions.to_bf16_bits(xp, values.astype(np.float32))
         elif precision is not Precision.INT8:
             values = values.astype(np.float32)
         out[start:start + values.shape[0], :values.shape[1]] = values
@@ -199,29 +204,61 @@ def squared_norms(xp: Any, X: Any, eight_bit: bool, shift: int) -> Any:
 
 
 def prepare_train(X: Any, precision: Precision | str, eight_bit: bool, shift: int,
-                  method: str = "gemm") -> TrainBlock:
-    """A training block ready for :func:`mgpu_dask.kernels.knn.local_candidates`."""
+                  method: str = "gemm", metric: str = "euclidean",
+                  split: bool = False) -> TrainBlock:
+    """A training block ready for :func:`mgpu_dask.kernels.knn.local_candidates`.
+
+    ``metric`` is one of :data:`.floats.METRICS`; 8-bit data under ``euclidean`` or
+    ``sqeuclidean`` keep their exact integer keys.  ``split``: a float16 operand in
+    three parts, which a search uses for the rows that the plain one could not certify.
+    """
     precision = Precision(precision)
+    floats.check_metric(metric)
     xp = array_module(X)
     n, d = int(X.shape[0]), int(X.shape[1])
-    norms64 = squared_norms(xp, X, eight_bit, shift)
-    t_max = float(xp.sqrt(norms64.max())) if n else 0.0
-    if method == "direct":  # our difference kernel on float32 rows
-        rows = xp.ascontiguousarray(X, dtype=np.float32)
-        return TrainBlock(rows, rows, xp.zeros(n, np.float32), n, d, t_max, Precision.FP32, eight_bit,
-                          shift, method, {})
-    op = operand(xp, X, precision, eight_bit, shift)
+    if eight_bit and not floats.inner(metric):
+        norms64 = squared_norms(xp, X, eight_bit, shift)
+        t_max = float(xp.sqrt(norms64.max())) if n else 0.0
+        if method == "direct":  # our difference kernel on float32 rows
+            rows = xp.ascontiguousarray(X, dtype=np.float32)
+            return TrainBlock(rows, rows, xp.zeros(n, np.float32), n, d, t_max, Precision.FP32,
+                              eight_bit, shift, method, metric, None, {})
+        op = operand(xp, X, precision, eight_bit, shift)
+        norms = xp.zeros(op.shape[0], dtype=np.float32)
+        norms[:n] = norms64.astype(np.float32)
+        exact = precisions.is_exact(precision, eight_bit, method)
+        rows = None if exact else xp.ascontiguousarray(X, dtype=np.float32)
+        return TrainBlock(op, rows, norms, n, d, t_max, precision, eight_bit, shift, method,
+                          metric, None, {})
+    if method == "direct" and floats.inner(metric):
+        raise ValueError(f"method='direct' computes distances; metric={metric!r} takes "
+                         "method='gemm'")
+    rows = floats.metric_rows(xp, X, metric)
+    if method == "direct":
+        norms = xp.zeros(n, np.float32)
+        t_max = float(xp.sqrt((rows.astype(np.float64) ** 2).sum(axis=1).max())) if n else 0.0
+        return TrainBlock(rows, rows, norms, n, d, t_max, Precision.FP32, False, 0, method,
+                          metric, None, {})
+    frame = floats.frame_of(xp, rows, precision, split)
+    gpu = on_gpu(X)
+    op = xp.zeros(operand_shape(n, d, frame), dtype=operand_dtype(precision, gpu))
+    floats.float_operand(xp, rows, precision, frame, query=False, metric=metric, out=op, gpu=gpu)
+    centred = floats.sq_norms(xp, rows, frame, metric, query=False)
+    t_max = float(xp.sqrt(centred.max())) / frame.scale if n else 0.0
     norms = xp.zeros(op.shape[0], dtype=np.float32)
-    norms[:n] = norms64.astype(np.float32)
-    exact = precisions.is_exact(precision, eight_bit, method)
-    rows = None if exact else xp.ascontiguousarray(X, dtype=np.float32)
-    return TrainBlock(op, rows, norms, n, d, t_max, precision, eight_bit, shift, method, {})
+    if not floats.inner(metric):
+        norms[:n] = centred.astype(np.float32)
+    return TrainBlock(op, rows, norms, n, d, t_max, precision, False, 0, method, metric, frame,
+                      {})
 
 
 class Queries(NamedTuple):
     operand: Any      # padded like the training operand
     exact: Any        # (m, d) float32 rows for the re-rank (None for exact keys)
-    norms: Any        # (m,) float64 |q|^2 (of the shifted rows for 8-bit data)
+    norms: Any        # (m,) float64: what turns a key into the exact value (|q|^2 of the
+                      # shifted rows for 8-bit data; floats.offsets for float data)
+    q_norm: Any       # (m,) float64 norm of each row as the operand holds it, unscaled
+    wide: Any         # (m,) bool: float16 rows past its range (searched in float64), or None
 
 
 def prepare_queries(Q: Any, train: TrainBlock, out: Any = None) -> Queries:
@@ -231,12 +268,23 @@ def prepare_queries(Q: Any, train: TrainBlock, out: Any = None) -> Queries:
     Q = xp.asarray(Q)
     if Q.ndim != 2 or Q.shape[1] != train.d:
         raise ValueError(f"query rows have {Q.shape[-1]} features, the training rows {train.d}")
-    norms = squared_norms(xp, Q, train.eight_bit, train.shift)
+    if train.frame is None and train.method != "direct":  # 8-bit data, integer keys
+        norms = squared_norms(xp, Q, train.eight_bit, train.shift)
+        op = operand(xp, Q, train.precision, train.eight_bit, train.shift, out)
+        exact = None if train.rows is None else xp.ascontiguousarray(Q, dtype=np.float32)
+        return Queries(op, exact, norms, xp.sqrt(norms), None)
+    rows = floats.metric_rows(xp, Q, train.metric)
     if train.method == "direct":
-        Qf = xp.ascontiguousarray(Q, dtype=np.float32)
+        norms = (rows.astype(np.float64) ** 2).sum(axis=1)
         if out is not None:
-            out[...] = Qf
-        return Queries(Qf if out is None else out, Qf, norms)
-    op = operand(xp, Q, train.precision, train.eight_bit, train.shift, out)
-    exact = None if train.rows is None else xp.ascontiguousarray(Q, dtype=np.float32)
-    return Queries(op, exact, norms)
+            out[...] = rows
+        return Queries(rows if out is None else out, rows, norms, xp.sqrt(norms), None)
+    if out is None:
+        out = xp.zeros(operand_shape(int(Q.shape[0]), train.d, train.frame),
+                       dtype=train.operand.dtype)
+    largest = floats.float_operand(xp, rows, train.precision, train.frame, query=True,
+                                   metric=train.metric, out=out, gpu=on_gpu(train.norms))
+    scaled = floats.sq_norms(xp, rows, train.frame, train.metric, query=True)
+    wide = None if largest is None else largest > floats.QUERY_MAX
+    return Queries(out, rows, floats.offsets(xp, rows, train.frame, train.metric, scaled),
+                   xp.sqrt(scaled) / train.frame.scale, wide)

@@ -49,8 +49,10 @@ from ..precision import Precision
 
 PRECISIONS = tuple(Precision)
 """What ``KNeighborsClassifier(precision=...)`` takes."""
-OPERAND_ROUNDOFF = {Precision.INT8: 0.0, Precision.BF16: 2.0 ** -8, Precision.TF32: 2.0 ** -11,
-                    Precision.FP32: 0.0}
+OPERAND_ROUNDOFF = {Precision.INT8: 0.0, Precision.BF16: 2.0 ** -8, Precision.FP16: 2.0 ** -11,
+                    Precision.TF32: 2.0 ** -11, Precision.FP32: 0.0}
+UNDERFLOW = {Precision.FP16: 2.0 ** -25}
+"""Absolute rounding of an operand value (float16's subnormals), in scaled units."""
 ACCUMULATION_ROUNDOFF = 2.0 ** -23
 SAFETY = 2.0
 
@@ -96,7 +98,7 @@ def choose(requested: Precision | str, eight_bit: bool,
 
     Parameters
     ----------
-    requested : Precision or {"auto", "int8", "bf16", "tf32", "fp32"}
+    requested : Precision or {"auto", "int8", "bf16", "fp16", "tf32", "fp32"}
     eight_bit : bool
         The training data are 8-bit integers.
     capability : (major, minor) or None
@@ -116,9 +118,10 @@ def choose(requested: Precision | str, eight_bit: bool,
         if capability is None:  # CPU: emulated, and fp32 is the honest label for float data
             return (Precision.INT8 if eight_bit else Precision.FP32), None
         # 8-bit data: int8 tensor cores (exact; from compute capability 8.0 the fused
-        # search of .fused, which never writes the distances), else fp32.
+        # search of .fused, which never writes the distances), else fp32.  Float data:
+        # float16 tensor cores on centred, scaled rows, certified (module notes).
         order = ((Precision.INT8, Precision.FP32) if eight_bit
-                 else (Precision.TF32, Precision.FP32))
+                 else (Precision.FP16, Precision.FP32))
         return next(p for p in order if capability >= p.needs), None
     if capability is not None and capability < requested.needs:
         major, minor = requested.needs
@@ -133,15 +136,33 @@ def is_exact(precision: Precision, eight_bit: bool, method: str = "gemm") -> boo
 
 
 def error_bound(precision: Precision, d: int, q_norm: Any, t_max: float, method: str = "gemm",
-                eight_bit: bool = False) -> Any:
-    """Bound ``e(q)`` on ``|key~ - key|`` for query rows of norm ``q_norm`` (array or float)."""
-    w = ACCUMULATION_ROUNDOFF
-    g = d * w / (1.0 - d * w)
+                eight_bit: bool = False, *, scale: float = 1.0, split: bool = False) -> Any:
+    """Bound ``e(q)`` on ``|key~ - key|`` for query rows of norm ``q_norm`` (array or float).
+
+    ``q_norm`` and ``t_max`` are norms of the rows as the operands hold them (centred),
+    in the data's own units; ``scale`` is the power of two the float16 operands were
+    scaled by (their underflow is absolute, ``2^-25`` of a scaled unit); ``split``: the
+    three-part float16 product of :mod:`.floats`, whose operands are off by ``u^2``.
+    """
     if method == "direct":
+        g = d * ACCUMULATION_ROUNDOFF / (1.0 - d * ACCUMULATION_ROUNDOFF)
         return SAFETY * g * (q_norm + t_max) ** 2
     u = 0.0 if eight_bit else OPERAND_ROUNDOFF[Precision(precision)]
-    product = 2.0 * ((2.0 * u + u * u) * (1.0 + g) + g)
-    return SAFETY * (product * q_norm * t_max + 2.0 ** -24 * t_max * t_max)
+    a = UNDERFLOW.get(Precision(precision), 0.0) / scale
+    root = d ** 0.5
+    terms = 3 * d if split else d
+    g = terms * ACCUMULATION_ROUNDOFF / (1.0 - terms * ACCUMULATION_ROUNDOFF)
+    if split:  # qh.th + qh.tl + ql.th: what is left out is u^2 of the product
+        rounding = (3.1 * u * u * q_norm * t_max + 2.0 * a * root * (q_norm + t_max)
+                    + 8.0 * d * a * a)
+        summed = 1.1 * g * (q_norm + 3 * a * root) * (t_max + 3 * a * root)
+    else:
+        rounding = ((2.0 * u + u * u) * q_norm * t_max + (1.0 + u) * a * root * (q_norm + t_max)
+                    + d * a * a)
+        summed = g * (q_norm * (1 + u) + a * root) * (t_max * (1 + u) + a * root)
+    # 2x the product's error, the float32 norm and the float32 key's own rounding
+    keys = 2.0 ** -23 * (t_max * t_max + 2.0 * q_norm * t_max)
+    return SAFETY * (2.0 * (rounding + summed) + 2.0 ** -24 * t_max * t_max + keys)
 
 
 def round_operand(X: np.ndarray, precision: Precision) -> np.ndarray:
@@ -150,6 +171,8 @@ def round_operand(X: np.ndarray, precision: Precision) -> np.ndarray:
     bf16 keeps 8 significand bits, tf32 11, both rounding to nearest even.
     """
     X = np.ascontiguousarray(X, dtype=np.float32)
+    if Precision(precision) is Precision.FP16:
+        return X.astype(np.float16).astype(np.float32)
     keep = {Precision.BF16: 16, Precision.TF32: 13}.get(precision)
     if keep is None:
         return X
@@ -158,3 +181,10 @@ def round_operand(X: np.ndarray, precision: Precision) -> np.ndarray:
     odd = (bits >> np.uint64(keep)) & np.uint64(1)
     rounded = ((bits + half + odd) >> np.uint64(keep)) << np.uint64(keep)
     return rounded.astype(np.uint32).view(np.float32)
+
+
+def to_bf16_bits(xp: Any, X: Any) -> Any:
+    """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even."""
+    bits = xp.ascontiguousarray(X, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
+            >> np.uint32(16)).astype(np.uint16)

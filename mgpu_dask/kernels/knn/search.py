@@ -1,265 +1,186 @@
-"""The k nearest training rows of a query block: tile products folded into a running
-top-k, then the exact re-rank where keys are approximate.
+"""The k nearest training rows of a query block, exact whatever the product's precision.
 
-:func:`local_candidates` is the whole search on one worker's training block.
-On a GPU the tile loop (one cuBLAS product and one scan per tile) runs on its
-own stream and is captured once as a CUDA graph; each later search of the
-same size replays it with one launch.  Int8 operands of 8-bit data, on a GPU
-that can, run one fused kernel instead (:mod:`.fused`), which never writes a
-product tile.
+:func:`local_candidates` is the whole search on one worker's training block.  The
+query rows go in passes whose buffers fit the device's free memory (a query block
+of any size searches in bounded memory), each pass through the tile loop of
+:mod:`.loop`.  Where the product's keys are exact (8-bit data) the loop's top-k is
+the answer.  Elsewhere the ``k + margin`` best candidates by approximate key are
+re-ranked exactly and each row is *certified* by the product's error bound
+(:mod:`.precision`): no training row left out can reach its k nearest.  The rows
+that are not go on to a more exact product -- the three-part float16 product of a
+split operand (:mod:`.floats`), then float64 in tiles of training rows -- so the
+neighbours are always those of an exact brute force, and how many rows needed which
+tier is reported in ``stats``.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
-from ..launch import Launcher, array_module, capture_allowed, on_gpu
-from . import fused
+from ..launch import array_module
+from . import floats
 from . import precision as precisions
 from .distances import INT_MAX, MAX_K, _cuda_target, refine
-from .operands import operand_dtype, padded_shape, prepare_queries
-from .product import TileProduct
+from .loop import smallest, tile_loop
+
+SPLIT_FIRST = 0.25
+"""Where the plain float16 product leaves more than this share of a pass's rows
+uncertified, the training block's later searches take the three-part product at once."""
+PASS_SHARE = 0.25
+"""A pass's own buffers take at most this share of the device's free memory."""
+PASS_ROWS = (256, 1 << 17)
+"""Fewest and most query rows in one pass."""
 
 
-def _pack(xp: Any, sq: Any, columns: Any, labels: Any, index: Any) -> Any:
-    """Candidates as float64 ``(m, k, 3)``: squared distance, training index, label."""
+def _pack(xp: Any, dist: Any, columns: Any, labels: Any, index: Any) -> Any:
+    """Candidates as float64 ``(m, k, 3)``: distance, training index, label."""
     valid = columns != INT_MAX
     safe = xp.where(valid, columns, 0)
     out = xp.empty(columns.shape + (3,), dtype=np.float64)
-    out[..., 0] = xp.where(valid, sq, np.inf)
+    out[..., 0] = xp.where(valid, dist, np.inf)
     out[..., 1] = xp.where(valid, index[safe], -1)
     out[..., 2] = xp.where(valid, labels[safe], 0)
     return out
 
 
-_L2_BYTES: dict[int, int] = {}
-# Product tile on a GPU: 8192 training columns and eight times the L2 cache in
-# all.  Past the L2 size the product's efficiency gains more than the scan
-# loses (the measurements: docs/performance-history.md, "KNN tile shape").
-TILE_COLS = {"gpu": 8192, "cpu": 2048}
-TILE_L2_SHARE = 8.0
-
-
-def _tile_shape(m_pad: int, n_pad: int, gpu: bool, tile_bytes: int | None) -> tuple[int, int]:
-    """Query rows and training columns per product tile (a small multiple of the L2 cache)."""
+def free_bytes(gpu: bool) -> int:
+    """Bytes this process could still allocate on its device (CuPy's pool counted free)."""
     if gpu:
         import cupy
 
-        device = cupy.cuda.Device().id
-        if device not in _L2_BYTES:
-            _L2_BYTES[device] = int(cupy.cuda.Device().attributes.get("L2CacheSize", 40 << 20))
-        budget = int(_L2_BYTES[device] * TILE_L2_SHARE)
-        tn = min(n_pad, TILE_COLS["gpu"])
-    else:
-        budget, tn = 8 << 20, min(n_pad, TILE_COLS["cpu"])
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        return int(free) + int(cupy.get_default_memory_pool().free_bytes())
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def pass_rows(m: int, train: Any, K: int, gpu: bool, tile_bytes: int | None) -> int:
+    """Query rows per pass: a pass's operands, exact rows and lists within
+    :data:`PASS_SHARE` of the free memory (eight product tiles where ``tile_bytes`` is
+    given, so that a small budget makes small passes too)."""
+    item = int(train.operand.dtype.itemsize)
+    per_row = item * int(train.operand.shape[1]) + 16 * train.d + 32 * K + 64
+    budget = PASS_SHARE * free_bytes(gpu)
     if tile_bytes:
-        budget = min(budget, int(tile_bytes))
-    tq = max(16, min(m_pad, budget // (4 * tn) // 16 * 16))
-    return tq, tn
+        budget = min(budget, 8 * int(tile_bytes))
+    rows = int(budget // per_row) // 16 * 16
+    return max(1, min(m, max(PASS_ROWS[0], min(PASS_ROWS[1], rows))))
 
 
-def scan_kernel(K: int) -> tuple[Any, int]:
-    """The CUDA scan kernel for running lists of K and its threads per row: the shortest
-    list that holds K (shared memory, and so the rows scanned at once, goes with it)."""
-    from . import cuda as cuda_kernels
-
-    if K <= cuda_kernels.SHORT_K:
-        return cuda_kernels.scan_tile_short, cuda_kernels.ROW_THREADS
-    if K <= cuda_kernels.SCAN_K:
-        return cuda_kernels.scan_tile, cuda_kernels.ROW_THREADS
-    return cuda_kernels.scan_tile_long, cuda_kernels.LONG_THREADS
-
-
-class Scan:
-    """Running top-K of every query row over the product tiles (see ``cuda.scan_tile``)."""
-
-    def __init__(self, m: int, K: int, xp: Any, cuda: bool, G: Any, alpha: float,
-                 norms: Any, use_norms: bool, n_valid: int) -> None:
-        self.keys = xp.full((m, K), np.inf, dtype=np.float64)
-        self.cols = xp.full((m, K), INT_MAX, dtype=np.int32)
-        self.cuda, self.K = cuda, K
-        self.args = [G, 1, 0, 1, float(alpha), norms, int(use_norms), 0, int(n_valid), 0,
-                     self.keys, self.cols, K]
-        if cuda:
-            stream = None
-            if on_gpu(G):
-                import cupy
-
-                stream = cupy.cuda.get_current_stream()
-            kernel, threads = scan_kernel(K)
-            self._launch = Launcher(kernel, self.args, threads, stream)
-
-    def __call__(self, nrows: int, ncols: int, row0: int, col0: int) -> None:
-        if nrows <= 0:
-            return
-        if not self.cuda:
-            from . import cpu as cpu_kernels
-
-            a = self.args
-            cpu_kernels.scan_tile(a[0], ncols, nrows, ncols, a[4], a[5], a[6], col0, a[8], row0,
-                              a[10], a[11], a[12])
-            return
-        for i, value in ((1, ncols), (2, nrows), (3, ncols), (7, col0), (9, row0)):
-            self._launch.set(i, value)
-        self._launch(nrows)
+def _exact_tiles(Qx: Any, train: Any, kk: int, cuda: bool, tile_bytes: int | None,
+                 gpu: bool) -> Any:
+    """The ``kk`` best columns of each row by float64 keys, in tiles of training rows whose
+    keys stay within a pass's share of memory (the last tier: never the whole matrix)."""
+    xp = array_module(Qx)
+    r, n = int(Qx.shape[0]), train.n
+    ip = floats.inner(train.metric)
+    center = train.frame.center if train.frame is not None else None
+    Q64 = Qx.astype(np.float64)
+    if center is not None and not ip:
+        Q64 = Q64 - center
+    budget = PASS_SHARE * free_bytes(gpu)
+    if tile_bytes:
+        budget = min(budget, 8 * int(tile_bytes))
+    step = max(64, int(budget // max(1, 32 * r)))
+    best_keys = xp.full((r, kk), np.inf)
+    best_cols = xp.full((r, kk), INT_MAX, dtype=np.int32)
+    for c0 in range(0, n, step):
+        T64 = train.rows[c0:c0 + step].astype(np.float64)
+        if center is not None:
+            T64 = T64 - center
+        keys = -2.0 * (Q64 @ T64.T)
+        if not ip:
+            keys += (T64 * T64).sum(axis=1)[None, :]
+        keys_c, cols_c = smallest(keys, min(kk, keys.shape[1]), target="cuda" if cuda else "cpu")
+        both_keys = xp.concatenate([best_keys, keys_c], axis=1)
+        both_cols = xp.concatenate([best_cols, xp.where(cols_c == INT_MAX, INT_MAX, cols_c + c0)],
+                                   axis=1)
+        order = xp.argsort(both_keys, axis=1, kind="stable")[:, :kk]  # earlier columns first
+        best_keys = xp.take_along_axis(both_keys, order, axis=1)
+        best_cols = xp.take_along_axis(both_cols, order, axis=1).astype(np.int32)
+    return best_cols
 
 
-class TileLoop:
-    """The product-and-scan loop over every tile, for one training block and m query rows.
-
-    On 8-bit data with int8 operands on a GPU that can (:func:`.fused.usable`)
-    the loop is one fused kernel that never writes a product tile.  Its
-    buffers (the padded query operand, the product tile, the running
-    lists) are made once and kept with the training block, so a repeated
-    predict of the same size allocates nothing.  On a GPU the loop runs on
-    its own stream and its launches (one cuBLAS product and one scan per
-    tile) are captured once as a CUDA graph: each later predict replays the
-    whole loop with one launch instead of two Python-issued launches per tile.
-    """
-
-    def __init__(self, train: Any, m: int, K: int, cuda: bool, tile_bytes: int | None) -> None:
-        xp = array_module(train.norms)
-        self.gpu = on_gpu(train.norms)
-        self.m, self.K, self.train = m, K, train
-        self.stream = None
-        if self.gpu:
-            import cupy
-
-            self.stream = cupy.cuda.Stream(non_blocking=True)
-        direct = train.method == "direct"
-        with self.on_stream():
-            if direct:
-                self.q = xp.zeros((m, train.d), dtype=np.float32)
-            else:
-                self.q = xp.zeros(padded_shape(m, train.d),
-                                  dtype=operand_dtype(train.precision, self.gpu))
-            self.fused = None
-            if self.gpu and cuda and fused.usable(train, K):
-                self.fused = self.scan = fused.FusedTopK(self.q, train, m, K)
-            else:
-                tq, tn = _tile_shape(self.q.shape[0], train.operand.shape[0], self.gpu,
-                                     tile_bytes)
-                self.tiles = (tq, tn)
-                self.product = TileProduct(self.q, train, tq * tn)
-                self.scan = Scan(m, K, xp, cuda, self.product.out, 1.0 if direct else -2.0,
-                                 train.norms, not direct, train.n)
-        self.graph = None
-        self.graph_note = None
-        if self.gpu and cuda:
-            if capture_allowed():
-                self._capture()
-            else:
-                self.graph_note = ("not captured: UCX runs in this process (--protocol ucx), "
-                                   "and its threads make CUDA calls of their own")
-
-    @property
-    def kind(self) -> str:
-        """The search this loop runs, as a run's JSON names it: the fused kernel's build,
-        or the tile loop and its products' precision."""
-        if self.fused is not None:
-            return self.fused.build.label
-        where = "" if self.gpu else " on the CPU"
-        return f"tile loop, {self.train.precision.value} products{where}"
-
-    def follow(self) -> None:
-        """Make the loop's stream wait for the work already queued on the caller's stream."""
-        if self.stream is not None:
-            import cupy
-
-            self.stream.wait_event(cupy.cuda.get_current_stream().record())
-
-    def on_stream(self) -> Any:
-        """A context in which CuPy work goes to this loop's stream (no-op on a CPU)."""
-        import contextlib
-
-        return self.stream if self.stream is not None else contextlib.nullcontext()
-
-    def _tiles(self) -> None:
-        if self.fused is not None:
-            self.fused()
-            return
-        tq, tn = self.tiles
-        m_pad, n_pad, m = self.q.shape[0], self.train.operand.shape[0], self.m
-        for q0 in range(0, m, tq):
-            nq = min(tq, m_pad - q0)
-            for t0 in range(0, self.train.n, tn):
-                nt = min(tn, n_pad - t0)
-                self.product(q0, nq, t0, nt)
-                self.scan(min(nq, m - q0), nt, q0, t0)
-
-    def _capture(self) -> None:
-        try:
-            with self.stream:
-                self.stream.begin_capture()
-                try:
-                    self._tiles()
-                finally:
-                    graph = self.stream.end_capture()
-            self.graph = graph
-        except Exception as exc:  # a CuPy or driver that cannot capture: launch per tile
-            self.graph_note = f"{type(exc).__name__}: {exc}"
-
-    def __call__(self, Q: Any) -> Any:
-        """Prepare ``Q`` into the loop's buffer and run every tile; returns the prepared queries."""
-        queries = prepare_queries(Q, self.train, out=self.q)
-        if self.fused is None:  # the fused kernels write every entry
-            self.scan.keys.fill(np.inf)
-            self.scan.cols.fill(INT_MAX)
-        if self.graph is not None:
-            self.graph.launch(self.stream)
-        else:
-            self._tiles()
-        return queries
-
-
-_LOOPS_LOCK = threading.Lock()
-
-
-def _tile_loop(train: Any, m: int, K: int, cuda: bool, tile_bytes: int | None) -> TileLoop:
-    """The training block's tile loop for this size and thread, made on first use.
-
-    One per thread: threads of a worker (or of the local scheduler) search
-    different query blocks at once, and a loop's buffers serve one at a time.
-    The eight most recently used are kept.
-    """
-    key = (m, K, cuda, tile_bytes, threading.get_ident())
-    with _LOOPS_LOCK:
-        loop = train.loops.pop(key, None)
-    if loop is None:
-        loop = TileLoop(train, m, K, cuda, tile_bytes)
-    with _LOOPS_LOCK:
-        train.loops[key] = loop  # most recently used last
-        while len(train.loops) > 8:
-            train.loops.pop(next(iter(train.loops)))
-    return loop
-
-
-def smallest(keys: Any, K: int, *, tile_cols: int | None = None,
-             target: str | None = None) -> tuple[Any, Any]:
-    """The K smallest entries of every row of a key matrix (ascending, ties by the
-    smaller column), scanned in column tiles of ``tile_cols`` as the product tiles are."""
-    if not 1 <= K <= MAX_K:
-        raise ValueError(f"K={K} must be between 1 and {MAX_K}")
+def _certified(queries: Any, train: Any, keys: Any, cols: Any, k: int, K: int, split: bool,
+               target: str | None) -> tuple[Any, Any, Any]:
+    """Exact values and columns of each row's k best candidates, and the rows whose
+    candidates the bound does not certify (or whose values left float16's range)."""
     xp = array_module(keys)
-    m, n = keys.shape
-    tile_cols = tile_cols or n
-    buffer = xp.empty(m * tile_cols, dtype=keys.dtype)
-    scan = Scan(m, K, xp, _cuda_target(keys, target), buffer, 1.0, buffer, False, n)
-    for col0 in range(0, n, tile_cols):
-        width = min(tile_cols, n - col0)
-        buffer[:m * width] = xp.ascontiguousarray(keys[:, col0:col0 + width]).ravel()
-        scan(m, width, 0, col0)
-    return scan.keys, scan.cols
+    kk = min(k, K)
+    sq, best = refine(queries.exact, train.rows, cols, kk, target=target,
+                      inner=floats.inner(train.metric))
+    if K >= train.n:  # every column was a candidate
+        doubtful = xp.zeros(sq.shape[0], dtype=bool)
+    else:
+        scale = train.frame.scale if train.frame is not None else 1.0
+        kept = keys[:, K - 1] / (scale * scale)
+        bound = precisions.error_bound(train.precision, train.d, queries.q_norm, train.t_max,
+                                       train.method, train.eight_bit, scale=scale, split=split)
+        doubtful = ~(kept - bound > sq[:, kk - 1] - queries.norms)
+    if queries.wide is not None:
+        doubtful |= queries.wide
+    return sq, best, doubtful
 
 
-def _recompute_exact(Qx: Any, T: Any, K: int, cuda: bool) -> tuple[Any, Any]:
-    """Keys in float64 against every training row, for the rows a bound did not certify."""
-    T64 = T.astype(np.float64)
-    keys = (T64 * T64).sum(axis=1)[None, :] - 2.0 * (Qx.astype(np.float64) @ T64.T)
-    return smallest(keys, K, target="cuda" if cuda else "cpu")
+def _padded(xp: Any, rows: Any) -> int:
+    """A size for a loop over ``rows.size`` rows: a power of two, so that few loops serve."""
+    return max(64, 1 << int(rows.size - 1).bit_length())
+
+
+def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int | None,
+                 target: str | None, stats: dict, out: Any, labels: Any, index: Any) -> None:
+    """The k nearest of one pass's query rows, packed into ``out``."""
+    xp = array_module(train.norms)
+    m = int(Q.shape[0])
+    split_ready = train.frame is not None and train.frame.part is not None
+    split_first = split_ready and train.loops.get(("split first",), False)
+    loop = tile_loop(train, m, K, cuda, tile_bytes, split=split_first)
+    loop.follow()
+    with loop.on_stream():
+        queries = loop(Q)
+        keys, cols = loop.scan.keys, loop.scan.cols
+        stats["kind"] = loop.kind
+        stats["graph"], stats["graph_note"] = loop.graph is not None, loop.graph_note
+        scan = getattr(loop.scan, "_launch", None)
+        stats["scan"], stats["fused note"] = scan, getattr(loop.fused, "note", None)
+        if train.rows is None:  # exact keys (8-bit data)
+            sq = keys[:, :k] + queries.norms[:, None]
+            best = cols[:, :k]
+        else:
+            sq, best, doubtful = _certified(queries, train, keys, cols, k, K, split_first, target)
+            rows = xp.nonzero(doubtful)[0]
+            if rows.size and split_ready and not split_first:
+                if rows.size > SPLIT_FIRST * m:
+                    train.loops[("split first",)] = True
+                again = tile_loop(train, _padded(xp, rows), K, cuda, tile_bytes, split=True)
+                again.follow()
+                with again.on_stream():
+                    more = again(Q[rows])
+                    n_rows = int(rows.size)
+                    sq_s, best_s, doubtful_s = _certified(
+                        more._replace(norms=more.norms[:n_rows], q_norm=more.q_norm[:n_rows]),
+                        train, again.scan.keys[:n_rows], again.scan.cols[:n_rows], k, K, True,
+                        target)
+                sq[rows], best[rows] = sq_s, best_s
+                stats["rows_split"] += n_rows
+                rows = rows[doubtful_s]
+            if rows.size:
+                found = _exact_tiles(queries.exact[rows], train, min(k, K), cuda, tile_bytes,
+                                     loop.gpu)
+                sq[rows], best[rows] = refine(queries.exact[rows], train.rows, found,
+                                              min(k, K), target=target,
+                                              inner=floats.inner(train.metric))
+                stats["rows_recomputed"] += int(rows.size)
+        if sq.shape[1] < k:  # fewer training rows here than k: pad with "no neighbour"
+            pad = k - sq.shape[1]
+            sq = xp.concatenate([sq, xp.full((m, pad), np.inf)], axis=1)
+            best = xp.concatenate([best, xp.full((m, pad), INT_MAX, dtype=np.int32)], axis=1)
+        out[...] = _pack(xp, floats.finish(xp, sq, train.metric), best, labels, index)
+    if loop.stream is not None:  # the caller's stream knows nothing of the loop's
+        loop.stream.synchronize()
 
 
 def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, margin: int = 8,
@@ -280,71 +201,47 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
     k : int
         Neighbours per query.
     margin : int, default 8
-        Extra candidates for the exact re-rank where keys are approximate.
+        Extra candidates re-ranked exactly where keys are approximate.
     tile_bytes : int or None
-        Cap on one product tile (default: eight times the GPU's L2, 8 MiB on a CPU).
+        Cap on one product tile (default: eight times the GPU's L2, 8 MiB on a CPU), and
+        on a pass's buffers (eight tiles).
     target : {None, "cuda", "cpu"}
         Kernel family for the scan and re-rank; None follows the array type.
     stats : dict or None
-        Filled with ``rows_recomputed`` (rows whose approximate ranking the
-        error bound did not certify, recomputed in float64).
+        Filled with ``rows_split`` and ``rows_recomputed`` (rows the bound did not
+        certify, searched again in the three-part product and in float64), and the
+        search run (``search``, ``graph``, ``graph_note``, ``launch_note``).
 
     Returns
     -------
     array of shape (m, k, 3), float64
-        ``[squared distance, global index, label]``, nearest first; missing
-        neighbours (fewer than k rows here) are ``[inf, -1, 0]``.
+        ``[distance, global index, label]``, nearest first, the distance as the
+        training block's metric has it (``floats.finish``); missing neighbours
+        (fewer than k rows here) are ``[inf, -1, 0]``.
     """
     xp = array_module(train.norms)
     m, n = int(Q.shape[0]), train.n
     out = xp.empty((m, k, 3), dtype=np.float64)
+    ran = {"rows_split": 0, "rows_recomputed": 0}
     if stats is not None:
-        stats["rows_recomputed"] = 0
+        stats.update(ran)
     if n == 0 or m == 0:
         out[..., 0], out[..., 1], out[..., 2] = np.inf, -1, 0
         return out
     cuda = _cuda_target(train.norms, target)
-    exact = train.rows is None
-    K = min(MAX_K, k if exact else k + max(0, margin), n)
-    loop = _tile_loop(train, m, K, cuda, tile_bytes)
-    loop.follow()
-    with loop.on_stream():
-        queries = loop(Q)
-        keys, cols = loop.scan.keys, loop.scan.cols
-        if exact:
-            sq = keys[:, :k] + queries.norms[:, None]
-            cols = cols[:, :k]
-        else:
-            sq, cols = refine(queries.exact, train.rows, cols, min(k, K), target=target)
-            kept = keys[:, K - 1]
-            bound = precisions.error_bound(train.precision, train.d, xp.sqrt(queries.norms),
-                                           train.t_max, train.method, train.eight_bit)
-            doubtful = (K < n) & ~(kept - bound > sq[:, min(k, K) - 1] - queries.norms)
-            rows = xp.nonzero(doubtful)[0]
-            if rows.size:
-                keys64, cols64 = _recompute_exact(queries.exact[rows], train.rows, K, cuda)
-                sq_r, cols_r = refine(queries.exact[rows], train.rows, cols64, min(k, K),
-                                      target=target)
-                sq[rows], cols[rows] = sq_r, cols_r
-                if stats is not None:
-                    stats["rows_recomputed"] = int(rows.size)
-        if sq.shape[1] < k:  # fewer training rows here than k: pad with "no neighbour"
-            pad = k - sq.shape[1]
-            sq = xp.concatenate([sq, xp.full((m, pad), np.inf)], axis=1)
-            cols = xp.concatenate([cols, xp.full((m, pad), INT_MAX, dtype=np.int32)], axis=1)
-        out[...] = _pack(xp, sq, cols, labels, index)
-    if loop.stream is not None:  # the caller's stream knows nothing of the loop's
-        loop.stream.synchronize()
+    K = min(MAX_K, k if train.rows is None else k + max(0, margin), n)
+    Q = xp.asarray(Q)
+    step = pass_rows(m, train, K, xp is not np, tile_bytes)
+    for r0 in range(0, m, step):
+        _search_pass(Q[r0:r0 + step], train, k, K, cuda, tile_bytes, target, ran,
+                     out[r0:r0 + step], labels, index)
     if stats is not None:
-        stats["search"] = loop.kind
-        stats["graph"] = loop.graph is not None
-        stats["graph_note"] = loop.graph_note
-        scan = getattr(loop.scan, "_launch", None)
-        stats["launch_note"] = (None if scan is None or scan.fast or not loop.gpu
+        scan = ran.pop("scan", None)
+        stats.update(rows_split=ran["rows_split"], rows_recomputed=ran["rows_recomputed"],
+                     search=ran["kind"], graph=ran["graph"], graph_note=ran["graph_note"])
+        stats["launch_note"] = (None if scan is None or scan.fast or xp is np
                                 else f"the scan kernel is launched through Numba's own "
                                      f"launch, slower ({scan.why})")
-        if loop.fused is not None and loop.fused.note:  # the fused build that could not run
-            stats["launch_note"] = loop.fused.note
+        if ran.get("fused note"):  # the fused build that could not run
+            stats["launch_note"] = ran["fused note"]
     return out
-
-

@@ -1,0 +1,177 @@
+"""Float data as the KNN product's operands: the metric's rows, centred and scaled.
+
+Every metric ranks by a key ``|t|^2 - 2 q.t`` (``euclidean``, ``sqeuclidean``) or
+``-2 q.t`` (``cosine`` on rows normalised to unit length, ``inner_product``), so one
+search serves all four.  Before the reduced-precision product the training rows are
+centred on their mean ``c`` -- distances do not change (``(q - c) - (t - c) = q - t``),
+and an inner product changes by ``q.c`` for every training row alike, so its ranking does
+not either (the queries of an inner product are then not centred) -- which shrinks the
+norms that the product's error bound grows with (:mod:`.precision`).  For float16
+operands the centred rows are also scaled by a power of two, so that they sit well inside
+float16's range (:data:`TRAIN_MAX`), and a query that would leave it is searched again in
+float64.  With ``split`` a float16 operand is three parts side by side,
+``[hi | hi | lo]`` for queries and ``[hi | lo | hi]`` for training rows, where
+``hi = fp16(x)`` and ``lo = fp16(x - hi)``: one product over all three parts is
+``qh.th + qh.tl + ql.th``, close to a float32 product at three times float16's cost,
+and a product over the first part alone is the plain float16 one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..precision import Precision
+
+METRICS = ("euclidean", "sqeuclidean", "cosine", "inner_product")
+"""What ``metric=`` takes: scikit-learn's names, and ``inner_product`` (largest first)."""
+TRAIN_MAX = 2.0 ** 12
+"""Float16 operands: the largest centred training value is scaled to at most this, which
+leaves queries 16 times the training rows' spread before float16's 65504."""
+QUERY_MAX = 2.0 ** 15
+"""A scaled query value above this is not put in float16: its row is searched in float64."""
+CHUNK_BYTES = 1 << 28
+"""Rows are converted this many float64 bytes at a time (the temporaries stay small)."""
+
+
+def inner(metric: str) -> bool:
+    """Whether ``metric`` ranks by ``-2 q.t`` (no norms in the key)."""
+    return metric in ("cosine", "inner_product")
+
+
+def check_metric(metric: str) -> str:
+    if metric not in METRICS:
+        raise ValueError(f"metric={metric!r} must be one of {', '.join(METRICS)}")
+    return metric
+
+
+class Frame(NamedTuple):
+    """How float rows become operands: the centre subtracted, the scale and the split."""
+
+    center: Any          # (d,) float64 mean of the training rows, or None (8-bit data)
+    scale: float         # a power of two (1.0 but for float16)
+    part: int | None     # columns of one part of a split float16 operand, or None
+
+
+def _chunks(X: Any, bytes_per_row: int) -> Any:
+    step = max(1, CHUNK_BYTES // max(1, bytes_per_row))
+    for start in range(0, int(X.shape[0]), step):
+        yield start, X[start:start + step]
+
+
+def metric_rows(xp: Any, X: Any, metric: str) -> Any:
+    """The rows the metric compares, as float32: cosine's normalised to unit length
+    (a zero row stays zero, as scikit-learn's ``normalize`` leaves it)."""
+    rows = xp.ascontiguousarray(X, dtype=np.float32)
+    if metric != "cosine":
+        return rows
+    out = xp.empty_like(rows)
+    for start, part in _chunks(rows, 8 * max(1, int(rows.shape[1]))):
+        wide = part.astype(np.float64)
+        norms = xp.sqrt((wide * wide).sum(axis=1, keepdims=True))
+        out[start:start + part.shape[0]] = wide / xp.where(norms > 0, norms, 1.0)
+    return out
+
+
+def frame_of(xp: Any, rows: Any, precision: Precision, split: bool) -> Frame:
+    """The centre and scale of training ``rows`` (float32, as :func:`metric_rows` gives them)."""
+    n, d = int(rows.shape[0]), int(rows.shape[1])
+    center = xp.zeros(d, dtype=np.float64)
+    for _, part in _chunks(rows, 8 * max(1, d)):
+        center += part.astype(np.float64).sum(axis=0)
+    center /= max(1, n)
+    scale = 1.0
+    if precision is Precision.FP16 and n:
+        spread = 0.0
+        for _, part in _chunks(rows, 8 * max(1, d)):
+            spread = max(spread, float(xp.abs(part.astype(np.float64) - center).max()))
+        if spread > 0:
+            scale = 2.0 ** math.floor(math.log2(TRAIN_MAX / spread))
+    # a part is whole 64-byte stages of the fused search (32 float16 values), so that the
+    # plain product's loads never reach into the next part
+    part = -(-max(1, d) // 32) * 32 if precision is Precision.FP16 and split else None
+    return Frame(center, scale, part)
+
+
+def _fp16_values(xp: Any, v: Any, gpu: bool) -> Any:
+    """float64 values rounded to float16: float16 on a GPU, their float32 values on a CPU
+    (where NumPy multiplies them in float32, as the tensor cores accumulate)."""
+    half = v.astype(np.float16)
+    return half if gpu else half.astype(np.float32)
+
+
+def float_operand(xp: Any, X: Any, precision: Precision, frame: Frame, *, query: bool,
+                  metric: str, out: Any, gpu: bool) -> Any:
+    """Float rows into ``out`` (zero-padded) as the product's operand for ``precision``,
+    centred and scaled by ``frame``; returns each row's largest scaled value (float16 only,
+    None otherwise), so that the caller can send rows past :data:`QUERY_MAX` elsewhere."""
+    from . import precision as precisions
+
+    center = None if (query and inner(metric)) else frame.center
+    d = int(X.shape[1])
+    largest = xp.zeros(int(X.shape[0]), dtype=np.float64) if precision is Precision.FP16 else None
+    for start, part in _chunks(X, 8 * max(1, d)):
+        rows = slice(start, start + part.shape[0])
+        v = part.astype(np.float64)
+        if center is not None:
+            v = v - center
+        if frame.scale != 1.0:
+            v = v * frame.scale
+        if precision is Precision.FP16:
+            big = xp.abs(v).max(axis=1) if d else xp.zeros(v.shape[0])
+            largest[rows] = big
+            v = xp.clip(v, -QUERY_MAX, QUERY_MAX)  # past it the row is searched in float64
+            hi = _fp16_values(xp, v, gpu)
+            out[rows, :d] = hi
+            if frame.part is not None:
+                p = frame.part
+                lo = _fp16_values(xp, v - hi.astype(np.float64), gpu)
+                out[rows, p:p + d] = hi if query else lo
+                out[rows, 2 * p:2 * p + d] = lo if query else hi
+            continue
+        values = v.astype(np.float32)
+        if not gpu:
+            values = precisions.round_operand(values, precision)
+        elif precision is Precision.BF16:
+            values = precisions.to_bf16_bits(xp, values)
+        out[rows, :d] = values
+    return largest
+
+
+def sq_norms(xp: Any, X: Any, frame: Frame, metric: str, query: bool) -> Any:
+    """Float64 squared norms of the rows as the operand holds them (centred, scaled)."""
+    center = None if (query and inner(metric)) else frame.center
+    out = xp.empty(int(X.shape[0]), dtype=np.float64)
+    for start, part in _chunks(X, 8 * max(1, int(X.shape[1]))):
+        v = part.astype(np.float64)
+        if center is not None:
+            v = v - center
+        out[start:start + v.shape[0]] = (v * v).sum(axis=1) * frame.scale ** 2
+    return out
+
+
+def offsets(xp: Any, Q: Any, frame: Frame, metric: str, norms: Any) -> Any:
+    """What turns a query row's key (original units) into its exact value: ``|q - c|^2``
+    for a distance (``norms``, scaled, brought back), ``-2 q.c`` for an inner product."""
+    if not inner(metric):
+        return norms / frame.scale ** 2
+    if frame.center is None:
+        return xp.zeros(int(Q.shape[0]), dtype=np.float64)
+    out = xp.empty(int(Q.shape[0]), dtype=np.float64)
+    for start, part in _chunks(Q, 8 * max(1, int(Q.shape[1]))):
+        out[start:start + part.shape[0]] = -2.0 * (part.astype(np.float64) @ frame.center)
+    return out
+
+
+def finish(xp: Any, sq: Any, metric: str) -> Any:
+    """The metric's distance from an exact value ``sq`` (``|q - t|^2``, or ``-2 q.t``):
+    ``inner_product``'s is ``-q.t``, so that every metric's nearest comes first."""
+    if metric == "euclidean":
+        return xp.sqrt(xp.maximum(sq, 0.0))
+    if metric == "sqeuclidean":
+        return xp.maximum(sq, 0.0)
+    if metric == "cosine":
+        return xp.maximum(1.0 + 0.5 * sq, 0.0)
+    return 0.5 * sq

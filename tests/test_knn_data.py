@@ -1,0 +1,219 @@
+"""KNN on a user's own data: every metric, dtype and chunking, memory in passes and tiles,
+and exact neighbours from a reduced-precision product, against scikit-learn's brute force.
+
+On a CPU the tensor-core precisions are emulated (operands rounded as a GPU rounds them),
+so the certification and the tiers behind it run here as they do on a GPU.
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.neighbors import KNeighborsClassifier as SklearnKNN
+from sklearn.neighbors import NearestNeighbors
+
+from mgpu_dask import DataError, KNeighborsClassifier
+from mgpu_dask.kernels import knn as K
+from mgpu_dask.kernels.knn import search
+from mgpu_dask.kernels.knn.operands import prepare_train
+
+
+def _clustered(rng, n, d, centres=8, spread=0.05, offset=2.0):
+    """Tight clusters far from the origin: what makes a reduced-precision key uncertain."""
+    middle = rng.standard_normal((centres, d)) + offset
+    return (middle[rng.integers(0, centres, n)]
+            + spread * rng.standard_normal((n, d))).astype(np.float32)
+
+
+def _reference(X, Q, k, metric):
+    """scikit-learn's neighbours (inner product: NumPy's, largest first, ties to the
+    smaller row) and their distances."""
+    if metric == "inner_product":
+        ip = Q.astype(np.float64) @ X.astype(np.float64).T
+        order = np.argsort(-ip, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(ip, order, 1), order
+    nn = NearestNeighbors(n_neighbors=k, algorithm="brute", metric=metric)
+    dist, ind = nn.fit(X.astype(np.float64)).kneighbors(Q.astype(np.float64))
+    return dist, ind
+
+
+def _same_neighbours(got_ind, got_dist, want_ind, want_dist):
+    """The same index sets up to ties (equal distances may swap places)."""
+    np.testing.assert_allclose(got_dist, want_dist, rtol=1e-5, atol=1e-6)
+    for row, (g, w) in enumerate(zip(got_ind, want_ind)):
+        if set(g) != set(w):  # only rows whose k-th distance ties may differ
+            kth = want_dist[row, -1]
+            assert np.isclose(got_dist[row, -1], kth, rtol=1e-6), (row, g, w)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_every_metric_equals_the_brute_force(metric, precision):
+    rng = np.random.default_rng()
+    X = _clustered(rng, 400, 13)
+    Q = _clustered(rng, 60, 13)
+    y = rng.integers(0, 3, len(X))
+    weights = "uniform" if metric == "inner_product" else "distance"
+    model = KNeighborsClassifier(5, metric=metric, precision=precision, weights=weights)
+    dist, ind = model.fit(X, y).kneighbors(Q)
+    want_dist, want_ind = _reference(X, Q, 5, metric)
+    _same_neighbours(ind, dist, want_ind, want_dist)
+    if metric != "inner_product":
+        sk = SklearnKNN(5, metric=metric, weights=weights, algorithm="brute")
+        sk.fit(X.astype(np.float64), y)
+        np.testing.assert_array_equal(model.predict(Q), sk.predict(Q.astype(np.float64)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32, np.int64, np.uint8])
+def test_any_dtype_is_searched_as_its_float32_values(dtype):
+    rng = np.random.default_rng()
+    if np.issubdtype(dtype, np.integer):
+        high = 255 if dtype == np.uint8 else 5000
+        X = rng.integers(0, high, (300, 9)).astype(dtype)
+        Q = rng.integers(0, high, (40, 9)).astype(dtype)
+    else:
+        X = rng.standard_normal((300, 9)).astype(dtype)
+        Q = rng.standard_normal((40, 9)).astype(dtype)
+    y = rng.integers(0, 4, len(X))
+    for metric in ("euclidean", "cosine"):
+        dist, ind = KNeighborsClassifier(4, metric=metric).fit(X, y).kneighbors(Q)
+        want_dist, want_ind = _reference(X.astype(np.float32), Q.astype(np.float32), 4, metric)
+        _same_neighbours(ind, dist, want_ind, want_dist)
+
+
+@pytest.mark.parametrize("d", [1, 2, 300])
+def test_any_number_of_features(d):
+    rng = np.random.default_rng()
+    X, Q = rng.standard_normal((200, d)), rng.standard_normal((30, d))
+    y = rng.integers(0, 2, 200)
+    dist, ind = KNeighborsClassifier(3, precision="fp16").fit(X, y).kneighbors(Q)
+    _same_neighbours(ind, dist, *_reference(X, Q, 3, "euclidean")[::-1])
+
+
+def test_dask_arrays_of_any_chunking(client):
+    """Ragged row blocks, features split over blocks, queries in many blocks or one."""
+    rng = np.random.default_rng()
+    X = _clustered(rng, 500, 11)
+    Q = _clustered(rng, 90, 11)
+    y = rng.integers(0, 5, 500)
+    sk = SklearnKNN(4, weights="distance", algorithm="brute").fit(X, y)
+    Xd = da.from_array(X, chunks=((123, 77, 300), (4, 7)))
+    yd = da.from_array(y, chunks=((123, 77, 300),))
+    for plan in ("replicate", "shard"):
+        model = KNeighborsClassifier(4, plan=plan).fit(Xd, yd)
+        for chunks in (((13, 40, 37), (11,)), ((90,), (5, 6))):
+            got = model.predict(da.from_array(Q, chunks=chunks)).compute()
+            np.testing.assert_array_equal(got, sk.predict(Q))
+        dist, ind = model.kneighbors(da.from_array(Q, chunks=30))
+        want_dist, want_ind = sk.kneighbors(Q)
+        _same_neighbours(ind.compute(), dist.compute(), want_ind, want_dist)
+
+
+def test_a_small_tile_budget_makes_many_passes_and_tiles(monkeypatch):
+    """Query rows in passes and training rows in tiles, both forced small: the same answer."""
+    rng = np.random.default_rng()
+    X, Q = _clustered(rng, 700, 10), _clustered(rng, 333, 10)
+    y = rng.integers(0, 3, 700).astype(np.int32)
+    passes = []
+    real = search._search_pass
+    monkeypatch.setattr(search, "_search_pass", lambda Q, *a: passes.append(len(Q)) or real(Q, *a))
+    monkeypatch.setattr(search, "PASS_ROWS", (16, 1 << 17))
+    train = prepare_train(X, "fp16", False, 0, split=True)
+    cand = K.local_candidates(Q, train, y, np.arange(700, dtype=np.int64), 5, tile_bytes=4096)
+    assert len(passes) > 5 and sum(passes) == len(Q)
+    want_dist, want_ind = _reference(X, Q, 5, "euclidean")
+    _same_neighbours(cand[..., 1].astype(int), cand[..., 0], want_ind, want_dist)
+
+
+def _near_ties(rng, n=300, d=4):
+    """One query and training rows at distances 1.000, 1.002, ... from it, and as many
+    rows far on the other side, so that centring leaves the norms large: a float16 or
+    bfloat16 product's keys are off by far more than the distances' steps, which
+    scrambles the ranking well past any fixed margin, and the three-part float16 product's
+    bound is below the steps between the 5th and 13th."""
+    q = rng.standard_normal(d) + 25.0
+    directions = rng.standard_normal((n, d))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    radius = 1.0 + 2e-3 * rng.permutation(n)
+    near = q + directions * radius[:, None]
+    far = -q + 0.1 * rng.standard_normal((n, d))
+    return np.vstack([near, far]).astype(np.float32), q[None].astype(np.float32)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_near_ties_that_a_fixed_margin_misses_are_still_exact(precision):
+    rng = np.random.default_rng()
+    X, Q = _near_ties(rng)
+    y = np.zeros(len(X), np.int32)
+    index = np.arange(len(X), dtype=np.int64)
+    want_dist, want_ind = _reference(X, Q, 5, "euclidean")
+    # The approximate keys alone, with the default margin: the true neighbours are not
+    # all among the k + margin kept, so a fixed margin would return wrong ones.
+    train = prepare_train(X, precision, False, 0)
+    loop = K.loop.tile_loop(train, 1, 5 + 8, False, None)
+    loop(Q)
+    kept = set(loop.scan.cols[0].tolist())
+    assert not set(want_ind[0]) <= kept
+    stats: dict = {}
+    cand = K.local_candidates(Q, prepare_train(X, precision, False, 0, split=True), y, index, 5,
+                              stats=stats)
+    np.testing.assert_array_equal(cand[0, :, 1], want_ind[0])
+    np.testing.assert_allclose(cand[0, :, 0], want_dist[0], rtol=1e-6)
+    assert stats["rows_split"] + stats["rows_recomputed"] == 1
+    if precision == "fp16":  # the three-part product settles it without float64
+        assert stats["rows_split"] == 1 and stats["rows_recomputed"] == 0
+
+
+def test_the_float64_tier_works_in_tiles(monkeypatch):
+    """Rows no product certifies are searched in float64 a few training rows at a time."""
+    rng = np.random.default_rng()
+    X, Q = _clustered(rng, 500, 8, spread=0.01), _clustered(rng, 20, 8, spread=0.01)
+    tiles = []
+    real = search.smallest
+    monkeypatch.setattr(search, "smallest", lambda keys, *a, **kw: tiles.append(keys.shape)
+                        or real(keys, *a, **kw))
+    monkeypatch.setattr(search, "free_bytes", lambda gpu: 20_000)  # 64 columns a tile
+    stats: dict = {}
+    cand = K.local_candidates(Q, prepare_train(X, "bf16", False, 0), np.zeros(500, np.int32),
+                              np.arange(500), 4, margin=0, stats=stats)
+    assert stats["rows_recomputed"] == len(Q)  # no margin: nothing certifies
+    assert len(tiles) == 8 and all(shape == (len(Q), 64) for shape in tiles[:-1])
+    want_dist, want_ind = _reference(X, Q, 4, "euclidean")
+    _same_neighbours(cand[..., 1].astype(int), cand[..., 0], want_ind, want_dist)
+
+
+def test_float16_range_is_kept_for_queries_far_outside_the_training_rows():
+    rng = np.random.default_rng()
+    X = rng.standard_normal((200, 6)).astype(np.float32)
+    Q = np.vstack([rng.standard_normal((3, 6)), np.full((1, 6), 1e6)]).astype(np.float32)
+    stats: dict = {}
+    cand = K.local_candidates(Q, prepare_train(X, "fp16", False, 0, split=True),
+                              np.zeros(200, np.int32), np.arange(200), 3, stats=stats)
+    want_dist, want_ind = _reference(X, Q, 3, "euclidean")
+    _same_neighbours(cand[..., 1].astype(int), cand[..., 0], want_ind, want_dist)
+    assert stats["rows_recomputed"] >= 1  # the far row left float16's range
+
+
+def test_metric_options_are_checked():
+    X, y = np.eye(4), [0, 1, 0, 1]
+    with pytest.raises(DataError, match="metric='manhattan' must be one of euclidean"):
+        KNeighborsClassifier(metric="manhattan").fit(X, y)
+    with pytest.raises(DataError, match="inner_product' has no distance; use weights='uniform'"):
+        KNeighborsClassifier(metric="inner_product").fit(X, y)
+    with pytest.raises(DataError, match="method='direct' computes distances"):
+        KNeighborsClassifier(metric="cosine", method="direct").fit(X, y)
+    model = KNeighborsClassifier(1, metric="inner_product", weights="uniform").fit(X, y)
+    with pytest.raises(DataError, match="no inner-product metric"):
+        model.to_sklearn()
+
+
+def test_models_convert_with_their_metric():
+    rng = np.random.default_rng()
+    X, Q = rng.standard_normal((100, 5)), rng.standard_normal((20, 5))
+    y = rng.integers(0, 3, 100)
+    for metric in ("sqeuclidean", "cosine"):
+        ours = KNeighborsClassifier(4, metric=metric).fit(X, y)
+        back = KNeighborsClassifier.from_sklearn(ours.to_sklearn())
+        assert back.metric == metric
+        np.testing.assert_array_equal(back.predict(Q), ours.predict(Q))
