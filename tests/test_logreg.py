@@ -46,21 +46,26 @@ def test_softmax_xent_kernel():
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-@pytest.mark.parametrize("n, k", [(45, 3), (300, 12)])  # one partial block; three blocks
-def test_cuda_kernel_residual_and_block_sums(n, k):
-    """The CUDA kernel (simulated) against float64 NumPy: residual, intercept gradient, loss."""
+@pytest.mark.parametrize("n, k, weighted", [(45, 3, False), (300, 12, True)])  # one partial
+def test_cuda_kernel_residual_and_block_sums(n, k, weighted):  # block; three, rows weighted
+    """The CUDA kernel (simulated) against float64 NumPy: residual, intercept gradient, loss;
+    with sample weights each row's residual and cross-entropy times its weight."""
     rng = np.random.default_rng()
     z = (rng.standard_normal((n, k)) * 4).astype(np.float32)
     y = rng.integers(0, k, n).astype(np.int32)
     b = rng.standard_normal(k).astype(np.float32)
+    w = rng.uniform(0.1, 3.0, n).astype(np.float32) if weighted else np.ones(1, np.float32)
     from mgpu_dask.kernels.launch import launch, thread_grid
     from mgpu_dask.kernels.logreg import cuda as C
 
     resid = np.empty((n, k), dtype=np.float32)
     sums = np.zeros(k + 1, dtype=np.float64)
-    launch(C.softmax_xent_rows, *thread_grid(n, C.THREADS), z, y, b, resid, sums)
+    launch(C.softmax_xent_rows, *thread_grid(n, C.THREADS), z, y, b, w, int(weighted), resid,
+           sums)
     grad_b, loss = sums[:k], sums[k]
     want_resid, want_loss = softmax_reference(z.astype(np.float64) + b, y)
+    if weighted:
+        want_resid, want_loss = want_resid * w[:, None], want_loss * w
     np.testing.assert_allclose(resid, want_resid, atol=1e-6)
     np.testing.assert_allclose(grad_b, want_resid.sum(0), atol=1e-5)
     np.testing.assert_allclose(loss, want_loss.sum(), rtol=1e-6)

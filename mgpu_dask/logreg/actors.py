@@ -30,16 +30,17 @@ class ShardLossGrad:
                  scale: float | None = None) -> None:
         self._precision = precision
         self._scale = scale
-        xs, ys = blocks[:n_blocks], blocks[n_blocks:]
-        xp = array_module(xs[0])
-        self.X = xs[0] if n_blocks == 1 else xp.concatenate(xs)
-        self.y = ys[0] if n_blocks == 1 else xp.concatenate(ys)
+        xp = array_module(blocks[0])
+        parts = [blocks[i:i + n_blocks] for i in range(0, len(blocks), n_blocks)]
+        # rows, labels, and each row's sample weight where the fit has them
+        self.X, self.y, *weights = [p[0] if n_blocks == 1 else xp.concatenate(p) for p in parts]
+        self.weights = weights[0] if weights else None
         self._objective: ShardObjective | None = None
 
     def loss_grad(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         if self._objective is None:
             self._objective = ShardObjective(self.X, self.y, len(intercept), self._precision,
-                                             self._scale)
+                                             self._scale, weights=self.weights)
         return self._objective(coef, intercept)
 
     def products(self) -> tuple[str, str | None, str | None]:
@@ -74,14 +75,15 @@ class ActorEvaluator:
     """
 
     def __init__(self, X: Any, y: Any, client: Any, timeout: float,
-                 precision: Precision = Precision.FP32, scale: float | None = None) -> None:
+                 precision: Precision = Precision.FP32, scale: float | None = None,
+                 weights: Any = None) -> None:
         self._precision = precision
         self._scale = scale
         self.timeout = timeout
         self.calls = 0
         self.rebuilds = 0
         self._client = client
-        self._keep = (X, y)
+        self._keep = (X, y) if weights is None else (X, y, weights)
         self._start_actors()
 
     def _start_actors(self) -> None:
@@ -98,19 +100,22 @@ class ActorEvaluator:
     def _try_start_actors(self, deadline: float) -> list[Any]:
         from distributed import futures_of, wait
 
-        client, (X, y), timeout = self._client, self._keep, self.timeout
+        client, (X, y, *w), timeout = self._client, self._keep, self.timeout
         while True:  # after a worker loss, lost blocks are recomputed and get a holder
-            wait(futures_of([X, y]), timeout=max(1.0, deadline - time.perf_counter()))
+            wait(futures_of([X, y, *w]), timeout=max(1.0, deadline - time.perf_counter()))
             placed, labels, by_worker = rows_by_worker(X, y, client)
+            weights = list(zip(*placement.locate(client, w[0]))) if w else []
             alive = set(client.run_on_scheduler(alive_workers))
-            if all(w in alive for _, w in placed + labels):  # who_has can lag a death
+            if all(a in alive for _, a in placed + labels + weights):  # who_has can lag
                 break
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"row blocks of X had no worker after {timeout:.0f} s")
             time.sleep(0.1)
         # Loose placement: should that worker die now, the actor starts on another.
         started = [client.submit(ShardLossGrad, len(idx), *[placed[i][0] for i in idx],
-                                 *[labels[i][0] for i in idx], precision=self._precision,
+                                 *[labels[i][0] for i in idx],
+                                 *[weights[i][0] for i in idx if weights],
+                                 precision=self._precision,
                                  scale=self._scale, workers=[worker],
                                  allow_other_workers=True, actor=True,
                                  key=f"logreg-shard-{uuid.uuid4().hex[:12]}")

@@ -1,5 +1,6 @@
 """What a fitted logistic regression runs on each row block where it lives: the most
-probable class and the class probabilities.  Imports no scikit-learn (workers)."""
+probable class, the class probabilities (or their logs) and the scores.  Imports no
+scikit-learn (workers)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,25 @@ def predict_block(X: Any, coef: np.ndarray, intercept: np.ndarray, classes: np.n
     return as_numpy(pred) if host else pred
 
 
-def proba_block(X: Any, coef: np.ndarray, intercept: np.ndarray, host: bool = False) -> Any:
-    """Softmax probabilities per row (float64; NumPy when ``host``)."""
+def proba_block(X: Any, coef: np.ndarray, intercept: np.ndarray, log: bool = False,
+                host: bool = False) -> Any:
+    """Softmax probabilities per row (float64; their logs with ``log``; NumPy when
+    ``host``)."""
     xp = array_module(X)
     z = decision(X, coef, intercept).astype(np.float64)
     z -= z.max(axis=1, keepdims=True)
     p = xp.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
-    return as_numpy(p) if host else p
+    total = p.sum(axis=1, keepdims=True)
+    out = z - xp.log(total) if log else p / total
+    return as_numpy(out) if host else out
+
+
+def decision_block(X: Any, coef: np.ndarray, intercept: np.ndarray, two: bool = False,
+                   host: bool = False) -> Any:
+    """``X coef + intercept`` per row in float64 (each row's scores whatever the rows beside
+    it); ``two``: the second column less the first."""
+    xp = array_module(X)
+    z = xp.asarray(X, dtype=np.float64) @ xp.asarray(coef, dtype=np.float64) + xp.asarray(
+        intercept, dtype=np.float64)
+    out = z[:, 1] - z[:, 0] if two else z
+    return as_numpy(out) if host else out

@@ -1,4 +1,4 @@
-"""``LogisticRegression``: multinomial, L2, data-parallel L-BFGS on dask arrays.
+"""``LogisticRegression``: multinomial, data-parallel L-BFGS on dask arrays.
 
 Each worker's shard stays where it is (on its GPU as CuPy, or in host memory)
 and only coefficients, losses and gradients move.  The estimator checks its
@@ -27,15 +27,12 @@ from ..kernels.precision import Precision
 from ..parallel import inputs, placement
 from ..parallel import labels as labels_mod
 from ..parallel.inputs import NotFittedError, accuracy, device_of
-from . import convert, routes, single_host
-from .blocks import predict_block, proba_block
+from . import convert, fitted, options, routes, single_host
+from .blocks import decision_block, predict_block, proba_block
+from .options import COMMS, OPTIMIZERS, PRECISIONS  # noqa: F401  (named here before)
 from .problem import Problem
 
 __all__ = ["LogisticRegression", "NotFittedError"]
-
-COMMS = ("auto", "single-host", "actors")
-OPTIMIZERS = ("auto", "device", "host")
-PRECISIONS = (Precision.AUTO, Precision.FP32, Precision.INT8, Precision.BF16)
 
 
 def _rows_dtype(X: Any) -> np.dtype:
@@ -44,10 +41,12 @@ def _rows_dtype(X: Any) -> np.dtype:
 
 
 class LogisticRegression(ClassifierMixin, BaseEstimator):
-    """Multinomial logistic regression with an L2 penalty, fitted on every worker at once.
+    """Multinomial logistic regression, fitted on every worker at once.
 
-    Minimises ``mean(cross-entropy) + ||coef||^2 / (2 C n)`` (the intercept is not
-    penalised), the objective of scikit-learn's ``LogisticRegression(C=C)``.
+    Minimises ``mean(cross-entropy) + ((1 - l1_ratio) ||coef||^2 / 2 + l1_ratio
+    |coef|_1) / (C n)`` (the intercept is not penalised; with sample or class weights
+    the mean and ``n`` are weighted), the objective of scikit-learn's
+    ``LogisticRegression(C=C, l1_ratio=l1_ratio)``.
 
     A scikit-learn estimator (``clone``, ``Pipeline``, ``GridSearchCV``,
     ``cross_val_score``): answers come back in the type that came in (NumPy
@@ -59,13 +58,22 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     C : float, default 1.0
-        Inverse regularisation strength; must be > 0.
+        Inverse regularisation strength; must be > 0; ``np.inf``: no penalty.
+    l1_ratio : float, default 0.0
+        The L1 share of the penalty: 0 is L2 (the L-BFGS on the GPU), in (0, 1] an
+        elastic net and at 1 the L1 penalty, by OWL-QN (L-BFGS for an L1 part, its zeros
+        exact zeros) on the host, each evaluation where the rows are.
+    fit_intercept : bool, default True
+        ``False``: the intercept stays 0 (the fit's loop on the host).
+    class_weight : dict, "balanced" or None, default None
+        Weights per class, multiplied into ``sample_weight`` (scikit-learn's
+        ``compute_class_weight``).
     max_iter : int, default 100
         L-BFGS iterations at most.
     tol : float, default 1e-4
         Stop when the largest gradient entry falls below ``tol``.
     solver : {"lbfgs"}, default "lbfgs"
-        Only L-BFGS: one round trip per evaluation, about one evaluation per iteration.
+        L-BFGS (OWL-QN with ``l1_ratio > 0``): about one evaluation per iteration.
     classes : array-like or None, default None
         The labels allowed; labels outside them are an error.  ``None`` takes
         the labels seen in ``fit``.
@@ -172,11 +180,15 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     array([0, 1])
     """
 
-    def __init__(self, C: float = 1.0, *, max_iter: int = 100, tol: float = 1e-4,
+    def __init__(self, C: float = 1.0, *, l1_ratio: float = 0.0, fit_intercept: bool = True,
+                 class_weight: Any = None, max_iter: int = 100, tol: float = 1e-4,
                  solver: str = "lbfgs", classes: Any = None, comm: str = "auto",
                  optimizer: str = "auto",
                  precision: str = "auto", input_scale: float | None = None) -> None:
         self.C = C
+        self.l1_ratio = l1_ratio
+        self.fit_intercept = fit_intercept
+        self.class_weight = class_weight
         self.max_iter = max_iter
         self.tol = tol
         self.solver = solver
@@ -187,30 +199,13 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self.input_scale = input_scale
 
     def _check_params(self) -> None:
-        if not (isinstance(self.C, (int, float, np.floating)) and self.C > 0 and np.isfinite(self.C)):
-            raise DataError(f"C={self.C!r} must be a positive number (e.g. 1.0)")
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
-            raise DataError(f"max_iter={self.max_iter!r} must be a positive integer")
-        if self.solver != "lbfgs":
-            raise DataError(f"solver={self.solver!r} is not available; use 'lbfgs'")
-        if self.comm not in COMMS:
-            raise DataError(f"comm={self.comm!r} is not one of {', '.join(COMMS)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise DataError(f"optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-        if self.precision not in PRECISIONS:
-            raise DataError(f"precision={self.precision!r} is not one of "
-                            f"{', '.join(p.value for p in PRECISIONS)}")
-        scale = self.input_scale
-        if scale is not None and not (isinstance(scale, (int, float, np.floating))
-                                      and np.isfinite(scale) and scale > 0):
-            raise DataError(f"input_scale={scale!r} must be a positive number (e.g. 1/255) "
-                            "or None")
+        options.check(self)
 
     def _classes_from(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         classes, encoded = inputs.encode_labels(labels, self.classes)
         return labels_mod.at_least_two(classes), encoded
 
-    def fit(self, X: Any, y: Any) -> "LogisticRegression":
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "LogisticRegression":
         """Fit on ``X`` (rows x features) and labels ``y``, data-parallel.
 
         Parameters
@@ -223,6 +218,10 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             are read where they live: the fit's leader finds their classes
             and encodes them on the GPUs; other labels come to the client
             once per fit and travel with the fit's task.
+        sample_weight : array-like of shape (n_samples,) or None, default None
+            Each row's weight in the loss (times its class's, with ``class_weight``).
+            Weighted rows are fitted by messages: the loop on the client, each shard's
+            evaluation (float32 products on a GPU) where it lives.
 
         Returns
         -------
@@ -238,7 +237,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         # Integer labels persisted beside their rows stay there: the fit's leader finds
         # their classes and encodes them on the GPUs (nothing label-sized on the client).
         held = None
-        if self.comm != "actors" and rows is not None and X.dtype == _rows_dtype(X):
+        weighted = sample_weight is not None or self.class_weight is not None
+        if (self.comm != "actors" and not weighted and rows is not None
+                and X.dtype == _rows_dtype(X)):
             held = single_host.labels_beside(X, y, rows, client)
         # Finiteness is checked where the rows are mapped (or by the fit by messages).
         X, labels = inputs.fit_inputs(self, X, y, check_finite=False,
@@ -260,11 +261,18 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             raise DataError("optimizer='device' needs the rows on GPUs (CuPy blocks); use "
                             "optimizer='auto' or 'host'")
         n, d = int(X.shape[0]), int(X.shape[1])
-        problem = Problem(n, d, None if held else len(self.classes_), 1.0 / (self.C * n),
+        weights = None if held else options.row_weights(self, encoded, self.classes_,
+                                                          sample_weight)
+        total = float(weights.sum()) if weights is not None else float(n)
+        l2, l1 = options.strengths(self.C, self.l1_ratio, total)
+        problem = Problem(n, d, None if held else len(self.classes_), l2,
                           self.max_iter, self.tol, self.optimizer, Precision(self.precision),
                           None if self.input_scale is None else float(self.input_scale),
-                          self.classes)
-        if client is None:
+                          self.classes, l1=l1, fit_intercept=bool(self.fit_intercept),
+                          weight_sum=None if weights is None else total)
+        if weights is not None:
+            result = routes.weighted(X, encoded, weights, client, timeout, problem)
+        elif client is None:
             result = routes.here(X, da.from_array(encoded, chunks=(X.chunks[0],)), problem)
         else:
             result = routes.on_cluster(X, rows, y if held else encoded, held, client, timeout,
@@ -273,34 +281,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         return self
 
     def _keep_result(self, result: dict[str, Any], d: int) -> None:
-        """The fitted attributes from a fit route's result."""
-        if "classes" in result:  # found where the labels live
-            self.classes_ = labels_mod.at_least_two(result["classes"])
-        k = len(self.classes_)
-        theta = result["x"]
-        self.coef_ = theta[: d * k].reshape(d, k).T.copy()
-        self.intercept_ = theta[d * k:].copy()
-        self.n_iter_ = int(result["nit"])
-        self.n_evaluations_ = int(result["nfev"])
-        self.n_round_trips_ = int(result["round_trips"])
-        self.comm_ = result["comm"]
-        self.comm_note_ = result.get("comm_note")
-        self.n_recoveries_ = int(result.get("recoveries", 0))
-        self.optimizer_ = result.get("optimizer", "host")
-        self.precision_ = result.get("precision", "")
-        self.precision_note_ = result.get("precision_note")
-        self.graph_ = result.get("graph")
-        graph_note = result.get("graph_note") if self.optimizer_ == "device" else None
-        self.notes_ = [n for n in (self.precision_note_, self.comm_note_,
-                                   graph_note and f"each L-BFGS iteration ran op by op, not as "
-                                                  f"one CUDA graph: {graph_note}",
-                                   result.get("launch_note")) if n]
-        self.loss_ = float(result["fun"])
-        self.converged_ = bool(result["success"])
-        self.stop_reason_ = str(result.get("message", ""))
-        self.gradient_max_ = float(result.get("grad_max", np.nan))
-        self.fit_profile_ = result.get("profile", {})
-        self.n_features_in_ = d
+        """The fitted attributes from a fit route's result (:func:`.fitted.keep`)."""
+        fitted.keep(self, result, d)
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "coef_")
@@ -356,10 +338,26 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X: Any) -> Any:
         """Class probabilities per row, columns ordered as ``classes_``, in the type of ``X``."""
+        return self._scores(X, "proba")
+
+    def predict_log_proba(self, X: Any) -> Any:
+        """The log of :meth:`predict_proba`, taken without underflow (``z - logsumexp(z)``)."""
+        return self._scores(X, "log_proba")
+
+    def decision_function(self, X: Any) -> Any:
+        """``X coef + intercept`` per row and class (float64); with two classes, as
+        scikit-learn's, the second class's score less the first's, one per row."""
+        return self._scores(X, "decision")
+
+    def _scores(self, X: Any, kind: str) -> Any:
         like, X = X, self._check_X(X)
-        proba = self._per_block(proba_block, X, inputs.kind_of(like) == "host", "logreg-proba",
-                                ((len(self.classes_),),), np.float64)
-        return inputs.returned_like(proba, like)
+        two = kind == "decision" and len(self.classes_) == 2
+        columns = () if two else ((len(self.classes_),),)
+        fn = proba_block if kind != "decision" else decision_block
+        args = (kind == "log_proba",) if kind != "decision" else (two,)
+        out = self._per_block(fn, X, inputs.kind_of(like) == "host", f"logreg-{kind}",
+                              columns, np.float64, *args)
+        return inputs.returned_like(out, like)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Mean accuracy on ``(X, y)`` (weighted by ``sample_weight`` when given)."""

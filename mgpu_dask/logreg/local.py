@@ -19,8 +19,9 @@ from .solvers import fit_on_device
 
 def fit_here_on_device(X: Any, y: Any, problem: Problem) -> dict[str, Any] | None:
     """The device L-BFGS in this process over dask ``X`` of CuPy blocks (``y``: their class
-    indices); None where it does not apply (host rows, or ``optimizer="host"``)."""
-    if problem.optimizer == "host" or device_of(X) != "gpu":
+    indices); None where it does not apply (host rows, ``optimizer="host"``, an L1 penalty
+    or no intercept)."""
+    if problem.optimizer == "host" or problem.on_host_only or device_of(X) != "gpu":
         return None
     X_blocks = dask.compute(*X.to_delayed().ravel())
     if not all(all_finite(b) for b in X_blocks):
@@ -35,27 +36,29 @@ def fit_here_on_device(X: Any, y: Any, problem: Problem) -> dict[str, Any] | Non
 
 
 def _block_loss_grad(X: Any, labels: Any, coef: np.ndarray, intercept: np.ndarray,
-                     precision: Precision, scale: float | None) -> tuple:
-    objective = ShardObjective(X, labels, len(intercept), precision, scale)
+                     precision: Precision, scale: float | None, weights: Any = None) -> tuple:
+    objective = ShardObjective(X, labels, len(intercept), precision, scale, weights=weights)
     return (*objective(coef, intercept), str(objective.precision), objective.fallback)
 
 
 class GraphEvaluator:
-    """Loss and gradient as one small graph per evaluation (no distributed client)."""
+    """Loss and gradient as one small graph per evaluation (no distributed client);
+    ``weights``: each row's sample weight, chunked as ``X``'s rows."""
 
     def __init__(self, X: Any, y: Any, precision: Precision = Precision.FP32,
-                 scale: float | None = None) -> None:
+                 scale: float | None = None, weights: Any = None) -> None:
         self._block = functools.partial(_block_loss_grad, precision=precision, scale=scale)
-        self._keep = (X.persist(), y.persist())  # the persisted blocks live while referenced
-        self.pairs = list(zip(self._keep[0].to_delayed().ravel(),
-                              self._keep[1].to_delayed().ravel()))
+        arrays = (X, y) if weights is None else (X, y, weights)
+        self._keep = tuple(a.persist() for a in arrays)  # live while referenced
+        self.pairs = list(zip(*(a.to_delayed().ravel() for a in self._keep)))
         self.calls = 0
         self.ran: dict[str, Any] = {}
 
     def __call__(self, coef: np.ndarray, intercept: np.ndarray) -> tuple:
         self.calls += 1
-        parts = dask.compute(*[dask.delayed(self._block)(xb, yb, coef, intercept)
-                               for xb, yb in self.pairs])
+        parts = dask.compute(*[dask.delayed(self._block)(xb, yb, coef, intercept,
+                                                         weights=wb[0] if wb else None)
+                               for xb, yb, *wb in self.pairs])
         notes = sorted({p[4] for p in parts if p[4]})
         self.ran = {"precision": ",".join(sorted({p[3] for p in parts})),
                     "precision_note": "; ".join(notes) or None}

@@ -24,13 +24,21 @@ class Problem(NamedTuple):
     n: int
     d: int
     n_classes: int | None   # None: the leader finds the classes of the labels it maps
-    penalty: float          # 1 / (C n)
+    penalty: float          # the L2 strength: (1 - l1_ratio) / (C S), S = n or the weights' sum
     max_iter: int
     gtol: float
     optimizer: str          # "auto", "device" or "host"
     precision: Precision    # asked for (AUTO: int8 products where they apply)
     scale: float | None     # the objective's rows are X * scale
     classes: Any = None     # the declared classes, where the leader finds them
+    l1: float = 0.0         # the L1 strength, l1_ratio / (C S): OWL-QN on the host
+    fit_intercept: bool = True
+    weight_sum: float | None = None  # S where rows are weighted (None: n)
+
+    @property
+    def on_host_only(self) -> bool:
+        """An L1 penalty or no intercept: the host's loop (the device L-BFGS has neither)."""
+        return self.l1 > 0 or not self.fit_intercept
 
 
 class HeldLabels(NamedTuple):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import dask.array as da
 import numpy as np
 
 from ..data.sharding import shard
@@ -67,8 +68,31 @@ def on_cluster(X: Any, rows: Any, labels: Any, held: Any, client: Any, timeout: 
     return {**result, **found, "recoveries": found["recoveries"] + result.pop("rebuilds")}
 
 
-def by_messages(X: Any, y: Any, client: Any, timeout: float, problem: Problem) -> dict[str, Any]:
-    """L-BFGS on the client, one message round per evaluation (any cluster)."""
+def weighted(X: Any, codes: np.ndarray, weights: np.ndarray, client: Any, timeout: float,
+             problem: Problem) -> dict[str, Any]:
+    """Rows weighted (sample or class weights): by messages, the labels and each row's
+    weight placed beside its row block (``comm_note`` says so)."""
+    if client is None:
+        chunks = (X.chunks[0],)
+        y, w = da.from_array(codes, chunks=chunks), da.from_array(weights, chunks=chunks)
+        return by_messages(X, y, None, 0.0, problem, weights=w)
+    from distributed import futures_of, wait
+
+    if placement.locate(client, X) is None:
+        X = client.persist(X)
+        wait(futures_of(X), timeout=timeout)
+    device = device_of(X)
+    y = shard(codes, client, device=device, dtype=np.int32, timeout=timeout, like=X)
+    w = shard(weights, client, device=device, dtype=np.float32, timeout=timeout, like=X)
+    result = by_messages(X, y, client, timeout, problem, weights=w)
+    return {**result, "comm_note": "weighted rows: the fit by messages",
+            "recoveries": result.pop("rebuilds")}
+
+
+def by_messages(X: Any, y: Any, client: Any, timeout: float, problem: Problem,
+                weights: Any = None) -> dict[str, Any]:
+    """L-BFGS on the client, one message round per evaluation (any cluster); ``weights``:
+    each row's sample weight, a dask array placed as ``X``'s rows."""
     from .actors import ActorEvaluator  # this route's own modules: the others never load them
     from .local import GraphEvaluator
     from .solvers import lbfgs_on_host
@@ -78,8 +102,10 @@ def by_messages(X: Any, y: Any, client: Any, timeout: float, problem: Problem) -
                         "'single-host', every shard on a GPU of one host)")
     if not all_finite(X):
         raise DataError(NOT_FINITE)
-    evaluate = (ActorEvaluator(X, y, client, timeout, problem.precision, problem.scale)
-                if client is not None else GraphEvaluator(X, y, problem.precision, problem.scale))
+    evaluate = (ActorEvaluator(X, y, client, timeout, problem.precision, problem.scale,
+                               weights=weights)
+                if client is not None else GraphEvaluator(X, y, problem.precision, problem.scale,
+                                                          weights=weights))
     try:
         result = lbfgs_on_host(evaluate, problem)
         ran = evaluate.products()

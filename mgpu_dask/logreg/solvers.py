@@ -16,33 +16,42 @@ import numpy as np
 from ..exceptions import DataError
 from ..parallel import kept_with_blocks
 from .lbfgs import device as device_lbfgs
-from .lbfgs import loop
+from .lbfgs import loop, owlqn
 from .problem import Problem, products
 
 
 def lbfgs_on_host(evaluate: Any, problem: Problem) -> dict[str, Any]:
-    """L-BFGS on the penalised mean cross-entropy; ``evaluate`` sums the shards."""
-    n, d, k, penalty = problem.n, problem.d, problem.n_classes, problem.penalty
+    """L-BFGS on the penalised mean cross-entropy (OWL-QN with an L1 part); ``evaluate``
+    sums the shards (weighted where the rows are).  Without an intercept its gradient is
+    held at zero, so the intercept stays at its start, zero."""
+    d, k, penalty = problem.d, problem.n_classes, problem.penalty
+    total = problem.weight_sum or problem.n
+    keep_b = 1.0 if problem.fit_intercept else 0.0
 
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
         W = theta[: d * k].reshape(d, k)
         b = theta[d * k:]
         loss, gW, gb = evaluate(W, b)
-        value = loss / n + 0.5 * penalty * float((W * W).sum())
-        grad = np.concatenate([(gW / n + penalty * W).ravel(), gb / n])
+        value = loss / total + 0.5 * penalty * float((W * W).sum())
+        grad = np.concatenate([(gW / total + penalty * W).ravel(), keep_b * gb / total])
         return value, grad
 
-    return loop.minimize_lbfgs(objective, np.zeros(d * k + k), maxiter=problem.max_iter,
-                               gtol=problem.gtol)
+    start = np.zeros(d * k + k)
+    if problem.l1 > 0:
+        l1 = np.concatenate([np.full(d * k, problem.l1), np.zeros(k)])
+        return owlqn.minimize_owlqn(objective, start, l1, maxiter=problem.max_iter,
+                                    gtol=problem.gtol)
+    return loop.minimize_lbfgs(objective, start, maxiter=problem.max_iter, gtol=problem.gtol)
 
 
 def on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> bool:
-    """Whether the L-BFGS runs on the GPU: every shard on a GPU, and not refused."""
+    """Whether the L-BFGS runs on the GPU: every shard on a GPU, an L2 problem with an
+    intercept, and not refused."""
     possible = device_lbfgs.usable(arrays)
     if problem.optimizer == "device" and not possible:
         raise DataError("optimizer='device' needs every shard on a GPU; use optimizer='auto' "
                         "or 'host'")
-    return possible and problem.optimizer != "host"
+    return possible and problem.optimizer != "host" and not problem.on_host_only
 
 
 def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,

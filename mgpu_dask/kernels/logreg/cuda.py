@@ -44,13 +44,15 @@ def _row_xent(logit):
 
 
 @cuda.jit(cache=True)
-def softmax_xent_rows(logits, labels, bias, resid, acc):
-    """``acc[c] += sum of resid[:, c]`` (c < k) and ``acc[k] += summed cross-entropy``."""
+def softmax_xent_rows(logits, labels, bias, weights, weighted, resid, acc):
+    """``acc[c] += sum of resid[:, c]`` (c < k) and ``acc[k] += summed cross-entropy``;
+    with ``weighted`` each row's residual and cross-entropy times ``weights[row]``."""
     tid = cuda.threadIdx.x
     row = cuda.blockIdx.x * THREADS + tid
     n, k = logits.shape[0], logits.shape[1]
     loss = float64(0.0)
     if row < n:
+        w = float64(weights[row]) if weighted != 0 else 1.0
         top = logits[row, 0] + bias[0]
         for c in range(1, k):
             top = max(top, logits[row, c] + bias[c])
@@ -59,10 +61,10 @@ def softmax_xent_rows(logits, labels, bias, resid, acc):
             total += math.exp(float64(logits[row, c] + bias[c] - top))
         lse = float64(top) + math.log(total)
         target = labels[row]
-        loss = lse - float64(logits[row, target] + bias[target])
+        loss = w * (lse - float64(logits[row, target] + bias[target]))
         for c in range(k):
             p = math.exp(float64(logits[row, c] + bias[c]) - lse)
-            resid[row, c] = p - (1.0 if c == target else 0.0)
+            resid[row, c] = w * (p - (1.0 if c == target else 0.0))
     partial = cuda.shared.array(THREADS, float64)
     for c in range(k + 1):  # block sums: each class's residual, then the loss
         value = loss

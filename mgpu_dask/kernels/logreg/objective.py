@@ -81,12 +81,18 @@ class ShardObjective:
 
     def __init__(self, X: Any, labels: Any, n_classes: int,
                  precision: Precision | str = Precision.FP32, scale: float | None = None,
-                 strict: bool = False, out: tuple[Any, Any, Any] | None = None) -> None:
+                 strict: bool = False, out: tuple[Any, Any, Any] | None = None,
+                 weights: Any = None) -> None:
         self.requested = Precision.parse(precision, (Precision.AUTO, *PRECISIONS))
         self.asked = Precision.INT8 if self.requested is Precision.AUTO else self.requested
+        self.weights = weights
+        if weights is not None and self.asked is not Precision.FP32:
+            self.asked = Precision.FP32  # the weighted rows' residuals: float32 products
+            if self.requested is not Precision.AUTO:
+                self.fallback = f"{self.requested} products take no sample weights: float32"
         self.precision = self.asked
         self.strict = strict
-        self.fallback: str | None = None
+        self.fallback: str | None = getattr(self, "fallback", None)
         self.launch_note: str | None = None
         self.in_place, self._bind = False, out
         self.X, self.labels, self.k = X, labels, int(n_classes)
@@ -188,11 +194,15 @@ class ShardObjective:
             self.logits = cupy.empty((n, k), dtype=np.float32)
             W = self.params[: d * k].reshape(d, k)
             blocks, threads = thread_grid(n, cuda.THREADS)
+            weighted = self.weights is not None
+            self.weights = (cupy.asarray(self.weights, dtype=np.float32) if weighted
+                            else cupy.ones(1, dtype=np.float32))
             self._ops = [
                 bound_gemm(self.logits, self.X, W, self.stream),
                 bound_launch(cuda.softmax_xent_rows,
-                             [self.logits, self.labels, self.params[d * k:], self.resid,
-                              self.sums], (blocks,), threads, self.stream),
+                             [self.logits, self.labels, self.params[d * k:], self.weights,
+                              int(weighted), self.resid, self.sums], (blocks,), threads,
+                             self.stream),
                 bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)]
 
     def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
@@ -265,6 +275,9 @@ class ShardObjective:
         from . import cpu
 
         cpu.softmax_xent_rows(self.logits, self.labels, self.b, self.resid, self.loss)
+        if self.weights is not None:  # each row's residual and cross-entropy, weighted
+            w = np.asarray(self.weights)
+            return self.resid * w[:, None].astype(self.resid.dtype), self.loss * w
         return self.resid, self.loss
 
     def relabel(self, labels: Any) -> None:

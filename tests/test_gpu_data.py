@@ -1,0 +1,167 @@
+"""A user's own float data on a GPU: the float16 fused search (plain and in three parts)
+against a float64 brute force, the search of 10,000 queries over a million clustered rows
+in one chunk (which ran out of memory before), and logistic regression's CUDA graph in a
+``LocalCUDACluster`` the user started."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+
+from mgpu_dask.kernels import knn as K  # noqa: E402
+from mgpu_dask.kernels.knn import fused  # noqa: E402
+from mgpu_dask.kernels.knn.operands import prepare_train  # noqa: E402
+
+
+def _clustered(rng, n, d, centres=20, spread=0.3):
+    middle = rng.standard_normal((centres, d)) * 2 + 1.0
+    return (middle[rng.integers(0, centres, n)]
+            + spread * rng.standard_normal((n, d))).astype(np.float32)
+
+
+def _truth(X, Q, k, metric):
+    """Float64 neighbours on the GPU: (values the search ranks by, indices)."""
+    Xg, Qg = cupy.asarray(X, np.float64), cupy.asarray(Q, np.float64)
+    if metric == "cosine":
+        Xg /= cupy.maximum(cupy.linalg.norm(Xg, axis=1, keepdims=True), 1e-300)
+        Qg /= cupy.maximum(cupy.linalg.norm(Qg, axis=1, keepdims=True), 1e-300)
+    if metric in ("cosine", "inner_product"):
+        keys = -(Qg @ Xg.T)
+    else:
+        keys = ((Qg[:, None, :] - Xg[None]) ** 2).sum(-1) if len(X) <= 4096 else \
+            (Xg * Xg).sum(1)[None] - 2 * Qg @ Xg.T + (Qg * Qg).sum(1)[:, None]
+    order = cupy.argsort(keys, axis=1)[:, :k]
+    return cupy.asnumpy(cupy.take_along_axis(keys, order, 1)), cupy.asnumpy(order)
+
+
+def _agree(cand, want_keys, want_ind, metric, rtol=1e-5):
+    """The same neighbours up to ties at the k-th."""
+    got = cand[..., 1].astype(np.int64)
+    for row in range(len(got)):
+        if set(got[row]) != set(want_ind[row]):
+            gap = abs(want_keys[row, -1] - want_keys[row, -2]) if want_keys.shape[1] > 1 else 0
+            assert gap <= rtol * max(1.0, abs(want_keys[row, -1])), (row, got[row], want_ind[row])
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("d", [32, 37, 128])
+def test_float16_search_finds_the_exact_neighbours(metric, d):
+    rng = np.random.default_rng(d)
+    X, Q = _clustered(rng, 20_000, d), _clustered(rng, 1_000, d)
+    y = cupy.zeros(len(X), np.int32)
+    index = cupy.arange(len(X), dtype=cupy.int64)
+    want = _truth(X, Q, 10, metric)
+    train = prepare_train(cupy.asarray(X), "fp16", False, 0, metric=metric, split=True)
+    runs = {}
+    for fused_float in (True, False):
+        fused.FLOAT = fused_float
+        try:
+            stats: dict = {}
+            cand = cupy.asnumpy(K.local_candidates(cupy.asarray(Q), train, y, index, 10,
+                                                   stats=stats))
+        finally:
+            fused.FLOAT = True
+        _agree(cand, *want, metric)
+        runs[fused_float] = (cand, stats)
+        train.loops.clear()  # the next search makes its own loops
+    assert "fused" in runs[True][1]["search"] and "fp16" in runs[True][1]["search"]
+    assert "tile loop" in runs[False][1]["search"]
+    np.testing.assert_array_equal(runs[True][0][..., 1], runs[False][0][..., 1])
+
+
+def test_the_three_part_product_settles_near_ties_on_the_gpu():
+    rng = np.random.default_rng(3)
+    d, n = 4, 300
+    q = rng.standard_normal(d) + 25.0
+    directions = rng.standard_normal((n, d))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    near = q + directions * (1.0 + 2e-3 * rng.permutation(n))[:, None]
+    X = np.vstack([near, -q + 0.1 * rng.standard_normal((n, d))]).astype(np.float32)
+    Q = np.repeat(q[None].astype(np.float32), 64, axis=0)
+    train = prepare_train(cupy.asarray(X), "fp16", False, 0, split=True)
+    stats: dict = {}
+    cand = cupy.asnumpy(K.local_candidates(cupy.asarray(Q), train, cupy.zeros(len(X), np.int32),
+                                           cupy.arange(len(X)), 5, stats=stats))
+    want_keys, want_ind = _truth(X, Q[:1], 5, "euclidean")
+    for row in cand:
+        np.testing.assert_array_equal(row[:, 1], want_ind[0])
+    assert stats["rows_split"] == len(Q) and stats["rows_recomputed"] == 0
+
+
+@pytest.mark.slow
+def test_ten_thousand_queries_over_a_million_clustered_rows_in_one_chunk():
+    """The search that ran out of memory on a 141 GB GPU: queries in passes, uncertain rows
+    in the three-part product and float64 tiles, never the whole distance matrix."""
+    import dask.array as da
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    from mgpu_dask import KNeighborsClassifier
+
+    rng = np.random.default_rng(0)
+    X, Q = _clustered(rng, 1_000_000, 128, centres=100), _clustered(rng, 10_000, 128, centres=100)
+    y = rng.integers(0, 10, len(X)).astype(np.int32)
+    with LocalCUDACluster(n_workers=1, dashboard_address=None) as cluster, Client(cluster):
+        Xd = da.from_array(X, chunks=250_000).map_blocks(cupy.asarray)
+        yd = da.from_array(y, chunks=250_000).map_blocks(cupy.asarray)
+        model = KNeighborsClassifier(10, weights="uniform").fit(Xd, yd)
+        Qd = da.from_array(Q, chunks=-1).map_blocks(cupy.asarray)
+        dist, ind = model.kneighbors(Qd)
+        ind = cupy.asnumpy(ind.compute())
+    want_keys, want_ind = _truth(X, Q[:200], 10, "euclidean")
+    _agree(np.stack([np.zeros_like(ind[:200]), ind[:200]], axis=-1).astype(float), want_keys,
+           want_ind, "euclidean")
+
+
+def test_logistic_regression_keeps_its_graph_in_the_users_local_cuda_cluster():
+    """Float features, classes 3 / 7 / 100 / 250, a LocalCUDACluster with its defaults (not
+    ours): every L-BFGS iteration one CUDA graph, and no note of a fallback."""
+    import dask.array as da
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+    from sklearn.linear_model import LogisticRegression as SklearnLR
+
+    from mgpu_dask import LogisticRegression
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((100_000, 37)).astype(np.float32)
+    w = rng.standard_normal((37, 4))
+    y = np.array([3, 7, 100, 250])[np.argmax(X @ w + rng.gumbel(size=(100_000, 4)), axis=1)]
+    with LocalCUDACluster(dashboard_address=None) as cluster, Client(cluster):
+        Xd = da.from_array(X, chunks=25_000).map_blocks(cupy.asarray)
+        model = LogisticRegression(max_iter=50).fit(Xd, da.from_array(y, chunks=25_000))
+        assert model.graph_ is True, model.notes_
+        assert not [n for n in model.notes_ if "graph" in n], model.notes_
+        pred = model.predict(X)
+    sk = SklearnLR(max_iter=50).fit(X, y)
+    assert (pred == sk.predict(X)).mean() > 0.999
+
+
+@pytest.mark.parametrize("params, weighted", [({"class_weight": "balanced"}, True),
+                                               ({"C": np.inf}, False),
+                                               ({"fit_intercept": False}, False),
+                                               ({"l1_ratio": 0.5, "C": 0.1}, False)])
+def test_logistic_regression_options_on_gpu_rows_are_scikit_learns(params, weighted):
+    import warnings
+
+    from sklearn.linear_model import LogisticRegression as SklearnLR
+
+    from mgpu_dask import LogisticRegression
+
+    rng = np.random.default_rng(4)
+    X = (rng.standard_normal((20_000, 24)) * rng.uniform(0.5, 2, 24)).astype(np.float32)
+    y = np.array([3, 7, 100, 250])[np.argmax(X @ rng.standard_normal((24, 4))
+                                             + rng.gumbel(size=(20_000, 4)), axis=1)]
+    fit = {"sample_weight": rng.uniform(0.2, 3, len(y))} if weighted else {}
+    ours = LogisticRegression(max_iter=2000, tol=1e-6, **params).fit(cupy.asarray(X), y, **fit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sk = SklearnLR(max_iter=20_000, tol=1e-10, solver="saga" if "l1_ratio" in params
+                       else "lbfgs", **params).fit(X.astype(np.float64), y, **fit)
+    scale = np.abs(sk.coef_).max()
+    assert np.abs(ours.coef_ - sk.coef_).max() <= 1e-3 * scale
+    if "l1_ratio" in params:
+        np.testing.assert_array_equal(ours.coef_ == 0, sk.coef_ == 0)
