@@ -190,8 +190,9 @@ def _torch(Xh: np.ndarray, Qh: np.ndarray, metric: str, repeats: int) -> list[di
     def search() -> np.ndarray:
         Q = torch.as_tensor(Qh).pin_memory().to("cuda", non_blocking=True)
         out = []
-        for s in range(0, len(Q), 1000):
-            q = Q[s:s + 1000]
+        block = max(1, min(1000, int(8e9 // (4 * len(X)))))  # keys of a block: 8 GB at most
+        for s in range(0, len(Q), block):
+            q = Q[s:s + block]
             if metric == "cosine":
                 keys = -(torch.nn.functional.normalize(q, dim=1) @ X.T)
             else:

@@ -53,8 +53,8 @@ def _labels(block: Any, w: np.ndarray, seed: int) -> Any:
 
     rng = cupy.random.default_rng(seed)
     logits = block @ cupy.asarray(w, dtype=cupy.float32)
-    return cupy.argmax(logits + rng.gumbel(size=logits.shape, dtype=cupy.float32), axis=1
-                       ).astype(cupy.int32)
+    gumbel = -cupy.log(-cupy.log(rng.random(logits.shape, dtype=cupy.float32) + 1e-12))
+    return cupy.argmax(logits + gumbel, axis=1).astype(cupy.int32)
 
 
 def _data(client: Any, case: Case) -> tuple[Any, Any]:

@@ -162,6 +162,11 @@ class TileLoop:
 
             self.stream.wait_event(cupy.cuda.get_current_stream().record())
 
+    def follow_loop(self, other: "TileLoop") -> None:
+        """Make this loop's stream wait for the work queued on ``other``'s."""
+        if self.stream is not None and other.stream is not None:
+            self.stream.wait_event(other.stream.record())
+
     def on_stream(self) -> Any:
         """A context in which CuPy work goes to this loop's stream (no-op on a CPU)."""
         import contextlib

@@ -164,9 +164,10 @@ def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int
                         more._replace(norms=more.norms[:n_rows], q_norm=more.q_norm[:n_rows]),
                         train, again.scan.keys[:n_rows], again.scan.cols[:n_rows], k, K, True,
                         target)
-                sq[rows], best[rows] = sq_s, best_s
+                    sq[rows], best[rows] = sq_s, best_s
+                    rows = rows[doubtful_s]
+                loop.follow_loop(again)  # this stream goes on after the other's work
                 stats["rows_split"] += n_rows
-                rows = rows[doubtful_s]
             if rows.size:
                 found = _exact_tiles(queries.exact[rows], train, min(k, K), cuda, tile_bytes,
                                      loop.gpu)
