@@ -261,19 +261,16 @@ def main() -> None:
         elif "warm_fit_median_ms" in s:
             print(f"{name}: {s['workers']} workers, warm fit from host NumPy (ms) "
                   f"{s['warm_fit_median_ms']}, shard {s['warm_shard_median_ms']}")
-        elif "shapes" in s:
-            for shape, by_rows in s["shapes"].items():
-                print(f"{name}: {shape}: " + ", ".join(
-                    f"{rows} rows {ms} ms{'' if same else ' (other bits)'}"
-                    for rows, (ms, same) in by_rows.items()))
-        elif "fits" in s:
-            print(f"{name}: " + ", ".join(f"share {share}: {f['median_ms']} ms"
-                                          for share, f in s["fits"].items()))
         elif "crossings" in s:
             print(f"{name}: {s['span_per_iteration_us']} us per iteration, {s['crossings']}")
-        elif "predict_parts_ms" in s:
-            print(f"{name}: {s['workers']} workers, warm LR (ms) {s['warm_ms']}, predict's "
-                  f"parts {s['predict_parts_ms']}, straight call {s['straight_call_floor_ms']}")
+        elif "cases" in s:  # own data: each backend's warm time per case
+            for case, c in s["cases"].items():
+                print(f"{name} {case}: " + ", ".join(
+                    f"{b} " + (f"{1e3 * r['predict_s']:.1f} ms" if "predict_s" in r else
+                               f"{r.get('per_iteration_ms', float('nan')):.3f} ms/it")
+                    for b, r in c["rows"].items()))
+        elif "rows" in s:  # --backend: one row per backend
+            print(f"{name}: " + ", ".join(f"{b} {r['status']}" for b, r in s["rows"].items()))
         else:
             print(f"{name}: {s['task']} accuracy {s['accuracy']:.4f}, warm "
                   f"{1e3 * s['warm_seconds']:.1f} ms ({s['precision']})")

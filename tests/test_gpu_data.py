@@ -161,7 +161,19 @@ def test_logistic_regression_options_on_gpu_rows_are_scikit_learns(params, weigh
         warnings.simplefilter("ignore")
         sk = SklearnLR(max_iter=20_000, tol=1e-10, solver="saga" if "l1_ratio" in params
                        else "lbfgs", **params).fit(X.astype(np.float64), y, **fit)
-    scale = np.abs(sk.coef_).max()
-    assert np.abs(ours.coef_ - sk.coef_).max() <= 1e-3 * scale
     if "l1_ratio" in params:
+        # On these 20,000 unscaled rows ours and saga's coefficients were 2e-3 apart in the
+        # first GPU run: the check is that ours reaches saga's objective (in float64), with
+        # its zeros
+        def objective(model):
+            z = X.astype(np.float64) @ model.coef_.T + model.intercept_
+            z -= z.max(axis=1, keepdims=True)
+            codes = np.searchsorted(model.classes_, y)
+            loss = (np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(y)), codes]).mean()
+            W = model.coef_
+            return loss + (0.25 * (W * W).sum() + 0.5 * np.abs(W).sum()) / (0.1 * len(y))
+
+        assert objective(ours) <= objective(sk) + 1e-7 * abs(objective(sk))
         np.testing.assert_array_equal(ours.coef_ == 0, sk.coef_ == 0)
+    else:
+        assert np.abs(ours.coef_ - sk.coef_).max() <= 1e-3 * np.abs(sk.coef_).max()

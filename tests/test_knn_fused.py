@@ -169,7 +169,7 @@ def test_fused_search_finds_the_brute_force_neighbours(m, n, d, k, levels):
     order = np.argsort(dist, axis=1, kind="stable")[:, :k]
     kk = min(k, n)
     np.testing.assert_array_equal(cand[:, :kk, 1], order)
-    np.testing.assert_array_equal(cand[:, :kk, 0], np.take_along_axis(dist, order, 1))
+    np.testing.assert_array_equal(cand[:, :kk, 0], np.sqrt(np.take_along_axis(dist, order, 1)))
     np.testing.assert_array_equal(cand[:, :kk, 2], y[order])
     assert (cand[:, kk:, 1] == -1).all() and np.isinf(cand[:, kk:, 0]).all()
 

@@ -32,6 +32,8 @@ PASS_SHARE = 0.25
 """A pass's own buffers take at most this share of the device's free memory."""
 PASS_ROWS = (256, 1 << 17)
 """Fewest and most query rows in one pass."""
+SMALL_PASS = 1 << 28
+"""A query block whose pass buffers take less than this is one pass, the device not asked."""
 
 
 def _pack(xp: Any, dist: Any, columns: Any, labels: Any, index: Any) -> Any:
@@ -63,6 +65,8 @@ def pass_rows(m: int, train: Any, K: int, gpu: bool, tile_bytes: int | None) -> 
     given, so that a small budget makes small passes too)."""
     item = int(train.operand.dtype.itemsize)
     per_row = item * int(train.operand.shape[1]) + 16 * train.d + 32 * K + 64
+    if not tile_bytes and m * per_row <= SMALL_PASS:  # no need to ask the device
+        return m
     budget = PASS_SHARE * free_bytes(gpu)
     if tile_bytes:
         budget = min(budget, 8 * int(tile_bytes))
