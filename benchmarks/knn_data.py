@@ -151,29 +151,24 @@ def _faiss(Xh: np.ndarray, Qh: np.ndarray, metric: str, repeats: int) -> list[di
     if metric == "cosine":
         X = Xh / np.linalg.norm(Xh, axis=1, keepdims=True)
         Q = Qh / np.linalg.norm(Qh, axis=1, keepdims=True)
+    from mgpu_dask.compare.faiss import configurations
+
     rows = []
-    for cuvs in (False, True):
-        for half in (False, True):
-            config = faiss.GpuIndexFlatConfig()
-            config.useFloat16 = half
-            if hasattr(config, "use_cuvs"):
-                config.use_cuvs = cuvs
-            elif cuvs:
-                continue
-            make = faiss.GpuIndexFlatIP if metric == "cosine" else faiss.GpuIndexFlatL2
-            name = f"FAISS flat{' cuVS' if cuvs else ''} {'fp16' if half else 'fp32'}"
-            try:
-                index = make(res, X.shape[1], config)
-                t0 = time.perf_counter()
-                index.add(X)
-                add = time.perf_counter() - t0
-                first, warm, (_, ind) = _timed(lambda: index.search(Q, K_NEIGHBOURS), repeats)
-            except Exception as exc:  # a configuration this build or GPU does not run
-                rows.append({"backend": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
-                continue
-            rows.append({"backend": name, "fit_s": add, "first_predict_s": first,
-                         "predict_s": warm, "neighbours": ind[:CHECKED]})
-            del index
+    for kind, config in configurations(faiss):  # classic or cuVS, float32 or float16 storage
+        make = faiss.GpuIndexFlatIP if metric == "cosine" else faiss.GpuIndexFlatL2
+        name = f"FAISS flat {kind}"
+        try:
+            index = make(res, X.shape[1], config)
+            t0 = time.perf_counter()
+            index.add(X)
+            add = time.perf_counter() - t0
+            first, warm, (_, ind) = _timed(lambda: index.search(Q, K_NEIGHBOURS), repeats)
+        except Exception as exc:  # a configuration this build or GPU does not run
+            rows.append({"backend": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
+            continue
+        rows.append({"backend": name, "fit_s": add, "first_predict_s": first,
+                     "predict_s": warm, "neighbours": ind[:CHECKED]})
+        del index
     return rows
 
 

@@ -327,3 +327,17 @@ def test_a_lost_holder_falls_back_to_tasks(process_client, parts):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     np.testing.assert_array_equal(to_host(clf.predict(Q, on_host=True), timeout=120), first)
+
+
+def test_answers_in_hand_compute_without_the_scheduler(client, monkeypatch):
+    """``compute()`` of predictions brought back straight joins the blocks in hand: the
+    client's ``get`` (the scheduler's round trip) is not called; anything derived from them
+    computes as usual."""
+    held = placement.in_hand("answers-z", [np.arange(3), np.arange(3, 7)], ((3, 4),),
+                             np.empty(0, int))
+    with monkeypatch.context() as m:
+        m.setattr(client, "get", lambda *a, **k: pytest.fail("the scheduler was asked"))
+        np.testing.assert_array_equal(held.compute(), np.arange(7))
+        np.testing.assert_array_equal(np.asarray(held), np.arange(7))
+    np.testing.assert_array_equal((held * 2).compute(), np.arange(7) * 2)
+    np.testing.assert_array_equal(held.compute(scheduler="sync"), np.arange(7))

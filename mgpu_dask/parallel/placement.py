@@ -261,12 +261,30 @@ def carrying_data() -> Any:
     return dask.config.set({"distributed.admin.large-graph-warning-threshold": "64GiB"})
 
 
+class InHand(da.Array):
+    """A dask array whose row blocks are already in this process: its ``compute()`` joins
+    them here.  (Dask's own would send the graph to the distributed scheduler and fetch
+    the blocks back: a round trip, some 16 ms, for answers already in hand.)"""
+
+    __slots__ = ()
+
+    def compute(self, **kwargs: Any) -> Any:
+        blocks = None if kwargs else blocks_in_hand(self)
+        if blocks is None:  # a scheduler asked for by name, or a graph not of blocks in hand
+            return super().compute(**kwargs)
+        if len(blocks) == 1:
+            return blocks[0]
+        from ..kernels.launch import array_module
+
+        return array_module(blocks[0]).concatenate(blocks)
+
+
 def in_hand(name: str, blocks: Sequence[Any], chunks: tuple, meta: Any) -> da.Array:
     """A dask array of row blocks already in this process (answers brought back straight,
-    :func:`.direct.run_held`): computing it runs nothing anywhere."""
+    :func:`.direct.run_held`): computing it runs nothing anywhere (:class:`InHand`)."""
     tail = (0,) * (len(chunks) - 1)
     layer = MaterializedLayer({(name, i, *tail): block for i, block in enumerate(blocks)})
-    return da.Array(HighLevelGraph({name: layer}, {name: set()}), name, chunks, meta=meta)
+    return InHand(HighLevelGraph({name: layer}, {name: set()}), name, chunks, meta=meta)
 
 
 def blocks_in_hand(array: da.Array) -> list[Any] | None:
