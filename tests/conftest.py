@@ -100,7 +100,7 @@ def process_client():
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         with client.as_current():
             yield client
 

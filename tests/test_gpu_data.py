@@ -136,6 +136,11 @@ def test_logistic_regression_keeps_its_graph_in_the_users_local_cuda_cluster():
         assert model.graph_ is True, model.notes_
         assert not [n for n in model.notes_ if "graph" in n], model.notes_
         pred = model.predict(X)
+        # NumPy chunks go to the GPUs of the workers computing them: the same fit, graph too
+        host = LogisticRegression(max_iter=50).fit(da.from_array(X, chunks=25_000),
+                                                   da.from_array(y, chunks=25_000))
+        assert host.graph_ is True, host.notes_
+        np.testing.assert_allclose(host.coef_, model.coef_, rtol=1e-4, atol=1e-6)
     sk = SklearnLR(max_iter=50).fit(X, y)
     assert (pred == sk.predict(X)).mean() > 0.999
 

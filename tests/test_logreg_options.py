@@ -130,3 +130,19 @@ def test_bad_sample_weights_are_one_clear_error():
         LogisticRegression().fit(np.eye(4), [0, 1, 0, 1], sample_weight=[1, 2, 3])
     with pytest.raises(DataError, match="finite and non-negative"):
         LogisticRegression().fit(np.eye(4), [0, 1, 0, 1], sample_weight=[1, -2, 3, 1])
+
+
+def test_numpy_chunks_stay_on_the_host_where_a_worker_has_no_gpu(client, monkeypatch):
+    """NumPy row blocks go to the GPUs only when every worker has one and this process
+    can make CuPy's meta; otherwise the rows are passed on as they are."""
+    import sys
+
+    from mgpu_dask.parallel import inputs, workers
+
+    Xd = da.from_array(np.ones((40, 3), np.float32), chunks=10)
+    assert inputs.rows_on_gpus(Xd, None) is Xd
+    if workers.detect_device(client) == "cpu":
+        assert inputs.rows_on_gpus(Xd, client) is Xd
+    monkeypatch.setattr(workers, "detect_device", lambda c: "gpu")
+    monkeypatch.setitem(sys.modules, "cupy", None)  # GPU workers, but no CuPy here
+    assert inputs.rows_on_gpus(Xd, client) is Xd

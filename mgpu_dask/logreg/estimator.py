@@ -211,6 +211,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : dask.array.Array, cupy.ndarray or array-like of shape (n_samples, n_features)
+            NumPy blocks of a dask ``X`` go to the GPU of the worker computing each
+            where every worker has one.
         y : array-like of shape (n_samples,)
             Class labels of any type scikit-learn accepts.  Integer labels
             persisted beside the rows of a persisted dask ``X`` (the same
@@ -233,7 +235,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         # X's row blocks and their holders, found once (None: not persisted on a cluster).
         rows = None
         if client is not None and isinstance(X, da.Array) and X.ndim == 2:
-            rows = placement.locate(client, X, remembered=True)
+            moved = inputs.rows_on_gpus(X, client)  # NumPy blocks on GPU workers: to the GPU
+            X, rows = moved, (None if moved is not X else
+                              placement.locate(client, X, remembered=True))
         # Integer labels persisted beside their rows stay there: the fit's leader finds
         # their classes and encodes them on the GPUs (nothing label-sized on the client).
         held = None

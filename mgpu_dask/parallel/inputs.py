@@ -159,6 +159,31 @@ def returned_like(result: da.Array, like: Any, classes: np.ndarray | None = None
     return out
 
 
+def _gpu_block(block: Any) -> Any:
+    import cupy
+
+    return cupy.asarray(block)
+
+
+def rows_on_gpus(X: da.Array, client: Any) -> da.Array:
+    """``X`` with its NumPy row blocks copied to the GPU of the worker computing each,
+    where every worker has a GPU (and this process CuPy, for the array's meta); else
+    ``X`` as given.  The fit then runs on the GPUs as for CuPy blocks."""
+    if client is None or device_of(X) != "cpu":
+        return X
+    from .workers import detect_device
+
+    if detect_device(client) != "gpu":
+        return X
+    try:
+        import cupy
+
+        meta = cupy.empty((0,) * X.ndim, dtype=X.dtype)
+    except (ImportError, RuntimeError):  # no CuPy, or no GPU, in this process
+        return X
+    return X.map_blocks(_gpu_block, dtype=X.dtype, meta=meta)
+
+
 def active_client() -> Any:
     """The current distributed client, or None (no client, or only a closed one)."""
     try:
