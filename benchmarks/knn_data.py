@@ -19,10 +19,11 @@ checked against a float64 brute force (``recall``: the share of the true k found
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -256,6 +257,22 @@ def run_case(client: Any, case: Case, repeats: int, peers: bool) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def users_client(scheduler_address: str | None) -> Iterator[Any]:
+    """A client as a user makes one: to their scheduler, or to their own
+    ``LocalCUDACluster`` with its defaults (not ours); closed on the way out."""
+    from distributed import Client
+
+    if scheduler_address:
+        with Client(scheduler_address) as client:
+            yield client
+        return
+    from dask_cuda import LocalCUDACluster
+
+    with LocalCUDACluster(dashboard_address=None) as cluster, Client(cluster) as client:
+        yield client
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
@@ -265,35 +282,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--scheduler-address")
     args = parser.parse_args(argv)
     cases = [CASES[c] for c in args.cases.split(",")]
-    from distributed import Client
-
     started = time.perf_counter()
-    if args.scheduler_address:
-        client, cluster = Client(args.scheduler_address), None
-    else:
-        from dask_cuda import LocalCUDACluster
+    with users_client(args.scheduler_address) as client:
+        from mgpu_dask.jobs.machine import machine
 
-        cluster = LocalCUDACluster(dashboard_address=None)
-        client = Client(cluster)
-    from mgpu_dask.jobs.machine import machine
-
-    results = {"command": " ".join(sys.argv), "machine": machine(),
-               "workers": len(client.nthreads()), "cases": []}
-    try:
-        for case in cases:
-            row = run_case(client, case, args.repeats, not args.no_peers)
-            results["cases"].append(row)
-            summary = ", ".join(f"{r['backend']} {r.get('predict_s', float('nan')) * 1e3:.1f} ms"
-                                f" (recall {r.get('recall', float('nan')):.4f})"
-                                for r in row["rows"])
-            print(f"{case.name}: {summary}", flush=True)
-    finally:
-        results["seconds"] = time.perf_counter() - started
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1, default=str)
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        results = {"command": " ".join(sys.argv), "machine": machine(),
+                   "workers": len(client.nthreads()), "cases": []}
+        try:
+            for case in cases:
+                row = run_case(client, case, args.repeats, not args.no_peers)
+                results["cases"].append(row)
+                summary = ", ".join(f"{r['backend']} "
+                                    f"{r.get('predict_s', float('nan')) * 1e3:.1f} ms"
+                                    f" (recall {r.get('recall', float('nan')):.4f})"
+                                    for r in row["rows"])
+                print(f"{case.name}: {summary}", flush=True)
+        finally:
+            results["seconds"] = time.perf_counter() - started
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1, default=str)
     return 0
 
 

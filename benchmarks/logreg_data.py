@@ -183,32 +183,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--scheduler-address")
     args = parser.parse_args(argv)
     names = list(CASES) if args.cases == "all" else args.cases.split(",")
-    from distributed import Client
+    from knn_data import users_client  # this folder's scripts: the same client as a user's
 
-    if args.scheduler_address:
-        client, cluster = Client(args.scheduler_address), None
-    else:
-        from dask_cuda import LocalCUDACluster
+    with users_client(args.scheduler_address) as client:
+        from mgpu_dask.jobs.machine import machine
 
-        cluster = LocalCUDACluster(dashboard_address=None)
-        client = Client(cluster)
-    from mgpu_dask.jobs.machine import machine
-
-    results = {"command": " ".join(sys.argv), "machine": machine(), "cases": []}
-    try:
-        for name in names:
-            row = run_case(client, CASES[name], args.iterations, not args.no_peers)
-            results["cases"].append(row)
-            print(name + ": " + ", ".join(
-                f"{r['backend']} {r.get('per_iteration_ms', float('nan')):.3f} ms/it "
-                f"({r.get('iterations')} it)" + (f" {r['error']}" if "error" in r else "")
-                for r in row["rows"]), flush=True)
-    finally:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1, default=str)
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        results = {"command": " ".join(sys.argv), "machine": machine(), "cases": []}
+        try:
+            for name in names:
+                row = run_case(client, CASES[name], args.iterations, not args.no_peers)
+                results["cases"].append(row)
+                print(name + ": " + ", ".join(
+                    f"{r['backend']} {r.get('per_iteration_ms', float('nan')):.3f} ms/it "
+                    f"({r.get('iterations')} it)" + (f" {r['error']}" if "error" in r else "")
+                    for r in row["rows"]), flush=True)
+        finally:
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1, default=str)
     return 0
 
 

@@ -275,7 +275,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                           self.classes, l1=l1, fit_intercept=bool(self.fit_intercept),
                           weight_sum=None if weights is None else total)
         if weights is not None:
-            result = routes.weighted(X, encoded, weights, client, timeout, problem)
+            result = routes.weighted(X, rows, encoded, weights, client, timeout, problem)
         elif client is None:
             result = routes.here(X, da.from_array(encoded, chunks=(X.chunks[0],)), problem)
         else:
@@ -342,25 +342,26 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X: Any) -> Any:
         """Class probabilities per row, columns ordered as ``classes_``, in the type of ``X``."""
-        return self._scores(X, "proba")
+        return self._scores(X, "proba", proba_block, False)
 
     def predict_log_proba(self, X: Any) -> Any:
         """The log of :meth:`predict_proba`, taken without underflow (``z - logsumexp(z)``)."""
-        return self._scores(X, "log_proba")
+        return self._scores(X, "log-proba", proba_block, True)
 
     def decision_function(self, X: Any) -> Any:
         """``X coef + intercept`` per row and class (float64); with two classes, as
         scikit-learn's, the second class's score less the first's, one per row."""
-        return self._scores(X, "decision")
+        self._check_fitted()
+        two = len(self.classes_) == 2
+        return self._scores(X, "decision", decision_block, two, one_column=two)
 
-    def _scores(self, X: Any, kind: str) -> Any:
+    def _scores(self, X: Any, name: str, fn: Any, flag: bool, one_column: bool = False) -> Any:
+        """``fn(block, coef, intercept, flag, host)`` where each row block lives, float64: a
+        column per class (one with ``one_column``), in the type of ``X``."""
         like, X = X, self._check_X(X)
-        two = kind == "decision" and len(self.classes_) == 2
-        columns = () if two else ((len(self.classes_),),)
-        fn = proba_block if kind != "decision" else decision_block
-        args = (kind == "log_proba",) if kind != "decision" else (two,)
-        out = self._per_block(fn, X, inputs.kind_of(like) == "host", f"logreg-{kind}",
-                              columns, np.float64, *args)
+        columns = () if one_column else ((len(self.classes_),),)
+        out = self._per_block(fn, X, inputs.kind_of(like) == "host", f"logreg-{name}", columns,
+                              np.float64, flag)
         return inputs.returned_like(out, like)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:

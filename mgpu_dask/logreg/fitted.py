@@ -39,4 +39,3 @@ def keep(model: Any, result: dict[str, Any], d: int) -> None:
     model.gradient_max_ = float(result.get("grad_max", np.nan))
     model.fit_profile_ = result.get("profile", {})
     model.n_features_in_ = d
-

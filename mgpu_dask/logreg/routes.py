@@ -32,6 +32,20 @@ def here(X: Any, y: Any, problem: Problem) -> dict[str, Any]:
     return result if result is not None else by_messages(X, y, None, 0.0, problem)
 
 
+def _persisted(X: Any, rows: Any, client: Any, timeout: float) -> tuple[Any, Any]:
+    """``X`` persisted on the cluster and its row blocks' futures and holders (``rows``:
+    those :func:`.placement.locate` found already, or None)."""
+    if rows is None:
+        rows = placement.locate(client, X)
+    if rows is not None:
+        return X, rows
+    from distributed import futures_of, wait
+
+    X = client.persist(X)
+    wait(futures_of(X), timeout=timeout)
+    return X, placement.locate(client, X)
+
+
 def on_cluster(X: Any, rows: Any, labels: Any, held: Any, client: Any, timeout: float,
                problem: Problem, comm: str) -> dict[str, Any]:
     """Single-host where it can (and ``comm`` asks), else by messages.
@@ -40,12 +54,7 @@ def on_cluster(X: Any, rows: Any, labels: Any, held: Any, client: Any, timeout: 
     ``labels``: the class indices (NumPy), or, where ``held`` (their blocks'
     futures and holders), the dask labels persisted beside the rows.
     """
-    from distributed import futures_of, wait
-
-    if rows is None:
-        X = client.persist(X)
-        wait(futures_of(X), timeout=timeout)
-        rows = placement.locate(client, X)
+    X, rows = _persisted(X, rows, client, timeout)
     found: dict[str, Any] = {"comm_note": None, "recoveries": 0}
     if comm != "actors":
         outcome = single_host.fit_single_host(X, rows, labels if held is None else held[0],
@@ -68,19 +77,16 @@ def on_cluster(X: Any, rows: Any, labels: Any, held: Any, client: Any, timeout: 
     return {**result, **found, "recoveries": found["recoveries"] + result.pop("rebuilds")}
 
 
-def weighted(X: Any, codes: np.ndarray, weights: np.ndarray, client: Any, timeout: float,
-             problem: Problem) -> dict[str, Any]:
+def weighted(X: Any, rows: Any, codes: np.ndarray, weights: np.ndarray, client: Any,
+             timeout: float, problem: Problem) -> dict[str, Any]:
     """Rows weighted (sample or class weights): by messages, the labels and each row's
-    weight placed beside its row block (``comm_note`` says so)."""
+    weight placed beside its row block (``comm_note`` says so).  ``rows`` as for
+    :func:`on_cluster`."""
     if client is None:
         chunks = (X.chunks[0],)
         y, w = da.from_array(codes, chunks=chunks), da.from_array(weights, chunks=chunks)
         return by_messages(X, y, None, 0.0, problem, weights=w)
-    from distributed import futures_of, wait
-
-    if placement.locate(client, X) is None:
-        X = client.persist(X)
-        wait(futures_of(X), timeout=timeout)
+    X, _ = _persisted(X, rows, client, timeout)
     device = device_of(X)
     y = shard(codes, client, device=device, dtype=np.int32, timeout=timeout, like=X)
     w = shard(weights, client, device=device, dtype=np.float32, timeout=timeout, like=X)

@@ -6,8 +6,6 @@ are broken by the smaller training index, exactly as on the GPU.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit, prange
 

@@ -55,10 +55,20 @@ class Frame(NamedTuple):
     part: int | None     # columns of one part of a split float16 operand, or None
 
 
-def _chunks(X: Any, bytes_per_row: int) -> Any:
-    step = max(1, CHUNK_BYTES // max(1, bytes_per_row))
+def _chunks(X: Any) -> Any:
+    """``(start, rows)`` of ``X``, :data:`CHUNK_BYTES` of float64 values at a time."""
+    step = max(1, CHUNK_BYTES // (8 * max(1, int(X.shape[1]))))
     for start in range(0, int(X.shape[0]), step):
         yield start, X[start:start + step]
+
+
+def _centred(X: Any, frame: Frame, metric: str, query: bool) -> Any:
+    """``(rows, values)`` a chunk at a time: the rows' float64 values less the frame's
+    centre (an inner product's queries as they are), not yet scaled."""
+    center = None if (query and inner(metric)) else frame.center
+    for start, part in _chunks(X):
+        v = part.astype(np.float64)
+        yield slice(start, start + part.shape[0]), (v if center is None else v - center)
 
 
 def metric_rows(xp: Any, X: Any, metric: str) -> Any:
@@ -68,7 +78,7 @@ def metric_rows(xp: Any, X: Any, metric: str) -> Any:
     if metric != "cosine":
         return rows
     out = xp.empty_like(rows)
-    for start, part in _chunks(rows, 8 * max(1, int(rows.shape[1]))):
+    for start, part in _chunks(rows):
         wide = part.astype(np.float64)
         norms = xp.sqrt((wide * wide).sum(axis=1, keepdims=True))
         out[start:start + part.shape[0]] = wide / xp.where(norms > 0, norms, 1.0)
@@ -79,13 +89,13 @@ def frame_of(xp: Any, rows: Any, precision: Precision, split: bool) -> Frame:
     """The centre and scale of training ``rows`` (float32, as :func:`metric_rows` gives them)."""
     n, d = int(rows.shape[0]), int(rows.shape[1])
     center = xp.zeros(d, dtype=np.float64)
-    for _, part in _chunks(rows, 8 * max(1, d)):
+    for _, part in _chunks(rows):
         center += part.astype(np.float64).sum(axis=0)
     center /= max(1, n)
     scale = 1.0
     if precision is Precision.FP16 and n:
         spread = 0.0
-        for _, part in _chunks(rows, 8 * max(1, d)):
+        for _, part in _chunks(rows):
             spread = max(spread, float(xp.abs(part.astype(np.float64) - center).max()))
         if spread > 0:
             scale = 2.0 ** math.floor(math.log2(TRAIN_MAX / spread))
@@ -109,14 +119,9 @@ def float_operand(xp: Any, X: Any, precision: Precision, frame: Frame, *, query:
     None otherwise), so that the caller can send rows past :data:`QUERY_MAX` elsewhere."""
     from . import precision as precisions
 
-    center = None if (query and inner(metric)) else frame.center
     d = int(X.shape[1])
     largest = xp.zeros(int(X.shape[0]), dtype=np.float64) if precision is Precision.FP16 else None
-    for start, part in _chunks(X, 8 * max(1, d)):
-        rows = slice(start, start + part.shape[0])
-        v = part.astype(np.float64)
-        if center is not None:
-            v = v - center
+    for rows, v in _centred(X, frame, metric, query):
         if frame.scale != 1.0:
             v = v * frame.scale
         if precision is Precision.FP16:
@@ -142,13 +147,9 @@ def float_operand(xp: Any, X: Any, precision: Precision, frame: Frame, *, query:
 
 def sq_norms(xp: Any, X: Any, frame: Frame, metric: str, query: bool) -> Any:
     """Float64 squared norms of the rows as the operand holds them (centred, scaled)."""
-    center = None if (query and inner(metric)) else frame.center
     out = xp.empty(int(X.shape[0]), dtype=np.float64)
-    for start, part in _chunks(X, 8 * max(1, int(X.shape[1]))):
-        v = part.astype(np.float64)
-        if center is not None:
-            v = v - center
-        out[start:start + v.shape[0]] = (v * v).sum(axis=1) * frame.scale ** 2
+    for rows, v in _centred(X, frame, metric, query):
+        out[rows] = (v * v).sum(axis=1) * frame.scale ** 2
     return out
 
 
@@ -160,7 +161,7 @@ def offsets(xp: Any, Q: Any, frame: Frame, metric: str, norms: Any) -> Any:
     if frame.center is None:
         return xp.zeros(int(Q.shape[0]), dtype=np.float64)
     out = xp.empty(int(Q.shape[0]), dtype=np.float64)
-    for start, part in _chunks(Q, 8 * max(1, int(Q.shape[1]))):
+    for start, part in _chunks(Q):
         out[start:start + part.shape[0]] = -2.0 * (part.astype(np.float64) @ frame.center)
     return out
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..launch import Launcher, array_module, capture_allowed, on_gpu
 from . import fused
 from .distances import INT_MAX, MAX_K, _cuda_target
-from .operands import operand_dtype, operand_shape, padded_shape, prepare_queries
+from .operands import operand_dtype, operand_shape, prepare_queries
 from .product import TileProduct
 
 _L2_BYTES: dict[int, int] = {}

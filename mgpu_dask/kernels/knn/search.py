@@ -59,18 +59,21 @@ def free_bytes(gpu: bool) -> int:
     return int(psutil.virtual_memory().available)
 
 
+def _pass_budget(gpu: bool, tile_bytes: int | None) -> float:
+    """Bytes one pass may take: :data:`PASS_SHARE` of the free memory, at most eight
+    product tiles where ``tile_bytes`` is given (a small budget makes small passes too)."""
+    budget = PASS_SHARE * free_bytes(gpu)
+    return min(budget, 8 * int(tile_bytes)) if tile_bytes else budget
+
+
 def pass_rows(m: int, train: Any, K: int, gpu: bool, tile_bytes: int | None) -> int:
     """Query rows per pass: a pass's operands, exact rows and lists within
-    :data:`PASS_SHARE` of the free memory (eight product tiles where ``tile_bytes`` is
-    given, so that a small budget makes small passes too)."""
+    :func:`_pass_budget`."""
     item = int(train.operand.dtype.itemsize)
     per_row = item * int(train.operand.shape[1]) + 16 * train.d + 32 * K + 64
     if not tile_bytes and m * per_row <= SMALL_PASS:  # no need to ask the device
         return m
-    budget = PASS_SHARE * free_bytes(gpu)
-    if tile_bytes:
-        budget = min(budget, 8 * int(tile_bytes))
-    rows = int(budget // per_row) // 16 * 16
+    rows = int(_pass_budget(gpu, tile_bytes) // per_row) // 16 * 16
     return max(1, min(m, max(PASS_ROWS[0], min(PASS_ROWS[1], rows))))
 
 
@@ -85,10 +88,7 @@ def _exact_tiles(Qx: Any, train: Any, kk: int, cuda: bool, tile_bytes: int | Non
     Q64 = Qx.astype(np.float64)
     if center is not None and not ip:
         Q64 = Q64 - center
-    budget = PASS_SHARE * free_bytes(gpu)
-    if tile_bytes:
-        budget = min(budget, 8 * int(tile_bytes))
-    step = max(64, int(budget // max(1, 32 * r)))
+    step = max(64, int(_pass_budget(gpu, tile_bytes) // max(1, 32 * r)))
     best_keys = xp.full((r, kk), np.inf)
     best_cols = xp.full((r, kk), INT_MAX, dtype=np.int32)
     for c0 in range(0, n, step):
@@ -129,7 +129,7 @@ def _certified(queries: Any, train: Any, keys: Any, cols: Any, k: int, K: int, s
     return sq, best, doubtful
 
 
-def _padded(xp: Any, rows: Any) -> int:
+def _padded(rows: Any) -> int:
     """A size for a loop over ``rows.size`` rows: a power of two, so that few loops serve."""
     return max(64, 1 << int(rows.size - 1).bit_length())
 
@@ -159,7 +159,7 @@ def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int
             if rows.size and split_ready and not split_first:
                 if rows.size > SPLIT_FIRST * m:
                     train.loops[("split first",)] = True
-                again = tile_loop(train, _padded(xp, rows), K, cuda, tile_bytes, split=True)
+                again = tile_loop(train, _padded(rows), K, cuda, tile_bytes, split=True)
                 again.follow()
                 with again.on_stream():
                     more = again(Q[rows])

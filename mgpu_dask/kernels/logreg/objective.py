@@ -86,13 +86,13 @@ class ShardObjective:
         self.requested = Precision.parse(precision, (Precision.AUTO, *PRECISIONS))
         self.asked = Precision.INT8 if self.requested is Precision.AUTO else self.requested
         self.weights = weights
+        self.fallback: str | None = None
         if weights is not None and self.asked is not Precision.FP32:
             self.asked = Precision.FP32  # the weighted rows' residuals: float32 products
             if self.requested is not Precision.AUTO:
                 self.fallback = f"{self.requested} products take no sample weights: float32"
         self.precision = self.asked
         self.strict = strict
-        self.fallback: str | None = getattr(self, "fallback", None)
         self.launch_note: str | None = None
         self.in_place, self._bind = False, out
         self.X, self.labels, self.k = X, labels, int(n_classes)
