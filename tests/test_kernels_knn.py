@@ -86,7 +86,11 @@ def test_pixels_give_exact_neighbours_in_every_precision(target, precision, meth
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("precision", ["bf16", "tf32", "fp32"])
-def test_float_data_are_reranked_and_certified(target, precision):
+def test_float_data_are_reranked_and_certified(target, precision, monkeypatch):
+    from mgpu_dask.kernels.knn import search
+
+    # one tier only: with no margin, rows then cannot be certified and go to float64
+    monkeypatch.setattr(search, "tiers", lambda train, K: [(False, K)])
     rng = np.random.default_rng()
     m, n, d = _size(target)
     Q = rng.standard_normal((m, d)).astype(np.float32)

@@ -165,6 +165,62 @@ def test_near_ties_that_a_fixed_margin_misses_are_still_exact(precision):
         assert stats["rows_split"] == 1 and stats["rows_recomputed"] == 0
 
 
+def test_a_band_wider_than_the_margin_is_settled_by_longer_lists():
+    """Forty training rows within float16's bound of each query's 5th nearest, the rest
+    far: 13 candidates cannot be certified, the longest lists can, in float16 still;
+    and once most rows of a block needed them, its later searches start there."""
+    rng = np.random.default_rng()
+    d, m = 16, 40
+    Q = rng.standard_normal((m, d)) + 4.0
+    directions = rng.standard_normal((m, 40, d))
+    directions /= np.linalg.norm(directions, axis=2, keepdims=True)
+    near = Q[:, None] + directions * (1.0 + 1e-4 * rng.random((m, 40)))[..., None]
+    far = -4.0 + rng.standard_normal((400, d))
+    X = np.vstack([near.reshape(-1, d), far]).astype(np.float32)
+    Q = Q.astype(np.float32)
+    train = prepare_train(X, "fp16", False, 0, split=True)
+    y = np.zeros(len(X), np.int32)
+    index = np.arange(len(X), dtype=np.int64)
+    for run in range(2):
+        stats: dict = {}
+        cand = K.local_candidates(Q, train, y, index, 5, stats=stats)
+        want_dist, want_ind = _reference(X, Q, 5, "euclidean")
+        _same_neighbours(cand[..., 1].astype(int), cand[..., 0], want_ind, want_dist)
+        assert stats["rows_recomputed"] == 0 and stats["rows_split"] == 0
+        # first search: the rows go on to longer lists; the next starts with them
+        assert stats["rows_widened"] == (m if run == 0 else 0)
+    assert train.loops[search.FIRST_TIER] == 1
+
+
+def test_the_measured_float16_rounding_bounds_the_keys():
+    """The plain float16 bound from each row's measured rounding holds on data with a
+    wide dynamic range, and is tighter than float16's worst case."""
+    from mgpu_dask.kernels.knn import floats
+    from mgpu_dask.kernels.knn import precision as precisions
+    from mgpu_dask.kernels.precision import Precision
+
+    rng = np.random.default_rng()
+    d = 96
+    Q = (rng.standard_normal((120, d)) * rng.lognormal(0, 1, d)).astype(np.float32)
+    T = (rng.standard_normal((200, d)) * rng.lognormal(0, 1, d)).astype(np.float32)
+    frame = floats.frame_of(np, T, Precision.FP16, False)
+    ops, errs = [], []
+    for X, query in ((Q, True), (T, False)):
+        out = np.zeros((len(X), d), np.float32)
+        errs.append(floats.float_operand(np, X, Precision.FP16, frame, query=query,
+                                         metric="euclidean", out=out, gpu=False).error)
+        ops.append(out.astype(np.float64))
+    approx = ops[0] @ ops[1].T / frame.scale ** 2
+    exact = (Q - frame.center) @ (T - frame.center).T
+    q_norm = np.linalg.norm(Q - frame.center, axis=1)
+    t_max = float(np.linalg.norm(T - frame.center, axis=1).max())
+    measured = precisions.error_bound("fp16", d, q_norm, t_max, scale=frame.scale,
+                                      q_err=errs[0], t_err=float(errs[1].max()))
+    worst = precisions.error_bound("fp16", d, q_norm, t_max, scale=frame.scale)
+    assert (2 * np.abs(approx - exact) <= measured[:, None]).all()
+    assert (measured < 0.8 * worst).all()
+
+
 def test_the_float64_tier_works_in_tiles(monkeypatch):
     """Rows no product certifies are searched in float64 a few training rows at a time."""
     rng = np.random.default_rng()
@@ -174,6 +230,7 @@ def test_the_float64_tier_works_in_tiles(monkeypatch):
     monkeypatch.setattr(search, "smallest", lambda keys, *a, **kw: tiles.append(keys.shape)
                         or real(keys, *a, **kw))
     monkeypatch.setattr(search, "free_bytes", lambda gpu: 20_000)  # 64 columns a tile
+    monkeypatch.setattr(search, "tiers", lambda train, K: [(False, K)])  # no longer lists
     stats: dict = {}
     cand = K.local_candidates(Q, prepare_train(X, "bf16", False, 0), np.zeros(500, np.int32),
                               np.arange(500), 4, margin=0, stats=stats)

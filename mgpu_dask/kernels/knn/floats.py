@@ -112,27 +112,40 @@ def _fp16_values(xp: Any, v: Any, gpu: bool) -> Any:
     return half if gpu else half.astype(np.float32)
 
 
+class Rounded(NamedTuple):
+    """What float16 operands lost, per row, so that the search can bound its keys by it."""
+
+    largest: Any   # (rows,) each row's largest scaled value (past QUERY_MAX: float64)
+    error: Any     # (rows,) |v - fp16(v)|, the norm of the row's rounding, in data units
+
+
 def float_operand(xp: Any, X: Any, precision: Precision, frame: Frame, *, query: bool,
-                  metric: str, out: Any, gpu: bool) -> Any:
+                  metric: str, out: Any, gpu: bool) -> Rounded | None:
     """Float rows into ``out`` (zero-padded) as the product's operand for ``precision``,
-    centred and scaled by ``frame``; returns each row's largest scaled value (float16 only,
-    None otherwise), so that the caller can send rows past :data:`QUERY_MAX` elsewhere."""
+    centred and scaled by ``frame``.  For float16 returns what the rows lost
+    (:class:`Rounded`): the caller sends rows past :data:`QUERY_MAX` elsewhere, and bounds
+    the plain product by each row's measured rounding rather than by float16's worst
+    case (about half of it on most data).  None for other precisions."""
     from . import precision as precisions
 
     d = int(X.shape[1])
-    largest = xp.zeros(int(X.shape[0]), dtype=np.float64) if precision is Precision.FP16 else None
+    half = precision is Precision.FP16
+    largest = xp.zeros(int(X.shape[0]), dtype=np.float64) if half else None
+    error = xp.zeros(int(X.shape[0]), dtype=np.float64) if half else None
     for rows, v in _centred(X, frame, metric, query):
         if frame.scale != 1.0:
             v = v * frame.scale
-        if precision is Precision.FP16:
+        if half:
             big = xp.abs(v).max(axis=1) if d else xp.zeros(v.shape[0])
             largest[rows] = big
             v = xp.clip(v, -QUERY_MAX, QUERY_MAX)  # past it the row is searched in float64
             hi = _fp16_values(xp, v, gpu)
             out[rows, :d] = hi
+            lost = v - hi.astype(np.float64)
+            error[rows] = xp.sqrt((lost * lost).sum(axis=1)) / frame.scale
             if frame.part is not None:
                 p = frame.part
-                lo = _fp16_values(xp, v - hi.astype(np.float64), gpu)
+                lo = _fp16_values(xp, lost, gpu)
                 out[rows, p:p + d] = hi if query else lo
                 out[rows, 2 * p:2 * p + d] = lo if query else hi
             continue
@@ -142,7 +155,7 @@ def float_operand(xp: Any, X: Any, precision: Precision, frame: Frame, *, query:
         elif precision is Precision.BF16:
             values = precisions.to_bf16_bits(xp, values)
         out[rows, :d] = values
-    return largest
+    return Rounded(largest, error) if half else None
 
 
 def sq_norms(xp: Any, X: Any, frame: Frame, metric: str, query: bool) -> Any:

@@ -229,8 +229,9 @@ def tile_loop(train: Any, m: int, K: int, cuda: bool, tile_bytes: int | None,
         loop = TileLoop(train, m, K, cuda, tile_bytes, split)
     with _LOOPS_LOCK:
         train.loops[key] = loop  # most recently used last
-        while len(train.loops) > 8:
-            train.loops.pop(next(iter(train.loops)))
+        kept = [name for name, value in train.loops.items() if isinstance(value, TileLoop)]
+        for name in kept[:-8]:  # the oldest loops go; other entries (search's notes) stay
+            train.loops.pop(name)
     return loop
 
 

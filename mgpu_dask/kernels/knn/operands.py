@@ -36,6 +36,7 @@ class TrainBlock(NamedTuple):
     n: int
     d: int
     t_max: float        # largest norm of a row as the operand holds it, unscaled (the bound's |t|)
+    t_err: float | None  # largest norm of a float16 row's rounding, unscaled (None: not float16)
     precision: Precision
     eight_bit: bool
     shift: int
@@ -221,14 +222,14 @@ def prepare_train(X: Any, precision: Precision | str, eight_bit: bool, shift: in
         t_max = float(xp.sqrt(norms64.max())) if n else 0.0
         if method == "direct":  # our difference kernel on float32 rows
             rows = xp.ascontiguousarray(X, dtype=np.float32)
-            return TrainBlock(rows, rows, xp.zeros(n, np.float32), n, d, t_max, Precision.FP32,
+            return TrainBlock(rows, rows, xp.zeros(n, np.float32), n, d, t_max, None, Precision.FP32,
                               eight_bit, shift, method, metric, None, {})
         op = operand(xp, X, precision, eight_bit, shift)
         norms = xp.zeros(op.shape[0], dtype=np.float32)
         norms[:n] = norms64.astype(np.float32)
         exact = precisions.is_exact(precision, eight_bit, method)
         rows = None if exact else xp.ascontiguousarray(X, dtype=np.float32)
-        return TrainBlock(op, rows, norms, n, d, t_max, precision, eight_bit, shift, method,
+        return TrainBlock(op, rows, norms, n, d, t_max, None, precision, eight_bit, shift, method,
                           metric, None, {})
     if method == "direct" and floats.inner(metric):
         raise ValueError(f"method='direct' computes distances; metric={metric!r} takes "
@@ -237,19 +238,21 @@ def prepare_train(X: Any, precision: Precision | str, eight_bit: bool, shift: in
     if method == "direct":
         norms = xp.zeros(n, np.float32)
         t_max = float(xp.sqrt((rows.astype(np.float64) ** 2).sum(axis=1).max())) if n else 0.0
-        return TrainBlock(rows, rows, norms, n, d, t_max, Precision.FP32, False, 0, method,
+        return TrainBlock(rows, rows, norms, n, d, t_max, None, Precision.FP32, False, 0, method,
                           metric, None, {})
     frame = floats.frame_of(xp, rows, precision, split)
     gpu = on_gpu(X)
     op = xp.zeros(operand_shape(n, d, frame), dtype=operand_dtype(precision, gpu))
-    floats.float_operand(xp, rows, precision, frame, query=False, metric=metric, out=op, gpu=gpu)
+    rounded = floats.float_operand(xp, rows, precision, frame, query=False, metric=metric,
+                                   out=op, gpu=gpu)
     centred = floats.sq_norms(xp, rows, frame, metric, query=False)
     t_max = float(xp.sqrt(centred.max())) / frame.scale if n else 0.0
+    t_err = None if rounded is None else (float(rounded.error.max()) if n else 0.0)
     norms = xp.zeros(op.shape[0], dtype=np.float32)
     if not floats.inner(metric):
         norms[:n] = centred.astype(np.float32)
-    return TrainBlock(op, rows, norms, n, d, t_max, precision, False, 0, method, metric, frame,
-                      {})
+    return TrainBlock(op, rows, norms, n, d, t_max, t_err, precision, False, 0, method, metric,
+                      frame, {})
 
 
 class Queries(NamedTuple):
@@ -259,6 +262,7 @@ class Queries(NamedTuple):
                       # shifted rows for 8-bit data; floats.offsets for float data)
     q_norm: Any       # (m,) float64 norm of each row as the operand holds it, unscaled
     wide: Any         # (m,) bool: float16 rows past its range (searched in float64), or None
+    q_err: Any        # (m,) float64 norm of each float16 row's rounding, unscaled, or None
 
 
 def prepare_queries(Q: Any, train: TrainBlock, out: Any = None) -> Queries:
@@ -272,19 +276,20 @@ def prepare_queries(Q: Any, train: TrainBlock, out: Any = None) -> Queries:
         norms = squared_norms(xp, Q, train.eight_bit, train.shift)
         op = operand(xp, Q, train.precision, train.eight_bit, train.shift, out)
         exact = None if train.rows is None else xp.ascontiguousarray(Q, dtype=np.float32)
-        return Queries(op, exact, norms, xp.sqrt(norms), None)
+        return Queries(op, exact, norms, xp.sqrt(norms), None, None)
     rows = floats.metric_rows(xp, Q, train.metric)
     if train.method == "direct":
         norms = (rows.astype(np.float64) ** 2).sum(axis=1)
         if out is not None:
             out[...] = rows
-        return Queries(rows if out is None else out, rows, norms, xp.sqrt(norms), None)
+        return Queries(rows if out is None else out, rows, norms, xp.sqrt(norms), None, None)
     if out is None:
         out = xp.zeros(operand_shape(int(Q.shape[0]), train.d, train.frame),
                        dtype=train.operand.dtype)
-    largest = floats.float_operand(xp, rows, train.precision, train.frame, query=True,
+    rounded = floats.float_operand(xp, rows, train.precision, train.frame, query=True,
                                    metric=train.metric, out=out, gpu=on_gpu(train.norms))
     scaled = floats.sq_norms(xp, rows, train.frame, train.metric, query=True)
-    wide = None if largest is None else largest > floats.QUERY_MAX
+    wide = None if rounded is None else rounded.largest > floats.QUERY_MAX
     return Queries(out, rows, floats.offsets(xp, rows, train.frame, train.metric, scaled),
-                   xp.sqrt(scaled) / train.frame.scale, wide)
+                   xp.sqrt(scaled) / train.frame.scale, wide,
+                   None if rounded is None else rounded.error)

@@ -136,13 +136,19 @@ def is_exact(precision: Precision, eight_bit: bool, method: str = "gemm") -> boo
 
 
 def error_bound(precision: Precision, d: int, q_norm: Any, t_max: float, method: str = "gemm",
-                eight_bit: bool = False, *, scale: float = 1.0, split: bool = False) -> Any:
+                eight_bit: bool = False, *, scale: float = 1.0, split: bool = False,
+                q_err: Any = None, t_err: float | None = None) -> Any:
     """Bound ``e(q)`` on ``|key~ - key|`` for query rows of norm ``q_norm`` (array or float).
 
     ``q_norm`` and ``t_max`` are norms of the rows as the operands hold them (centred),
     in the data's own units; ``scale`` is the power of two the float16 operands were
     scaled by (their underflow is absolute, ``2^-25`` of a scaled unit); ``split``: the
     three-part float16 product of :mod:`.floats`, whose operands are off by ``u^2``.
+    ``q_err`` and ``t_err``: the measured norms of the operands' rounding (each query
+    row's, the largest training row's; :class:`.floats.Rounded`), which replace the
+    worst case ``u |q|`` and ``u |t|`` in the plain product's bound:
+    ``|q~.t~ - q.t| <= |dq| |t| + |q| |dt| + |dq| |dt|`` (Cauchy-Schwarz, underflow
+    included, since the rounding is measured as the operands hold it).
     """
     if method == "direct":
         g = d * ACCUMULATION_ROUNDOFF / (1.0 - d * ACCUMULATION_ROUNDOFF)
@@ -156,6 +162,9 @@ def error_bound(precision: Precision, d: int, q_norm: Any, t_max: float, method:
         rounding = (3.1 * u * u * q_norm * t_max + 2.0 * a * root * (q_norm + t_max)
                     + 8.0 * d * a * a)
         summed = 1.1 * g * (q_norm + 3 * a * root) * (t_max + 3 * a * root)
+    elif q_err is not None and t_err is not None:
+        rounding = q_err * t_max + q_norm * t_err + q_err * t_err
+        summed = g * (q_norm + q_err) * (t_max + t_err)
     else:
         rounding = ((2.0 * u + u * u) * q_norm * t_max + (1.0 + u) * a * root * (q_norm + t_max)
                     + d * a * a)

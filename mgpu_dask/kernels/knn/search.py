@@ -122,7 +122,8 @@ def _certified(queries: Any, train: Any, keys: Any, cols: Any, k: int, K: int, s
         scale = train.frame.scale if train.frame is not None else 1.0
         kept = keys[:, K - 1] / (scale * scale)
         bound = precisions.error_bound(train.precision, train.d, queries.q_norm, train.t_max,
-                                       train.method, train.eight_bit, scale=scale, split=split)
+                                       train.method, train.eight_bit, scale=scale, split=split,
+                                       q_err=queries.q_err, t_err=train.t_err)
         doubtful = ~(kept - bound > sq[:, kk - 1] - queries.norms)
     if queries.wide is not None:
         doubtful |= queries.wide
@@ -134,58 +135,86 @@ def _padded(rows: Any) -> int:
     return max(64, 1 << int(rows.size - 1).bit_length())
 
 
-def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int | None,
-                 target: str | None, stats: dict, out: Any, labels: Any, index: Any) -> None:
-    """The k nearest of one pass's query rows, packed into ``out``."""
-    xp = array_module(train.norms)
-    m = int(Q.shape[0])
-    split_ready = train.frame is not None and train.frame.part is not None
-    split_first = split_ready and train.loops.get(("split first",), False)
-    loop = tile_loop(train, m, K, cuda, tile_bytes, split=split_first)
+def tiers(train: Any, K: int) -> list[tuple[bool, int]]:
+    """The approximate searches a row goes through until one certifies it, as
+    ``(three-part product, list length)``: the plain product with ``K`` candidates, then
+    with the longest lists (:data:`.distances.MAX_K`: a bound wider than the gaps between
+    neighbours needs more candidates, not more precision), then the three-part product
+    where the training block has one.  Exact keys (8-bit data) need only the first."""
+    if train.rows is None:
+        return [(False, K)]
+    out = [(False, K)]
+    wide = min(MAX_K, train.n)
+    if wide > K:
+        out.append((False, wide))
+    if train.frame is not None and train.frame.part is not None:
+        out.append((True, max(K, wide)))
+    return out
+
+
+FIRST_TIER = ("first tier",)
+"""Key in a training block's ``loops`` of the tier its searches start at: where one left
+more than :data:`SPLIT_FIRST` of a pass's rows uncertified, later ones start at the next."""
+
+
+def _run_tier(Q: Any, train: Any, tier: tuple[bool, int], k: int, cuda: bool,
+              tile_bytes: int | None, target: str | None, home: Any) -> tuple[Any, Any, Any, Any]:
+    """One tier over the query rows ``Q`` (all of a pass's, or the uncertified ones):
+    ``(sq, best, doubtful, loop)``, on the loop's stream after ``home``'s work."""
+    split, K = tier
+    size = int(Q.shape[0]) if home is None else _padded(Q)
+    loop = tile_loop(train, size, K, cuda, tile_bytes, split=split)
     loop.follow()
     with loop.on_stream():
         queries = loop(Q)
-        keys, cols = loop.scan.keys, loop.scan.cols
-        stats["kind"] = loop.kind
-        stats["graph"], stats["graph_note"] = loop.graph is not None, loop.graph_note
-        scan = getattr(loop.scan, "_launch", None)
-        stats["scan"], stats["fused note"] = scan, getattr(loop.fused, "note", None)
+        keys, cols = loop.scan.keys[:Q.shape[0]], loop.scan.cols[:Q.shape[0]]
         if train.rows is None:  # exact keys (8-bit data)
             sq = keys[:, :k] + queries.norms[:, None]
-            best = cols[:, :k]
-        else:
-            sq, best, doubtful = _certified(queries, train, keys, cols, k, K, split_first, target)
-            rows = xp.nonzero(doubtful)[0]
-            if rows.size and split_ready and not split_first:
-                if rows.size > SPLIT_FIRST * m:
-                    train.loops[("split first",)] = True
-                again = tile_loop(train, _padded(rows), K, cuda, tile_bytes, split=True)
-                again.follow()
-                with again.on_stream():
-                    more = again(Q[rows])
-                    n_rows = int(rows.size)
-                    sq_s, best_s, doubtful_s = _certified(
-                        more._replace(norms=more.norms[:n_rows], q_norm=more.q_norm[:n_rows]),
-                        train, again.scan.keys[:n_rows], again.scan.cols[:n_rows], k, K, True,
-                        target)
-                    sq[rows], best[rows] = sq_s, best_s
-                    rows = rows[doubtful_s]
-                loop.follow_loop(again)  # this stream goes on after the other's work
-                stats["rows_split"] += n_rows
-            if rows.size:
-                found = _exact_tiles(queries.exact[rows], train, min(k, K), cuda, tile_bytes,
-                                     loop.gpu)
-                sq[rows], best[rows] = refine(queries.exact[rows], train.rows, found,
-                                              min(k, K), target=target,
-                                              inner=floats.inner(train.metric))
-                stats["rows_recomputed"] += int(rows.size)
+            return sq, cols[:, :k], None, loop
+        sq, best, doubtful = _certified(queries, train, keys, cols, k, K, split, target)
+    return sq, best, doubtful, loop
+
+
+def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int | None,
+                 target: str | None, stats: dict, out: Any, labels: Any, index: Any) -> None:
+    """The k nearest of one pass's query rows, packed into ``out``: each row through the
+    :func:`tiers` until one certifies it, float64 for any left."""
+    xp = array_module(train.norms)
+    m = int(Q.shape[0])
+    steps = tiers(train, K)
+    first = min(train.loops.get(FIRST_TIER, 0), len(steps) - 1)
+    sq, best, doubtful, home = _run_tier(Q, train, steps[first], k, cuda, tile_bytes, target,
+                                         None)
+    stats["kind"] = home.kind
+    stats["graph"], stats["graph_note"] = home.graph is not None, home.graph_note
+    scan = getattr(home.scan, "_launch", None)
+    stats["scan"], stats["fused note"] = scan, getattr(home.fused, "note", None)
+    with home.on_stream():
+        rows = xp.zeros(0, dtype=np.int64) if doubtful is None else xp.nonzero(doubtful)[0]
+        if rows.size > SPLIT_FIRST * m and first + 1 < len(steps):
+            train.loops[FIRST_TIER] = first + 1
+        for tier in steps[first + 1:]:
+            if not rows.size:
+                break
+            sq_s, best_s, doubtful_s, loop = _run_tier(Q[rows], train, tier, k, cuda,
+                                                       tile_bytes, target, home)
+            sq[rows], best[rows] = sq_s, best_s
+            stats["rows_split" if tier[0] else "rows_widened"] += int(rows.size)
+            rows = rows[doubtful_s]
+            home.follow_loop(loop)  # this stream goes on after the other's work
+        if rows.size:
+            exact = floats.metric_rows(xp, Q[rows], train.metric)
+            found = _exact_tiles(exact, train, min(k, K), cuda, tile_bytes, home.gpu)
+            sq[rows], best[rows] = refine(exact, train.rows, found, min(k, K), target=target,
+                                          inner=floats.inner(train.metric))
+            stats["rows_recomputed"] += int(rows.size)
         if sq.shape[1] < k:  # fewer training rows here than k: pad with "no neighbour"
             pad = k - sq.shape[1]
             sq = xp.concatenate([sq, xp.full((m, pad), np.inf)], axis=1)
             best = xp.concatenate([best, xp.full((m, pad), INT_MAX, dtype=np.int32)], axis=1)
         out[...] = _pack(xp, floats.finish(xp, sq, train.metric), best, labels, index)
-    if loop.stream is not None:  # the caller's stream knows nothing of the loop's
-        loop.stream.synchronize()
+    if home.stream is not None:  # the caller's stream knows nothing of the loop's
+        home.stream.synchronize()
 
 
 def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, margin: int = 8,
@@ -213,8 +242,9 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
     target : {None, "cuda", "cpu"}
         Kernel family for the scan and re-rank; None follows the array type.
     stats : dict or None
-        Filled with ``rows_split`` and ``rows_recomputed`` (rows the bound did not
-        certify, searched again in the three-part product and in float64), and the
+        Filled with ``rows_widened``, ``rows_split`` and ``rows_recomputed`` (rows the
+        bound did not certify, searched again with the longest lists, in the three-part
+        product and in float64: :func:`tiers`), and the
         search run (``search``, ``graph``, ``graph_note``, ``launch_note``).
 
     Returns
@@ -227,7 +257,7 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
     xp = array_module(train.norms)
     m, n = int(Q.shape[0]), train.n
     out = xp.empty((m, k, 3), dtype=np.float64)
-    ran = {"rows_split": 0, "rows_recomputed": 0}
+    ran = {"rows_widened": 0, "rows_split": 0, "rows_recomputed": 0}
     if stats is not None:
         stats.update(ran)
     if n == 0 or m == 0:
@@ -242,8 +272,8 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
                      out[r0:r0 + step], labels, index)
     if stats is not None:
         scan = ran.pop("scan", None)
-        stats.update(rows_split=ran["rows_split"], rows_recomputed=ran["rows_recomputed"],
-                     search=ran["kind"], graph=ran["graph"], graph_note=ran["graph_note"])
+        stats.update(rows_widened=ran["rows_widened"], rows_split=ran["rows_split"],
+                     rows_recomputed=ran["rows_recomputed"], search=ran["kind"], graph=ran["graph"], graph_note=ran["graph_note"])
         stats["launch_note"] = (None if scan is None or scan.fast or xp is np
                                 else f"the scan kernel is launched through Numba's own "
                                      f"launch, slower ({scan.why})")
