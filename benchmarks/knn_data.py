@@ -133,13 +133,14 @@ def _ours(client: Any, case: Case, X: Any, y: Any, Q: Any, repeats: int) -> dict
     first, warm, pred = _timed(lambda: model.predict(Q, on_host=True).compute(), repeats)
     checked = Q[:CHECKED].compute()
     _, ind = model.kneighbors(checked.get())
-    from mgpu_dask.knn.blocks import what_ran
+    from mgpu_dask.knn.blocks import TIER_ROWS, what_ran
 
     ran = client.run(what_ran)
     return {"fit_s": fit, "first_predict_s": first, "predict_s": warm, "plan": model.plan_,
             "precision": str(model.precision_), "searches": sorted({s for r in ran.values()
                                                                      for s in r["searches"]}),
-            "neighbours": ind, "predictions": np.asarray(pred)}
+            "neighbours": ind, "predictions": np.asarray(pred),
+            **{key: sum(r.get(key, 0) for r in ran.values()) for key in TIER_ROWS}}
 
 
 def _faiss(Xh: np.ndarray, Qh: np.ndarray, metric: str, repeats: int) -> list[dict]:

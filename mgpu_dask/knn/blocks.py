@@ -53,9 +53,15 @@ kernel's build or the tile loop), whether the tile loop was one CUDA graph, and 
 whether the kernels had their fast launch; the most query blocks searched as one."""
 
 
+TIER_ROWS = ("rows_widened", "rows_split", "rows_recomputed")
+"""Query rows that went on past the first search (``kernels.knn.local_candidates``)."""
+
+
 def _searched(stats: dict[str, Any], gpu: bool) -> None:
     if stats.get("search"):
         RAN.setdefault("searches", set()).add(stats["search"])
+    for key in TIER_ROWS:
+        RAN[key] = RAN.get(key, 0) + int(stats.get(key, 0))
     if not gpu:
         return
     RAN["graph"] = RAN.get("graph", True) and bool(stats.get("graph"))
@@ -66,10 +72,12 @@ def _searched(stats: dict[str, Any], gpu: bool) -> None:
 
 def what_ran() -> dict[str, Any]:
     """Run on a worker: which searches it ran, whether their tile loops ran as CUDA graphs,
-    the notes of what fell back (the graph, the kernels' fast launch), and the most query
-    blocks it searched as one (:mod:`.joined`; 0: none)."""
+    the notes of what fell back (the graph, the kernels' fast launch), the most query
+    blocks it searched as one (:mod:`.joined`; 0: none), and how many query rows went on
+    to longer lists, the three-part product and float64 (:data:`TIER_ROWS`)."""
     return {"graph": RAN.get("graph"), "notes": sorted(RAN.get("notes", ())),
-            "searches": sorted(RAN.get("searches", ())), "joined": RAN.get("joined", 0)}
+            "searches": sorted(RAN.get("searches", ())), "joined": RAN.get("joined", 0),
+            **{key: RAN.get(key, 0) for key in TIER_ROWS}}
 
 
 _INDEXES: "OrderedDict[tuple, Any]" = OrderedDict()
