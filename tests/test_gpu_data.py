@@ -178,7 +178,8 @@ def test_logistic_regression_options_on_gpu_rows_are_scikit_learns(params, weigh
             W = model.coef_
             return loss + (0.25 * (W * W).sum() + 0.5 * np.abs(W).sum()) / (0.1 * len(y))
 
-        assert objective(ours) <= objective(sk) + 1e-7 * abs(objective(sk))
+        # (to 1e-6 relative, ours' tol: its float32 sums on the GPU move the last digits)
+        assert objective(ours) <= objective(sk) + 1e-6 * abs(objective(sk))
         np.testing.assert_array_equal(ours.coef_ == 0, sk.coef_ == 0)
     else:
         assert np.abs(ours.coef_ - sk.coef_).max() <= 1e-3 * np.abs(sk.coef_).max()

@@ -165,31 +165,27 @@ def test_near_ties_that_a_fixed_margin_misses_are_still_exact(precision):
         assert stats["rows_split"] == 1 and stats["rows_recomputed"] == 0
 
 
-def test_a_band_wider_than_the_margin_is_settled_by_longer_lists():
-    """Forty training rows within float16's bound of each query's 5th nearest, the rest
-    far: 13 candidates cannot be certified, the longest lists can, in float16 still;
-    and once most rows of a block needed them, its later searches start there."""
+def test_a_block_whose_rows_mostly_need_the_three_part_product_starts_there():
+    """Near ties in most query rows: the first search sends them on to the three-part
+    product, and the block's later searches start there (one search of every row)."""
     rng = np.random.default_rng()
-    d, m = 16, 40
-    Q = rng.standard_normal((m, d)) + 4.0
-    directions = rng.standard_normal((m, 40, d))
-    directions /= np.linalg.norm(directions, axis=2, keepdims=True)
-    near = Q[:, None] + directions * (1.0 + 1e-4 * rng.random((m, 40)))[..., None]
-    far = -4.0 + rng.standard_normal((400, d))
-    X = np.vstack([near.reshape(-1, d), far]).astype(np.float32)
-    Q = Q.astype(np.float32)
+    X, q = _near_ties(rng)
+    Q = np.repeat(q, 8, axis=0)
     train = prepare_train(X, "fp16", False, 0, split=True)
-    y = np.zeros(len(X), np.int32)
-    index = np.arange(len(X), dtype=np.int64)
+    assert search.tiers(train, 13) == [(False, 13), (True, 13)]
+    y, index = np.zeros(len(X), np.int32), np.arange(len(X), dtype=np.int64)
+    want_dist, want_ind = _reference(X, Q, 5, "euclidean")
     for run in range(2):
         stats: dict = {}
         cand = K.local_candidates(Q, train, y, index, 5, stats=stats)
-        want_dist, want_ind = _reference(X, Q, 5, "euclidean")
         _same_neighbours(cand[..., 1].astype(int), cand[..., 0], want_ind, want_dist)
-        assert stats["rows_recomputed"] == 0 and stats["rows_split"] == 0
-        # first search: the rows go on to longer lists; the next starts with them
-        assert stats["rows_widened"] == (m if run == 0 else 0)
+        assert stats["rows_split"] == (len(Q) if run == 0 else 0)
+        assert stats["rows_recomputed"] == 0
     assert train.loops[search.FIRST_TIER] == 1
+    assert "three parts" in stats["search"]
+    pixels = prepare_train(rng.integers(0, 256, (100, 8)).astype(np.uint8), "int8", True, 128)
+    assert search.tiers(pixels, 13) == [(False, 13)]  # exact keys
+    assert search.tiers(prepare_train(X, "bf16", False, 0), 13) == [(False, 13)]
 
 
 def test_the_measured_float16_rounding_bounds_the_keys():

@@ -53,7 +53,7 @@ kernel's build or the tile loop), whether the tile loop was one CUDA graph, and 
 whether the kernels had their fast launch; the most query blocks searched as one."""
 
 
-TIER_ROWS = ("rows_widened", "rows_split", "rows_recomputed")
+TIER_ROWS = ("rows_split", "rows_recomputed")
 """Query rows that went on past the first search (``kernels.knn.local_candidates``)."""
 
 
@@ -74,7 +74,7 @@ def what_ran() -> dict[str, Any]:
     """Run on a worker: which searches it ran, whether their tile loops ran as CUDA graphs,
     the notes of what fell back (the graph, the kernels' fast launch), the most query
     blocks it searched as one (:mod:`.joined`; 0: none), and how many query rows went on
-    to longer lists, the three-part product and float64 (:data:`TIER_ROWS`)."""
+    to the three-part product and float64 (:data:`TIER_ROWS`)."""
     return {"graph": RAN.get("graph"), "notes": sorted(RAN.get("notes", ())),
             "searches": sorted(RAN.get("searches", ())), "joined": RAN.get("joined", 0),
             **{key: RAN.get(key, 0) for key in TIER_ROWS}}

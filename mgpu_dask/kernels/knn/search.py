@@ -25,9 +25,10 @@ from . import precision as precisions
 from .distances import INT_MAX, MAX_K, _cuda_target, refine
 from .loop import smallest, tile_loop
 
-SPLIT_FIRST = 0.25
-"""Where the plain float16 product leaves more than this share of a pass's rows
-uncertified, the training block's later searches take the three-part product at once."""
+SPLIT_FIRST = 0.1
+"""Where a search leaves more than this share of a pass's rows uncertified, the training
+block's later searches start at the next tier (:data:`FIRST_TIER`): one search of every
+row costs less than two of some."""
 PASS_SHARE = 0.25
 """A pass's own buffers take at most this share of the device's free memory."""
 PASS_ROWS = (256, 1 << 17)
@@ -137,18 +138,16 @@ def _padded(rows: Any) -> int:
 
 def tiers(train: Any, K: int) -> list[tuple[bool, int]]:
     """The approximate searches a row goes through until one certifies it, as
-    ``(three-part product, list length)``: the plain product with ``K`` candidates, then
-    with the longest lists (:data:`.distances.MAX_K`: a bound wider than the gaps between
-    neighbours needs more candidates, not more precision), then the three-part product
-    where the training block has one.  Exact keys (8-bit data) need only the first."""
-    if train.rows is None:
-        return [(False, K)]
+    ``(three-part product, list length)``: the plain product, then the three-part one
+    where the training block has one.  Exact keys (8-bit data) need only the first.
+
+    Longer lists than ``K`` do not come in: on clustered rows of many features they
+    certify most rows in plain float16, but many keys pass the 64th and both the fused
+    kernel and the tile loop then slow down by orders of magnitude
+    (docs/performance-history.md, "longer lists tried")."""
     out = [(False, K)]
-    wide = min(MAX_K, train.n)
-    if wide > K:
-        out.append((False, wide))
-    if train.frame is not None and train.frame.part is not None:
-        out.append((True, max(K, wide)))
+    if train.rows is not None and train.frame is not None and train.frame.part is not None:
+        out.append((True, K))
     return out
 
 
@@ -162,12 +161,16 @@ def _run_tier(Q: Any, train: Any, tier: tuple[bool, int], k: int, cuda: bool,
     """One tier over the query rows ``Q`` (all of a pass's, or the uncertified ones):
     ``(sq, best, doubtful, loop)``, on the loop's stream after ``home``'s work."""
     split, K = tier
-    size = int(Q.shape[0]) if home is None else _padded(Q)
+    n = int(Q.shape[0])
+    size = n if home is None else _padded(Q)
     loop = tile_loop(train, size, K, cuda, tile_bytes, split=split)
     loop.follow()
     with loop.on_stream():
+        # The loop's rows past n keep what they held: padding the block with copies of
+        # a row instead made the three-part search of cosine rows take minutes (the
+        # cause not found: docs/performance-history.md, "longer lists tried")
         queries = loop(Q)
-        keys, cols = loop.scan.keys[:Q.shape[0]], loop.scan.cols[:Q.shape[0]]
+        keys, cols = loop.scan.keys[:n], loop.scan.cols[:n]
         if train.rows is None:  # exact keys (8-bit data)
             sq = keys[:, :k] + queries.norms[:, None]
             return sq, cols[:, :k], None, loop
@@ -198,10 +201,10 @@ def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int
                 break
             sq_s, best_s, doubtful_s, loop = _run_tier(Q[rows], train, tier, k, cuda,
                                                        tile_bytes, target, home)
-            sq[rows], best[rows] = sq_s, best_s
-            stats["rows_split" if tier[0] else "rows_widened"] += int(rows.size)
-            rows = rows[doubtful_s]
             home.follow_loop(loop)  # this stream goes on after the other's work
+            sq[rows], best[rows] = sq_s, best_s
+            stats["rows_split"] += int(rows.size)
+            rows = rows[doubtful_s]
         if rows.size:
             exact = floats.metric_rows(xp, Q[rows], train.metric)
             found = _exact_tiles(exact, train, min(k, K), cuda, tile_bytes, home.gpu)
@@ -242,9 +245,9 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
     target : {None, "cuda", "cpu"}
         Kernel family for the scan and re-rank; None follows the array type.
     stats : dict or None
-        Filled with ``rows_widened``, ``rows_split`` and ``rows_recomputed`` (rows the
-        bound did not certify, searched again with the longest lists, in the three-part
-        product and in float64: :func:`tiers`), and the
+        Filled with ``rows_split`` and ``rows_recomputed`` (rows the bound did not
+        certify, searched again in the three-part product and in float64: :func:`tiers`),
+        and the
         search run (``search``, ``graph``, ``graph_note``, ``launch_note``).
 
     Returns
@@ -257,7 +260,7 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
     xp = array_module(train.norms)
     m, n = int(Q.shape[0]), train.n
     out = xp.empty((m, k, 3), dtype=np.float64)
-    ran = {"rows_widened": 0, "rows_split": 0, "rows_recomputed": 0}
+    ran = {"rows_split": 0, "rows_recomputed": 0}
     if stats is not None:
         stats.update(ran)
     if n == 0 or m == 0:
@@ -272,8 +275,8 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
                      out[r0:r0 + step], labels, index)
     if stats is not None:
         scan = ran.pop("scan", None)
-        stats.update(rows_widened=ran["rows_widened"], rows_split=ran["rows_split"],
-                     rows_recomputed=ran["rows_recomputed"], search=ran["kind"], graph=ran["graph"], graph_note=ran["graph_note"])
+        stats.update(rows_split=ran["rows_split"], rows_recomputed=ran["rows_recomputed"],
+                     search=ran["kind"], graph=ran["graph"], graph_note=ran["graph_note"])
         stats["launch_note"] = (None if scan is None or scan.fast or xp is np
                                 else f"the scan kernel is launched through Numba's own "
                                      f"launch, slower ({scan.why})")
