@@ -12,7 +12,7 @@ cuVS, float32 and float16 storage; queries from the host, results to the host), 
 single-GPU brute force, each where installed.  The neighbours of 256 queries are
 checked against a float64 brute force (``recall``: the share of the true k found).
 
-    python benchmarks/knn_data.py OUT.json [--cases 100k-32,1m-128] [--repeats 5]
+    python benchmarks/knn_data.py OUT.json [--cases 100k-32,1m-128] [--repeats 5] [--margin 8]
     python tests/shared_gpu.py 2 -- python benchmarks/knn_data.py OUT.json --cases 1m-128
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
 import time
 from typing import Any, Iterator, NamedTuple
@@ -123,10 +124,11 @@ def _timed(fn: Any, repeats: int) -> tuple[float, float, Any]:
     return first, float(np.median(times)), out
 
 
-def _ours(client: Any, case: Case, X: Any, y: Any, Q: Any, repeats: int) -> dict:
+def _ours(client: Any, case: Case, X: Any, y: Any, Q: Any, repeats: int, margin: int) -> dict:
     from mgpu_dask import KNeighborsClassifier
 
-    model = KNeighborsClassifier(K_NEIGHBOURS, metric=case.metric, weights="uniform")
+    model = KNeighborsClassifier(K_NEIGHBOURS, metric=case.metric, weights="uniform",
+                                 margin=margin)
     t0 = time.perf_counter()
     model.fit(X, y)
     fit = time.perf_counter() - t0
@@ -220,7 +222,7 @@ def _cuml(Xh: np.ndarray, Qh: np.ndarray, metric: str, repeats: int) -> list[dic
              "predict_s": warm, "neighbours": np.asarray(ind)[:CHECKED]}]
 
 
-def run_case(client: Any, case: Case, repeats: int, peers: bool) -> dict:
+def run_case(client: Any, case: Case, repeats: int, peers: bool, margin: int = 8) -> dict:
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((CLUSTERS, case.features)).astype(np.float32)
     chunk = -(-case.rows // max(1, len(client.nthreads())))
@@ -233,8 +235,8 @@ def run_case(client: Any, case: Case, repeats: int, peers: bool) -> dict:
                                     dtype=np.int32, meta=cupy.empty(0, np.int32)))
     Q = _dask_rows(client, case.queries, case.features, case.query_chunks, 10**6, centres)
     da.compute(X[:1], Q[:1])
-    out = {"case": case._asdict(), "k": K_NEIGHBOURS}
-    ours = _ours(client, case, X, y, Q, repeats)
+    out = {"case": case._asdict(), "k": K_NEIGHBOURS, "margin": margin}
+    ours = _ours(client, case, X, y, Q, repeats, margin)
     rows = [dict(ours, backend="ours")]
     Xh = X.compute().get() if peers else None
     Qh = Q.compute().get()
@@ -281,9 +283,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--scheduler-address")
+    parser.add_argument("--margin", type=int, default=8,
+                        help="our extra candidates re-ranked exactly (KNeighborsClassifier's)")
     args = parser.parse_args(argv)
     cases = [CASES[c] for c in args.cases.split(",")]
     started = time.perf_counter()
+    # a time limit's SIGTERM still writes the cases done (the JSON is written after each)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with users_client(args.scheduler_address) as client:
         from mgpu_dask.jobs.machine import machine
 
@@ -291,18 +297,23 @@ def main(argv: list[str]) -> int:
                    "workers": len(client.nthreads()), "cases": []}
         try:
             for case in cases:
-                row = run_case(client, case, args.repeats, not args.no_peers)
+                row = run_case(client, case, args.repeats, not args.no_peers, args.margin)
                 results["cases"].append(row)
+                _write(args.out, results, started)
                 summary = ", ".join(f"{r['backend']} "
                                     f"{r.get('predict_s', float('nan')) * 1e3:.1f} ms"
                                     f" (recall {r.get('recall', float('nan')):.4f})"
                                     for r in row["rows"])
                 print(f"{case.name}: {summary}", flush=True)
         finally:
-            results["seconds"] = time.perf_counter() - started
-            with open(args.out, "w") as f:
-                json.dump(results, f, indent=1, default=str)
+            _write(args.out, results, started)
     return 0
+
+
+def _write(path: str, results: dict, started: float) -> None:
+    results["seconds"] = time.perf_counter() - started
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

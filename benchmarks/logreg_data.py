@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from typing import Any, NamedTuple
@@ -192,10 +193,14 @@ def main(argv: list[str]) -> int:
         from mgpu_dask.jobs.machine import machine
 
         results = {"command": " ".join(sys.argv), "machine": machine(), "cases": []}
+        # a time limit's SIGTERM still writes the cases done (the JSON is written after each)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         try:
             for name in names:
                 row = run_case(client, CASES[name], args.iterations, not args.no_peers)
                 results["cases"].append(row)
+                with open(args.out, "w") as f:
+                    json.dump(results, f, indent=1, default=str)
                 print(name + ": " + ", ".join(
                     f"{r['backend']} {r.get('per_iteration_ms', float('nan')):.3f} ms/it "
                     f"({r.get('iterations')} it)" + (f" {r['error']}" if "error" in r else "")
