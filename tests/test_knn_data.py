@@ -170,7 +170,7 @@ def test_a_block_whose_rows_mostly_need_the_three_part_product_starts_there():
     product, and the block's later searches start there (one search of every row)."""
     rng = np.random.default_rng()
     X, q = _near_ties(rng)
-    Q = np.repeat(q, 8, axis=0)
+    Q = np.repeat(q, 40, axis=0)
     train = prepare_train(X, "fp16", False, 0, split=True)
     assert search.tiers(train, 13) == [(False, 13), (True, 13)]
     y, index = np.zeros(len(X), np.int32), np.arange(len(X), dtype=np.int64)
@@ -183,6 +183,9 @@ def test_a_block_whose_rows_mostly_need_the_three_part_product_starts_there():
         assert stats["rows_recomputed"] == 0
     assert train.loops[search.FIRST_TIER] == 1
     assert "three parts" in stats["search"]
+    # the uncertain rows' search was a loop of 64 rows (a power of two over 40), no more
+    sizes = {key[0] for key in train.loops if key != search.FIRST_TIER and key[4]}
+    assert sizes == {64, len(Q)}
     pixels = prepare_train(rng.integers(0, 256, (100, 8)).astype(np.uint8), "int8", True, 128)
     assert search.tiers(pixels, 13) == [(False, 13)]  # exact keys
     assert search.tiers(prepare_train(X, "bf16", False, 0), 13) == [(False, 13)]

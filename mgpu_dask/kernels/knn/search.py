@@ -131,9 +131,9 @@ def _certified(queries: Any, train: Any, keys: Any, cols: Any, k: int, K: int, s
     return sq, best, doubtful
 
 
-def _padded(rows: Any) -> int:
-    """A size for a loop over ``rows.size`` rows: a power of two, so that few loops serve."""
-    return max(64, 1 << int(rows.size - 1).bit_length())
+def _padded(rows: int) -> int:
+    """A size for a loop over ``rows`` query rows: a power of two, so that few loops serve."""
+    return max(64, 1 << int(rows - 1).bit_length())
 
 
 def tiers(train: Any, K: int) -> list[tuple[bool, int]]:
@@ -141,10 +141,8 @@ def tiers(train: Any, K: int) -> list[tuple[bool, int]]:
     ``(three-part product, list length)``: the plain product, then the three-part one
     where the training block has one.  Exact keys (8-bit data) need only the first.
 
-    Longer lists than ``K`` do not come in: on clustered rows of many features they
-    certify most rows in plain float16, but many keys pass the 64th and both the fused
-    kernel and the tile loop then slow down by orders of magnitude
-    (docs/performance-history.md, "longer lists tried")."""
+    Longer lists than ``K`` come from a larger ``margin`` (docs/performance-history.md,
+    "longer lists tried": what they measured)."""
     out = [(False, K)]
     if train.rows is not None and train.frame is not None and train.frame.part is not None:
         out.append((True, K))
@@ -162,14 +160,11 @@ def _run_tier(Q: Any, train: Any, tier: tuple[bool, int], k: int, cuda: bool,
     ``(sq, best, doubtful, loop)``, on the loop's stream after ``home``'s work."""
     split, K = tier
     n = int(Q.shape[0])
-    size = n if home is None else _padded(Q)
+    size = n if home is None else _padded(n)
     loop = tile_loop(train, size, K, cuda, tile_bytes, split=split)
     loop.follow()
     with loop.on_stream():
-        # The loop's rows past n keep what they held: padding the block with copies of
-        # a row instead made the three-part search of cosine rows take minutes (the
-        # cause not found: docs/performance-history.md, "longer lists tried")
-        queries = loop(Q)
+        queries = loop(Q)  # the loop's rows past n keep what they held
         keys, cols = loop.scan.keys[:n], loop.scan.cols[:n]
         if train.rows is None:  # exact keys (8-bit data)
             sq = keys[:, :k] + queries.norms[:, None]
