@@ -90,7 +90,7 @@ def test_float_data_are_reranked_and_certified(target, precision, monkeypatch):
     from mgpu_dask.kernels.knn import search
 
     # one tier only: with no margin, rows then cannot be certified and go to float64
-    monkeypatch.setattr(search, "tiers", lambda train, K: [(False, K)])
+    monkeypatch.setattr(search, "tiers", lambda train: [False])
     rng = np.random.default_rng()
     m, n, d = _size(target)
     Q = rng.standard_normal((m, d)).astype(np.float32)

@@ -172,7 +172,7 @@ def test_a_block_whose_rows_mostly_need_the_three_part_product_starts_there():
     X, q = _near_ties(rng)
     Q = np.repeat(q, 40, axis=0)
     train = prepare_train(X, "fp16", False, 0, split=True)
-    assert search.tiers(train, 13) == [(False, 13), (True, 13)]
+    assert search.tiers(train) == [False, True]
     y, index = np.zeros(len(X), np.int32), np.arange(len(X), dtype=np.int64)
     want_dist, want_ind = _reference(X, Q, 5, "euclidean")
     for run in range(2):
@@ -187,8 +187,8 @@ def test_a_block_whose_rows_mostly_need_the_three_part_product_starts_there():
     sizes = {key[0] for key in train.loops if key != search.FIRST_TIER and key[4]}
     assert sizes == {64, len(Q)}
     pixels = prepare_train(rng.integers(0, 256, (100, 8)).astype(np.uint8), "int8", True, 128)
-    assert search.tiers(pixels, 13) == [(False, 13)]  # exact keys
-    assert search.tiers(prepare_train(X, "bf16", False, 0), 13) == [(False, 13)]
+    assert search.tiers(pixels) == [False]  # exact keys
+    assert search.tiers(prepare_train(X, "bf16", False, 0)) == [False]
 
 
 def test_the_measured_float16_rounding_bounds_the_keys():
@@ -229,7 +229,7 @@ def test_the_float64_tier_works_in_tiles(monkeypatch):
     monkeypatch.setattr(search, "smallest", lambda keys, *a, **kw: tiles.append(keys.shape)
                         or real(keys, *a, **kw))
     monkeypatch.setattr(search, "free_bytes", lambda gpu: 20_000)  # 64 columns a tile
-    monkeypatch.setattr(search, "tiers", lambda train, K: [(False, K)])  # no longer lists
+    monkeypatch.setattr(search, "tiers", lambda train: [False])  # no three-part product
     stats: dict = {}
     cand = K.local_candidates(Q, prepare_train(X, "bf16", False, 0), np.zeros(500, np.int32),
                               np.arange(500), 4, margin=0, stats=stats)

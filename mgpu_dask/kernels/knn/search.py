@@ -136,17 +136,15 @@ def _padded(rows: int) -> int:
     return max(64, 1 << int(rows - 1).bit_length())
 
 
-def tiers(train: Any, K: int) -> list[tuple[bool, int]]:
-    """The approximate searches a row goes through until one certifies it, as
-    ``(three-part product, list length)``: the plain product, then the three-part one
-    where the training block has one.  Exact keys (8-bit data) need only the first.
+def tiers(train: Any) -> list[bool]:
+    """The approximate searches a row goes through until one certifies it, each a flag
+    (the three-part product or not): the plain product, then the three-part one where
+    the training block has one.  Exact keys (8-bit data) need only the first.
 
-    Longer lists than ``K`` come from a larger ``margin`` (docs/performance-history.md,
+    Longer lists than ``k + margin`` come from a larger ``margin`` (docs/performance-history.md,
     "longer lists tried": what they measured)."""
-    out = [(False, K)]
-    if train.rows is not None and train.frame is not None and train.frame.part is not None:
-        out.append((True, K))
-    return out
+    split = train.rows is not None and train.frame is not None and train.frame.part is not None
+    return [False, True] if split else [False]
 
 
 FIRST_TIER = ("first tier",)
@@ -154,11 +152,11 @@ FIRST_TIER = ("first tier",)
 more than :data:`SPLIT_FIRST` of a pass's rows uncertified, later ones start at the next."""
 
 
-def _run_tier(Q: Any, train: Any, tier: tuple[bool, int], k: int, cuda: bool,
-              tile_bytes: int | None, target: str | None, home: Any) -> tuple[Any, Any, Any, Any]:
+def _run_tier(Q: Any, train: Any, split: bool, k: int, K: int, cuda: bool,
+              tile_bytes: int | None, target: str | None, home: Any) -> tuple[Any, ...]:
     """One tier over the query rows ``Q`` (all of a pass's, or the uncertified ones):
-    ``(sq, best, doubtful, loop)``, on the loop's stream after ``home``'s work."""
-    split, K = tier
+    ``(sq, best, doubtful, loop, exact)`` (``exact``: the rows the re-rank compares), on
+    the loop's stream after ``home``'s work."""
     n = int(Q.shape[0])
     size = n if home is None else _padded(n)
     loop = tile_loop(train, size, K, cuda, tile_bytes, split=split)
@@ -168,9 +166,9 @@ def _run_tier(Q: Any, train: Any, tier: tuple[bool, int], k: int, cuda: bool,
         keys, cols = loop.scan.keys[:n], loop.scan.cols[:n]
         if train.rows is None:  # exact keys (8-bit data)
             sq = keys[:, :k] + queries.norms[:, None]
-            return sq, cols[:, :k], None, loop
+            return sq, cols[:, :k], None, loop, queries.exact
         sq, best, doubtful = _certified(queries, train, keys, cols, k, K, split, target)
-    return sq, best, doubtful, loop
+    return sq, best, doubtful, loop, queries.exact
 
 
 def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int | None,
@@ -179,10 +177,10 @@ def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int
     :func:`tiers` until one certifies it, float64 for any left."""
     xp = array_module(train.norms)
     m = int(Q.shape[0])
-    steps = tiers(train, K)
+    steps = tiers(train)
     first = min(train.loops.get(FIRST_TIER, 0), len(steps) - 1)
-    sq, best, doubtful, home = _run_tier(Q, train, steps[first], k, cuda, tile_bytes, target,
-                                         None)
+    sq, best, doubtful, home, exact = _run_tier(Q, train, steps[first], k, K, cuda, tile_bytes,
+                                                target, None)
     stats["kind"] = home.kind
     stats["graph"], stats["graph_note"] = home.graph is not None, home.graph_note
     scan = getattr(home.scan, "_launch", None)
@@ -191,20 +189,19 @@ def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int
         rows = xp.zeros(0, dtype=np.int64) if doubtful is None else xp.nonzero(doubtful)[0]
         if rows.size > SPLIT_FIRST * m and first + 1 < len(steps):
             train.loops[FIRST_TIER] = first + 1
-        for tier in steps[first + 1:]:
+        for split in steps[first + 1:]:
             if not rows.size:
                 break
-            sq_s, best_s, doubtful_s, loop = _run_tier(Q[rows], train, tier, k, cuda,
-                                                       tile_bytes, target, home)
+            sq_s, best_s, doubtful_s, loop, _ = _run_tier(Q[rows], train, split, k, K, cuda,
+                                                          tile_bytes, target, home)
             home.follow_loop(loop)  # this stream goes on after the other's work
             sq[rows], best[rows] = sq_s, best_s
             stats["rows_split"] += int(rows.size)
             rows = rows[doubtful_s]
         if rows.size:
-            exact = floats.metric_rows(xp, Q[rows], train.metric)
-            found = _exact_tiles(exact, train, min(k, K), cuda, tile_bytes, home.gpu)
-            sq[rows], best[rows] = refine(exact, train.rows, found, min(k, K), target=target,
-                                          inner=floats.inner(train.metric))
+            found = _exact_tiles(exact[rows], train, min(k, K), cuda, tile_bytes, home.gpu)
+            sq[rows], best[rows] = refine(exact[rows], train.rows, found, min(k, K),
+                                          target=target, inner=floats.inner(train.metric))
             stats["rows_recomputed"] += int(rows.size)
         if sq.shape[1] < k:  # fewer training rows here than k: pad with "no neighbour"
             pad = k - sq.shape[1]
