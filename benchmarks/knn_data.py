@@ -276,6 +276,30 @@ def users_client(scheduler_address: str | None) -> Iterator[Any]:
         yield client
 
 
+@contextlib.contextmanager
+def recorded(out: str, scheduler_address: str | None) -> Iterator[tuple[Any, dict, Any]]:
+    """``(client, results, save)``: a user's client (:func:`users_client`) and the run's
+    JSON (command, machine, workers, cases), written to ``out`` by ``save()`` after each
+    case and on the way out, a time limit's SIGTERM included (a cut run keeps its cases)."""
+    started = time.perf_counter()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with users_client(scheduler_address) as client:
+        from mgpu_dask.jobs.machine import machine
+
+        results = {"command": " ".join(sys.argv), "machine": machine(),
+                   "workers": len(client.nthreads()), "cases": []}
+
+        def save() -> None:
+            results["seconds"] = time.perf_counter() - started
+            with open(out, "w") as f:
+                json.dump(results, f, indent=1, default=str)
+
+        try:
+            yield client, results, save
+        finally:
+            save()
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
@@ -287,33 +311,17 @@ def main(argv: list[str]) -> int:
                         help="our extra candidates re-ranked exactly (KNeighborsClassifier's)")
     args = parser.parse_args(argv)
     cases = [CASES[c] for c in args.cases.split(",")]
-    started = time.perf_counter()
-    # a time limit's SIGTERM still writes the cases done (the JSON is written after each)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with users_client(args.scheduler_address) as client:
-        from mgpu_dask.jobs.machine import machine
-
-        results = {"command": " ".join(sys.argv), "machine": machine(),
-                   "workers": len(client.nthreads()), "cases": []}
-        try:
-            for case in cases:
-                row = run_case(client, case, args.repeats, not args.no_peers, args.margin)
-                results["cases"].append(row)
-                _write(args.out, results, started)
-                summary = ", ".join(f"{r['backend']} "
-                                    f"{r.get('predict_s', float('nan')) * 1e3:.1f} ms"
-                                    f" (recall {r.get('recall', float('nan')):.4f})"
-                                    for r in row["rows"])
-                print(f"{case.name}: {summary}", flush=True)
-        finally:
-            _write(args.out, results, started)
+    with recorded(args.out, args.scheduler_address) as (client, results, save):
+        for case in cases:
+            row = run_case(client, case, args.repeats, not args.no_peers, args.margin)
+            results["cases"].append(row)
+            save()
+            summary = ", ".join(f"{r['backend']} "
+                                f"{r.get('predict_s', float('nan')) * 1e3:.1f} ms"
+                                f" (recall {r.get('recall', float('nan')):.4f})"
+                                for r in row["rows"])
+            print(f"{case.name}: {summary}", flush=True)
     return 0
-
-
-def _write(path: str, results: dict, started: float) -> None:
-    results["seconds"] = time.perf_counter() - started
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ iteration are not alike).  Cases with ``l1_ratio`` need the elastic-net solver.
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import sys
 import time
 from typing import Any, NamedTuple
@@ -214,27 +212,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--scheduler-address")
     args = parser.parse_args(argv)
     names = list(CASES) if args.cases == "all" else args.cases.split(",")
-    from knn_data import users_client  # this folder's scripts: the same client as a user's
+    from knn_data import recorded  # this folder's scripts: the same client as a user's
 
-    with users_client(args.scheduler_address) as client:
-        from mgpu_dask.jobs.machine import machine
-
-        results = {"command": " ".join(sys.argv), "machine": machine(), "cases": []}
-        # a time limit's SIGTERM still writes the cases done (the JSON is written after each)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        try:
-            for name in names:
-                row = run_case(client, CASES[name], args.iterations, not args.no_peers)
-                results["cases"].append(row)
-                with open(args.out, "w") as f:
-                    json.dump(results, f, indent=1, default=str)
-                print(name + ": " + ", ".join(
-                    f"{r['backend']} {r.get('per_iteration_ms', float('nan')):.3f} ms/it "
-                    f"({r.get('iterations')} it)" + (f" {r['error']}" if "error" in r else "")
-                    for r in row["rows"]), flush=True)
-        finally:
-            with open(args.out, "w") as f:
-                json.dump(results, f, indent=1, default=str)
+    with recorded(args.out, args.scheduler_address) as (client, results, save):
+        for name in names:
+            row = run_case(client, CASES[name], args.iterations, not args.no_peers)
+            results["cases"].append(row)
+            save()
+            print(name + ": " + ", ".join(
+                f"{r['backend']} {r.get('per_iteration_ms', float('nan')):.3f} ms/it "
+                f"({r.get('iterations')} it)" + (f" {r['error']}" if "error" in r else "")
+                for r in row["rows"]), flush=True)
     return 0
 
 
