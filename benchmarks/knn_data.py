@@ -12,7 +12,7 @@ cuVS, float32 and float16 storage; queries from the host, results to the host), 
 single-GPU brute force, each where installed.  The neighbours of 256 queries are
 checked against a float64 brute force (``recall``: the share of the true k found).
 
-    python benchmarks/knn_data.py OUT.json [--cases 100k-32,1m-128] [--repeats 5] [--margin 8]
+    python benchmarks/knn_data.py OUT.json [--cases 100k-32,1m-128] [--repeats 5] [--margin N]
     python tests/shared_gpu.py 2 -- python benchmarks/knn_data.py OUT.json --cases 1m-128
 """
 
@@ -124,7 +124,8 @@ def _timed(fn: Any, repeats: int) -> tuple[float, float, Any]:
     return first, float(np.median(times)), out
 
 
-def _ours(client: Any, case: Case, X: Any, y: Any, Q: Any, repeats: int, margin: int) -> dict:
+def _ours(client: Any, case: Case, X: Any, y: Any, Q: Any, repeats: int,
+          margin: int | None) -> dict:
     from mgpu_dask import KNeighborsClassifier
 
     model = KNeighborsClassifier(K_NEIGHBOURS, metric=case.metric, weights="uniform",
@@ -222,7 +223,8 @@ def _cuml(Xh: np.ndarray, Qh: np.ndarray, metric: str, repeats: int) -> list[dic
              "predict_s": warm, "neighbours": np.asarray(ind)[:CHECKED]}]
 
 
-def run_case(client: Any, case: Case, repeats: int, peers: bool, margin: int = 8) -> dict:
+def run_case(client: Any, case: Case, repeats: int, peers: bool,
+             margin: int | None = None) -> dict:
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((CLUSTERS, case.features)).astype(np.float32)
     chunk = -(-case.rows // max(1, len(client.nthreads())))
@@ -307,8 +309,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--scheduler-address")
-    parser.add_argument("--margin", type=int, default=8,
-                        help="our extra candidates re-ranked exactly (KNeighborsClassifier's)")
+    parser.add_argument("--margin", type=int, default=None,
+                        help="our extra candidates re-ranked exactly (KNeighborsClassifier's; "
+                             "default: chosen from the data's shape)")
     args = parser.parse_args(argv)
     cases = [CASES[c] for c in args.cases.split(",")]
     with recorded(args.out, args.scheduler_address) as (client, results, save):

@@ -191,6 +191,31 @@ def test_a_block_whose_rows_mostly_need_the_three_part_product_starts_there():
     assert search.tiers(prepare_train(X, "bf16", False, 0)) == [False]
 
 
+@pytest.mark.parametrize("d, n, margin, want", [
+    (32, 500, None, 5 + search.MARGIN),          # short lists below both thresholds
+    (search.LONG_FEATURES, 500, None, K.MAX_K),  # many features: long lists
+    (4, search.LONG_VALUES // 4, None, K.MAX_K),  # a large block: long lists
+    (search.LONG_FEATURES, 500, 3, 8),            # a margin given is kept
+    (search.LONG_FEATURES, 40, None, 40),         # never more than the block's rows
+])
+def test_lists_are_as_long_as_the_rule_says_and_the_search_keeps_that_many(d, n, margin, want):
+    """:func:`search.list_length` picks each case's length, and a search of such a block
+    keeps that many candidates a row (its tile loop's K) and is still exact."""
+    assert search.list_length(5, margin, d, n, exact=False) == want
+    assert search.list_length(5, margin, d, n, exact=True) == 5
+    if n > 4096:
+        return  # the rule alone: a block that large is no CPU test
+    rng = np.random.default_rng()
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    Q = rng.standard_normal((30, d)).astype(np.float32)
+    train = prepare_train(X, "fp16", False, 0, split=True)
+    y, index = np.zeros(n, np.int32), np.arange(n, dtype=np.int64)
+    cand = K.local_candidates(Q, train, y, index, 5, margin=margin)
+    want_dist, want_ind = _reference(X, Q, 5, "euclidean")
+    _same_neighbours(cand[..., 1].astype(int), cand[..., 0], want_ind, want_dist)
+    assert {key[1] for key in train.loops if key != search.FIRST_TIER} == {want}
+
+
 def test_the_measured_float16_rounding_bounds_the_keys():
     """The plain float16 bound from each row's measured rounding holds on data with a
     wide dynamic range, and is tighter than float16's worst case."""

@@ -18,7 +18,7 @@ from ..parallel.inputs import accuracy, to_host
 from . import transfers
 from .phases import Phases
 from .session import Echo, fingerprint, notes, placement, session, summary
-from .warmup import begin, knn_spec
+from .warmup import JOB_MARGIN, begin, knn_spec
 
 
 def predict_phases(clf: KNeighborsClassifier, queries: Any, client: Any, timeout: float,
@@ -82,7 +82,8 @@ def knn_job(*, dataset: str | None = None, data_dir: str | None = None, download
         client, parts = s.cluster.client, s.data
         say("[3/4] transfer (queries sharded, training set placed by plan)")
         clf = KNeighborsClassifier(n_neighbors, weights=weights, plan=plan, method=method,
-                                   precision=precision, memory_budget=memory_budget)
+                                   precision=precision, memory_budget=memory_budget,
+                                   margin=JOB_MARGIN)
         with cold("transfer"):  # the queries keep their own dtype (uint8 pixels: 1 byte each)
             started = time.perf_counter()
             queries = shard(parts.X_test, client, timeout=s.wait_timeout,

@@ -40,13 +40,18 @@ def use_kernel_caches() -> dict[str, str]:
     return folders
 
 
+JOB_MARGIN = 8
+"""The ``knn`` job's re-rank margin: the one its compile-ahead list was recorded with
+(float32 pixels; 8-bit ones need none)."""
+
+
 def knn_spec(*, dtype: str, dataset: str | None, precision: str, method: str, k: int,
              weights: str, plan: str, workers: int | None) -> dict[str, Any]:
     """What a ``knn`` job's searches are made of (``knn.warmup.Search`` but the device)."""
     deformed = bool(dataset and dataset.endswith("-deformed"))
     return {"task": "knn", "dtype": "float32" if dtype == "float32" else "uint8",
             "n_features": 64 if dataset == "digits" else 784, "precision": precision,
-            "method": method, "k": k, "margin": 8, "weights": weights,
+            "method": method, "k": k, "margin": JOB_MARGIN, "weights": weights,
             "merge": plan == "shard" or (deformed and workers != 1)}
 
 

@@ -102,7 +102,7 @@ def row_index(xp: Any, n: int, offset: int) -> Any:
     return index
 
 
-def search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int,
+def search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int | None,
             tile_bytes: int | None) -> Any:
     xp = array_module(train.norms)
     Qb = _check_queries(Qb, xp)
@@ -114,15 +114,15 @@ def search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int,
     return cand
 
 
-def replicated_block(Qb: Any, train: Any, yb: Any, k: int, margin: int, tile_bytes: int | None,
-                      vote: tuple | None = None) -> Any:
+def replicated_block(Qb: Any, train: Any, yb: Any, k: int, margin: int | None,
+                     tile_bytes: int | None, vote: tuple | None = None) -> Any:
     cand = search(Qb, train, yb, 0, k, margin, tile_bytes)
     if vote is not None:  # predict in the same task: one task per query block
         return vote_pred(cand, *vote)
     return finished(cand)
 
 
-def sharded_block(train: Any, yb: Any, Qb: Any, offset: int, k: int, margin: int,
+def sharded_block(train: Any, yb: Any, Qb: Any, offset: int, k: int, margin: int | None,
                    tile_bytes: int | None) -> Any:
     return finished(search(Qb, train, yb, offset, k, margin, tile_bytes))
 
@@ -133,7 +133,7 @@ def merge_blocks(a: Any, b: Any, vote: tuple | None = None) -> Any:
 
 
 def shards_block(Qb: Any, *held: Any, offsets: tuple[int, ...], vote: tuple, k: int,
-                  margin: int, tile_bytes: int | None) -> Any:
+                  margin: int | None, tile_bytes: int | None) -> Any:
     """A query block's predictions over every training shard held here (``held``: each
     shard's rows and labels in turn): each shard's search, the pairwise tree of merges
     that :func:`.plans.candidates` builds, and the vote."""
@@ -238,8 +238,8 @@ def _collected(name: str, block: int, shards: set[int], wait: float) -> dict[int
 
 
 def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tuple[int, ...],
-                    remote: tuple[tuple[int, str, Any], ...], wait: float, k: int, margin: int,
-                    tile_bytes: int | None, mail: Mail | None = None) -> dict[int, Any] | None:
+                    remote: tuple[tuple[int, str, Any], ...], wait: float, k: int,
+                    margin: int | None, tile_bytes: int | None, mail: Mail | None = None) -> dict[int, Any] | None:
     """On the holder of one or more training shards (``held``: each shard's rows and labels,
     at ``offsets``, then the query blocks ``local`` held here): every query block's
     candidates against each of these shards, ``{block: [per shard]}`` in host memory.

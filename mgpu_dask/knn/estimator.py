@@ -79,9 +79,11 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
     method : {"gemm", "direct"}, default "gemm"
         Bulk distances by a cuBLAS / BLAS product in ``precision``, or by our
         tiled Numba difference kernel in float32.
-    margin : int, default 8
+    margin : int or None, default None
         Extra candidates re-ranked with exact float64 distances where keys are
         approximate (more make certification likelier; correctness never rests on it).
+        None picks the list from the data's shape: 8 extra below 256 features,
+        64 candidates in all from 256 features or 2**28 training values a worker on.
     memory_budget : int, str or None, default None
         Bytes of training data one worker may hold (``"20GB"``); ``None`` reads
         80% of the smallest worker's free GPU / host memory.  A training set
@@ -133,7 +135,7 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, n_neighbors: int = 3, *, weights: str = "distance",
                  metric: str = "euclidean", plan: str = "auto",
-                 precision: str = "auto", method: str = "gemm", margin: int = 8,
+                 precision: str = "auto", method: str = "gemm", margin: int | None = None,
                  memory_budget: int | str | None = None,
                  tile_bytes: int | str | None = None) -> None:
         self.n_neighbors = n_neighbors
@@ -169,8 +171,10 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         if floats.inner(self.metric) and self.method == "direct":
             raise DataError(f"method='direct' computes distances; metric={self.metric!r} "
                             "takes method='gemm'")
-        if not isinstance(self.margin, (int, np.integer)) or self.margin < 0:
-            raise DataError(f"margin={self.margin!r} must be a non-negative integer (e.g. 8)")
+        if self.margin is not None and (not isinstance(self.margin, (int, np.integer))
+                                        or isinstance(self.margin, bool) or self.margin < 0):
+            raise DataError(f"margin={self.margin!r} must be None (chosen from the data's "
+                            "shape) or a non-negative integer (e.g. 8)")
 
     def _check_fitted(self) -> None:
         if not self.__sklearn_is_fitted__():

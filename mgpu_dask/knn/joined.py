@@ -133,7 +133,7 @@ def _joined(parts: list[Any]) -> Any:
 
 def predictions(worker: Any, X: Any, y: Any, *held: Any, own: tuple[int, ...],
                 others: tuple[tuple[int, str, Any], ...], keys: tuple, wait: float, keep: bool,
-                k: int, margin: int, tile_bytes: int | None,
+                k: int, margin: int | None, tile_bytes: int | None,
                 vote: tuple) -> dict[int, Any] | None:
     """On a GPU's searcher (``X``, ``y``: its copy of the training rows; ``held``: the
     query blocks ``own`` it holds): every query block on this GPU searched in one call

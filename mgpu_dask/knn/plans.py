@@ -45,7 +45,7 @@ def _query_blocks(client: Client | None, Q: da.Array,
     return Q, futures, where
 
 
-def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int,
+def candidates(Q: da.Array, layout: TrainLayout, k: int, *, margin: int | None,
                tile_bytes: int | None, client: Client | None, timeout: float,
                vote: tuple | None = None) -> da.Array:
     """Packed ``(m, k, 3)`` candidates for every query row, under either plan.

@@ -13,6 +13,7 @@ import numpy as np
 from ..kernels import knn as kernels
 from ..kernels.compiled import Steps, compilations, cupy_kernels, index_path, track_cupy
 from ..kernels.knn import precision as precisions
+from ..kernels.knn.search import list_length
 from ..kernels.launch import finished
 from ..kernels.precision import Precision
 from ..parallel.workers import gpu_capability
@@ -30,7 +31,7 @@ class Search(NamedTuple):
     precision: str
     method: str
     k: int
-    margin: int
+    margin: int | None
     weights: str
     merge: bool   # candidates of several training shards are merged (the shard plan)
 
@@ -65,7 +66,7 @@ def _kernels(search: Search) -> list[Any]:
     else:
         from ..kernels.knn import cpu as module
     exact = precisions.eight_bit_of(np.dtype(search.dtype)).exact and search.method == "gemm"
-    K = min(kernels.MAX_K, search.k if exact else search.k + search.margin, ROWS)
+    K = list_length(search.k, search.margin, search.n_features, ROWS, exact)
     names = ["vote_rows"]
     if search.gpu and not _fused(search, exact, K):
         names.append("scan_tile_short" if K <= module.SHORT_K else

@@ -5,7 +5,7 @@ query rows go in passes whose buffers fit the device's free memory (a query bloc
 of any size searches in bounded memory), each pass through the tile loop of
 :mod:`.loop`.  Where the product's keys are exact (8-bit data) the loop's top-k is
 the answer.  Elsewhere the ``k + margin`` best candidates by approximate key are
-re-ranked exactly and each row is *certified* by the product's error bound
+re-ranked exactly (:func:`list_length`) and each row is *certified* by the product's error bound
 (:mod:`.precision`): no training row left out can reach its k nearest.  The rows
 that are not go on to a more exact product -- the three-part float16 product of a
 split operand (:mod:`.floats`), then float64 in tiles of training rows -- so the
@@ -35,6 +35,16 @@ PASS_ROWS = (256, 1 << 17)
 """Fewest and most query rows in one pass."""
 SMALL_PASS = 1 << 28
 """A query block whose pass buffers take less than this is one pass, the device not asked."""
+MARGIN = 8
+"""Extra candidates re-ranked where no ``margin`` is given and lists stay short."""
+LONG_FEATURES = 256
+"""From this many features on, an approximate search keeps :data:`MAX_K` candidates a
+row (where no ``margin`` is given): the float16 bound widens with the features, and
+lists of ``k + 8`` then leave most rows to the three-part product and float64."""
+LONG_VALUES = 1 << 28
+"""From this many training values (rows times features) in the block on, lists of
+:data:`MAX_K` in the plain product cost less than the three-part product of short ones
+(docs/performance-history.md, "list lengths")."""
 
 
 def _pack(xp: Any, dist: Any, columns: Any, labels: Any, index: Any) -> Any:
@@ -141,8 +151,8 @@ def tiers(train: Any) -> list[bool]:
     (the three-part product or not): the plain product, then the three-part one where
     the training block has one.  Exact keys (8-bit data) need only the first.
 
-    Longer lists than ``k + margin`` come from a larger ``margin`` (docs/performance-history.md,
-    "longer lists tried": what they measured)."""
+    How many candidates each keeps is :func:`list_length`'s (docs/performance-history.md,
+    "list lengths": what they measured)."""
     split = train.rows is not None and train.frame is not None and train.frame.part is not None
     return [False, True] if split else [False]
 
@@ -212,7 +222,28 @@ def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int
         home.stream.synchronize()
 
 
-def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, margin: int = 8,
+def list_length(k: int, margin: int | None, n_features: int, rows: int, exact: bool) -> int:
+    """Candidates a query row keeps in the search of a training block of ``rows`` rows.
+
+    Exact keys (8-bit data) need ``k``.  Approximate ones keep ``k + margin`` for a
+    re-rank, and with no ``margin`` the rule measured fastest on clustered float rows:
+    :data:`MAX_K` from :data:`LONG_FEATURES` features or :data:`LONG_VALUES` values on
+    (the plain float16 product then certifies nearly every row), ``k +``
+    :data:`MARGIN` below (the three-part product's tighter bound does it cheaper).
+    Never more than the block's rows."""
+    if exact:
+        K = k
+    elif margin is not None:
+        K = k + max(0, int(margin))
+    elif n_features >= LONG_FEATURES or n_features * rows >= LONG_VALUES:
+        K = MAX_K
+    else:
+        K = k + MARGIN
+    return max(1, min(MAX_K, K, rows))
+
+
+def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *,
+                     margin: int | None = None,
                      tile_bytes: int | None = None, target: str | None = None,
                      stats: dict | None = None) -> Any:
     """The k nearest training rows of every query row, as packed candidates.
@@ -229,8 +260,9 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
         Their global row numbers (int64), reported in the candidates.
     k : int
         Neighbours per query.
-    margin : int, default 8
-        Extra candidates re-ranked exactly where keys are approximate.
+    margin : int or None, default None
+        Extra candidates re-ranked exactly where keys are approximate; None picks the
+        list length from the block's shape (:func:`list_length`).
     tile_bytes : int or None
         Cap on one product tile (default: eight times the GPU's L2, 8 MiB on a CPU), and
         on a pass's buffers (eight tiles).
@@ -259,7 +291,7 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *, mar
         out[..., 0], out[..., 1], out[..., 2] = np.inf, -1, 0
         return out
     cuda = _cuda_target(train.norms, target)
-    K = min(MAX_K, k if train.rows is None else k + max(0, margin), n)
+    K = list_length(k, margin, train.d, n, train.rows is None)
     Q = xp.asarray(Q)
     step = pass_rows(m, train, K, xp is not np, tile_bytes)
     for r0 in range(0, m, step):
