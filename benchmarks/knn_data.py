@@ -31,6 +31,8 @@ import numpy as np
 K_NEIGHBOURS = 10
 CLUSTERS = 100
 CHECKED = 256
+MADE_IN = 8
+"""Blocks the rows are made in (then rechunked to one chunk per worker)."""
 
 
 class Case(NamedTuple):
@@ -69,16 +71,23 @@ def _labels(seed: int, rows: int) -> Any:
 
 
 def _dask_rows(client: Any, rows: int, d: int, chunk: int, seed: int,
-               centres: np.ndarray) -> Any:
-    """A persisted dask array of CuPy chunks made where it lives."""
+               centres: np.ndarray) -> tuple[Any, Any]:
+    """Persisted dask arrays of CuPy chunks made where they live, rows and labels, in
+    chunks of ``chunk`` rows: made in :data:`MADE_IN` blocks whatever ``chunk`` is, so
+    that every worker count searches the same rows."""
     import cupy
     import dask.array as da
     from dask import delayed
 
-    sizes = [min(chunk, rows - s) for s in range(0, rows, chunk)]
+    made = -(-rows // MADE_IN)
+    sizes = [min(made, rows - s) for s in range(0, rows, made)]
     parts = [da.from_delayed(delayed(_block)(seed + i, r, centres, 0.25), (r, d), np.float32,
                              meta=cupy.empty((0, 0), np.float32)) for i, r in enumerate(sizes)]
-    return client.persist(da.concatenate(parts))
+    labels = [da.from_delayed(delayed(_labels)(seed + i, r), (r,), np.int32,
+                              meta=cupy.empty(0, np.int32)) for i, r in enumerate(sizes)]
+    X = da.concatenate(parts).rechunk((chunk, d))
+    y = da.concatenate(labels).rechunk(chunk)
+    return tuple(client.persist([X, y]))
 
 
 def _exact(Xh: np.ndarray, Qh: np.ndarray, metric: str) -> np.ndarray:
@@ -228,14 +237,10 @@ def run_case(client: Any, case: Case, repeats: int, peers: bool,
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((CLUSTERS, case.features)).astype(np.float32)
     chunk = -(-case.rows // max(1, len(client.nthreads())))
-    X = _dask_rows(client, case.rows, case.features, chunk, 1, centres)
+    X, y = _dask_rows(client, case.rows, case.features, chunk, 1, centres)
     import dask.array as da
 
-    import cupy
-
-    y = client.persist(X.map_blocks(lambda b: _labels(int(b.shape[0]), b.shape[0]), drop_axis=1,
-                                    dtype=np.int32, meta=cupy.empty(0, np.int32)))
-    Q = _dask_rows(client, case.queries, case.features, case.query_chunks, 10**6, centres)
+    Q, _ = _dask_rows(client, case.queries, case.features, case.query_chunks, 10**6, centres)
     da.compute(X[:1], Q[:1])
     out = {"case": case._asdict(), "k": K_NEIGHBOURS, "margin": margin}
     ours = _ours(client, case, X, y, Q, repeats, margin)

@@ -49,13 +49,18 @@ def _block(seed: int, rows: int, d: int, classes: int) -> Any:
     return rng.standard_normal((rows, d), dtype=cupy.float32)
 
 
-def _labels(block: Any, w: np.ndarray, seed: int) -> Any:
+def _labels(block: Any, w: np.ndarray, seed: int, block_id: tuple = (0,)) -> Any:
     import cupy
 
-    rng = cupy.random.default_rng(seed)
+    rng = cupy.random.default_rng(seed + block_id[0])
     logits = block @ cupy.asarray(w, dtype=cupy.float32)
     gumbel = -cupy.log(-cupy.log(rng.random(logits.shape, dtype=cupy.float32) + 1e-12))
     return cupy.argmax(logits + gumbel, axis=1).astype(cupy.int32)
+
+
+MADE_IN = 8
+"""Blocks the rows and labels are made in, then rechunked to one chunk per worker: every
+worker count fits the same rows (and so reaches the same solution)."""
 
 
 def _data(client: Any, case: Case) -> tuple[Any, Any]:
@@ -64,16 +69,16 @@ def _data(client: Any, case: Case) -> tuple[Any, Any]:
     from dask import delayed
 
     workers = max(1, len(client.nthreads()))
-    chunk = -(-case.rows // workers)
-    sizes = [min(chunk, case.rows - s) for s in range(0, case.rows, chunk)]
+    made = -(-case.rows // MADE_IN)
+    sizes = [min(made, case.rows - s) for s in range(0, case.rows, made)]
     w = np.random.default_rng(7).standard_normal((case.features, case.classes)) * 0.3
     X = da.concatenate([da.from_delayed(delayed(_block)(i, r, case.features, case.classes),
                                         (r, case.features), np.float32,
                                         meta=cupy.empty((0, 0), np.float32))
                         for i, r in enumerate(sizes)])
-    X = client.persist(X)
-    y = client.persist(X.map_blocks(_labels, w, 99, drop_axis=1, dtype=np.int32,
-                                    meta=cupy.empty(0, np.int32)))
+    y = X.map_blocks(_labels, w, 99, drop_axis=1, dtype=np.int32, meta=cupy.empty(0, np.int32))
+    chunk = -(-case.rows // workers)
+    X, y = client.persist([X.rechunk((chunk, case.features)), y.rechunk(chunk)])
     return X, y
 
 
