@@ -191,7 +191,7 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
         if not isinstance(X, da.Array):
             if inputs.kind_of(X) == "cupy" and inputs.active_client() is not None:
                 X = X.get()  # travels in the graph to the GPU workers, like NumPy queries
-            X = da.from_array(X, chunks=(-1, -1))
+            X = da.from_array(X, chunks=(-1, -1), name=False)  # no hash of the rows
         return X.rechunk({1: -1}) if X.numblocks[1] > 1 else X
 
     @property

@@ -256,7 +256,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             if inputs.kind_of(X) == "cupy" and client is not None:
                 X = X.get()  # shipped to the workers as NumPy rows
             X = (shard(np.asarray(X), client, dtype=dtype) if client is not None
-                 else da.from_array(X.astype(dtype, copy=False), chunks=(-1, -1)))
+                 else da.from_array(X.astype(dtype, copy=False), chunks=(-1, -1),
+                                   name=False))
             rows = None
         if X.dtype != dtype or X.numblocks[1] != 1:
             X, rows = X.astype(dtype).rechunk({1: -1}), None
@@ -301,7 +302,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         if not isinstance(X, da.Array):
             if inputs.kind_of(X) == "cupy" and inputs.active_client() is not None:
                 X = X.get()  # travels in the graph to the workers
-            X = da.from_array(X, chunks=(-1, -1))
+            X = da.from_array(X, chunks=(-1, -1), name=False)  # no hash of the rows
         return X.astype(_rows_dtype(X)).rechunk({1: -1})
 
     def _coef_of_rows(self) -> np.ndarray:
