@@ -14,7 +14,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import config  # noqa: F401  (loads the packaged defaults into dask.config)
-from .exceptions import BackendUnavailableError, ClusterError, DataError, MgpuDaskError
+from .exceptions import (BackendUnavailableError, ClusterError, CompileWarning, DataError,
+                         MgpuDaskError)
 
 if TYPE_CHECKING:
     from .cluster import connect
@@ -26,8 +27,9 @@ __version__ = "0.1.0"
 
 _LAZY = {"KNeighborsClassifier": "knn", "LogisticRegression": "logreg", "connect": "cluster",
          "load_dataset": "data"}
-__all__ = ["BackendUnavailableError", "ClusterError", "DataError", "KNeighborsClassifier",
-           "LogisticRegression", "MgpuDaskError", "__version__", "connect", "load_dataset"]
+__all__ = ["BackendUnavailableError", "ClusterError", "CompileWarning", "DataError",
+           "KNeighborsClassifier", "LogisticRegression", "MgpuDaskError", "__version__",
+           "connect", "load_dataset"]
 
 
 def __getattr__(name: str) -> Any:

@@ -26,3 +26,8 @@ class ClusterError(MgpuDaskError, RuntimeError):
 class BackendUnavailableError(MgpuDaskError, ImportError):
     """An optional backend (CuPy, numba-cuda, cuML, dask-cuda) is not installed."""
 
+
+
+class CompileWarning(UserWarning):
+    """Our kernels are compiled for this kind of data now: their first use on this machine
+    (seconds), later processes load them from the kernel caches."""

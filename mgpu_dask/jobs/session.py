@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 import time
+import warnings
 from typing import Any, Callable, Iterator, NamedTuple
 
 from distributed import performance_report
@@ -23,6 +24,7 @@ from ..data.deformed import (
 from ..data.files import atomic_file
 from ..data.sharding import placement_problems
 from ..data.split import keep_labels
+from ..exceptions import CompileWarning
 from ..parallel.recovery import recovery_note
 from ..parallel.workers import scheduler_workers
 from .machine import machine
@@ -104,6 +106,8 @@ def session(task: str, phases: Phases, *, dataset: str | None, data_dir: str | N
                 rc = stack.enter_context(connect(**options))
             warm = warm_up(rc) if warm_up is not None else None
         stack.enter_context(rc.client.as_current())  # estimators use the active client
+        stack.enter_context(warnings.catch_warnings())  # the job says what it compiles
+        warnings.simplefilter("ignore", CompileWarning)
         stack.enter_context(report_file(report))
         stack.callback(lambda: stopping.setdefault("from", time.perf_counter()))
         say(f"  dashboard: {rc.dashboard_link}")

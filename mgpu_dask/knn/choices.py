@@ -1,5 +1,6 @@
 """What a KNN fit decides before it places the training rows: the precision of the
-product, and the plan (replicate or shard) from the memory each worker has."""
+product, the plan (replicate or shard) from the memory each worker has, and whether its
+kernels will compile first (:func:`announce`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..kernels.knn import precision as precisions
 from ..kernels.precision import Precision
 from ..parallel import placement
 from ..parallel import inputs
+from ..parallel.first_use import announce_compiles
 from ..parallel.workers import fixed_facts, free_gpu_memory, gpu_capability, scheduler_workers
 from .layout import block_stats
 
@@ -127,3 +129,16 @@ def choose(X: Any, client: Any, device: str, *, plan: str, precision: str, metho
                 "when sharded; add workers (GPUs), raise --memory-budget or use a smaller "
                 "--fraction")
     return Choice(plan, chosen, note, eight, budget)
+
+
+def announce(X: Any, choice: Choice, device: str, model: Any, client: Any) -> None:
+    """Warn before a fit and search whose kernels are not in the workers' cache
+    (``first_use``): their kind as ``warmup.Search`` has it (8-bit values search as 8-bit
+    rows, whatever their dtype)."""
+    dtype, d = np.dtype(X.dtype).name, int(X.shape[1])
+    announce_compiles("knn", f"{dtype} rows of {d} features", {
+        "gpu": device == "gpu", "n_features": d,
+        "dtype": "uint8" if choice.eight_bit.exact else dtype,
+        "precision": choice.precision.value, "method": model.method, "k": model.n_neighbors,
+        "margin": model.margin, "weights": model.weights, "merge": choice.plan == "shard"},
+        client, stacklevel=4)  # the user's line: here, _place, fit, the caller

@@ -253,6 +253,7 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
                                 method=self.method, memory_budget=self.memory_budget,
                                 metric=self.metric)
         eight = choice.eight_bit
+        choices.announce(X, choice, device, self, client)
         prep = layout.Prep(choice.precision, eight.exact, eight.shift, self.method, self.metric,
                            split=choice.precision is Precision.FP16)
         build = layout.replicate_train if choice.plan == "replicate" else layout.shard_train

@@ -183,8 +183,8 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     def __init__(self, C: float = 1.0, *, l1_ratio: float = 0.0, fit_intercept: bool = True,
                  class_weight: Any = None, max_iter: int = 100, tol: float = 1e-4,
                  solver: str = "lbfgs", classes: Any = None, comm: str = "auto",
-                 optimizer: str = "auto",
-                 precision: str = "auto", input_scale: float | None = None) -> None:
+                 optimizer: str = "auto", precision: str = "auto",
+                 input_scale: float | None = None) -> None:
         self.C = C
         self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
@@ -256,8 +256,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             if inputs.kind_of(X) == "cupy" and client is not None:
                 X = X.get()  # shipped to the workers as NumPy rows
             X = (shard(np.asarray(X), client, dtype=dtype) if client is not None
-                 else da.from_array(X.astype(dtype, copy=False), chunks=(-1, -1),
-                                   name=False))
+                 else da.from_array(X.astype(dtype, copy=False), chunks=(-1, -1), name=False))
             rows = None
         if X.dtype != dtype or X.numblocks[1] != 1:
             X, rows = X.astype(dtype).rechunk({1: -1}), None
@@ -275,6 +274,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                           None if self.input_scale is None else float(self.input_scale),
                           self.classes, l1=l1, fit_intercept=bool(self.fit_intercept),
                           weight_sum=None if weights is None else total)
+        routes.announce(X, problem, client)
         if weights is not None:
             result = routes.weighted(X, rows, encoded, weights, client, timeout, problem)
         elif client is None:

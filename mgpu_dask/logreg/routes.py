@@ -19,9 +19,21 @@ from ..data.sharding import shard
 from ..exceptions import DataError
 from ..parallel import labels as labels_mod
 from ..parallel import placement
+from ..parallel.first_use import announce_compiles
 from ..parallel.inputs import all_finite, device_of
 from . import single_host
 from .problem import NOT_FINITE, Problem
+
+
+def announce(X: Any, problem: Problem, client: Any) -> None:
+    """Warn before a fit whose kernels are not in the workers' cache (``first_use``): the
+    fit's kind as ``warmup.Fit`` has it, from the rows and the problem."""
+    dtype = np.dtype(X.dtype).name
+    announce_compiles("logreg", f"{dtype} rows of {problem.d} features", {
+        "gpu": device_of(X) == "gpu", "dtype": dtype, "n_features": problem.d,
+        "precision": problem.precision.value, "n_classes": problem.n_classes or 2,
+        "optimizer": "host" if problem.on_host_only else problem.optimizer,
+        "scale": problem.scale}, client, stacklevel=3)  # here, fit, the caller
 
 
 def here(X: Any, y: Any, problem: Problem) -> dict[str, Any]:
