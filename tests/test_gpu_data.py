@@ -183,3 +183,6 @@ def test_logistic_regression_options_on_gpu_rows_are_scikit_learns(params, weigh
         np.testing.assert_array_equal(ours.coef_ == 0, sk.coef_ == 0)
     else:
         assert np.abs(ours.coef_ - sk.coef_).max() <= 1e-3 * np.abs(sk.coef_).max()
+    if params.get("fit_intercept") is False:  # the device L-BFGS, one graph an iteration
+        assert ours.graph_ is True, ours.notes_
+        assert not np.any(ours.intercept_)

@@ -478,6 +478,32 @@ def test_device_lbfgs_stops_where_the_host_loop_stops(ahead, bridge):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+def test_device_lbfgs_without_an_intercept_follows_the_host_loop():
+    """``fit_intercept=False`` on the device: the intercept's gradient held at zero after
+    each evaluation, the same steps as the host loop's objective without it, the
+    intercept still zero at the end."""
+    from mgpu_dask.logreg.lbfgs import loop as lbfgs
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
+
+    shards, n, d, k = _two_shard_problem()
+    penalty = 1.0 / n
+    with_b = _host_objective(shards, n, d, k, penalty)
+
+    def without_b(theta):
+        value, grad = with_b(theta)
+        return value, np.concatenate([grad[: d * k], np.zeros(k)])
+
+    device = DeviceBackend(shards, k, n, penalty, memory=3, fit_intercept=False)
+    got = lbfgs.run(device, maxiter=8, gtol=1e-6)
+    want = lbfgs.minimize_lbfgs(without_b, np.zeros(d * k + k), maxiter=8, gtol=1e-6, memory=3)
+    assert (got["nit"], got["nfev"]) == (want["nit"], want["nfev"])
+    np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-11)
+    assert not np.any(got["x"][d * k:])
+    free = lbfgs.minimize_lbfgs(with_b, np.zeros(d * k + k), maxiter=8, gtol=1e-6, memory=3)
+    assert np.any(free["x"][d * k:])  # with an intercept it would have moved
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
 def test_a_kept_device_lbfgs_fits_again_as_a_new_one_would():
     """The device L-BFGS kept with the rows' blocks (``fit_on_device``'s ``kept_under``):
     a second fit of the same rows, with other labels, starts from it (the labels copied

@@ -64,7 +64,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         elastic net and at 1 the L1 penalty, by OWL-QN (L-BFGS for an L1 part, its zeros
         exact zeros) on the host, each evaluation where the rows are.
     fit_intercept : bool, default True
-        ``False``: the intercept stays 0 (the fit's loop on the host).
+        ``False``: the intercept stays 0 (its gradient held at zero, on the device too).
     class_weight : dict, "balanced" or None, default None
         Weights per class, multiplied into ``sample_weight`` (scikit-learn's
         ``compute_class_weight``).

@@ -19,8 +19,8 @@ from .solvers import fit_on_device
 
 def fit_here_on_device(X: Any, y: Any, problem: Problem) -> dict[str, Any] | None:
     """The device L-BFGS in this process over dask ``X`` of CuPy blocks (``y``: their class
-    indices); None where it does not apply (host rows, ``optimizer="host"``, an L1 penalty
-    or no intercept)."""
+    indices); None where it does not apply (host rows, ``optimizer="host"`` or an L1
+    penalty)."""
     if problem.optimizer == "host" or problem.on_host_only or device_of(X) != "gpu":
         return None
     X_blocks = dask.compute(*X.to_delayed().ravel())

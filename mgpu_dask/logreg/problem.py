@@ -37,8 +37,8 @@ class Problem(NamedTuple):
 
     @property
     def on_host_only(self) -> bool:
-        """An L1 penalty or no intercept: the host's loop (the device L-BFGS has neither)."""
-        return self.l1 > 0 or not self.fit_intercept
+        """An L1 penalty: the host's loop (OWL-QN; the device L-BFGS has no L1 part)."""
+        return self.l1 > 0
 
 
 class HeldLabels(NamedTuple):

@@ -45,8 +45,8 @@ def lbfgs_on_host(evaluate: Any, problem: Problem) -> dict[str, Any]:
 
 
 def on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> bool:
-    """Whether the L-BFGS runs on the GPU: every shard on a GPU, an L2 problem with an
-    intercept, and not refused."""
+    """Whether the L-BFGS runs on the GPU: every shard on a GPU, an L2 problem (with an
+    intercept or without), and not refused."""
     possible = device_lbfgs.usable(arrays)
     if problem.optimizer == "device" and not possible:
         raise DataError("optimizer='device' needs every shard on a GPU; use optimizer='auto' "
@@ -71,7 +71,8 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
     if backend is None:
         backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n,
                                              problem.penalty, precision=problem.precision,
-                                             scale=problem.scale)
+                                             scale=problem.scale,
+                                             fit_intercept=problem.fit_intercept)
     keep = False
     try:
         ready = time.perf_counter()
@@ -105,7 +106,7 @@ class KeptFit(NamedTuple):
 def _fingerprint(problem: Problem) -> tuple:
     """What a device L-BFGS is made for besides its rows and labels."""
     return (problem.n_classes, problem.n, problem.penalty, str(problem.precision),
-            problem.scale)
+            problem.scale, problem.fit_intercept)
 
 
 def kept_backend(kept_under: tuple[list[Any], tuple], fingerprint: tuple,

@@ -102,16 +102,21 @@ class DeviceBackend:
     scale : float or None
         The objective's rows are ``X * scale`` (uint8 pixels kept 8-bit; see
         ``ShardObjective``); None: ``X``.
+    fit_intercept : bool
+        False: the intercept's gradient is held at zero after each evaluation, so the
+        intercept stays at its start, zero (scikit-learn's ``fit_intercept=False``).
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
                  penalty: float, memory: int = 10,
                  precision: Precision | str = Precision.FP32,
                  run_ahead: int | None = None, graph: bool = True,
-                 scale: float | None = None, bridge: int | None = None) -> None:
+                 scale: float | None = None, bridge: int | None = None,
+                 fit_intercept: bool = True) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
         self._run_ahead, self._bridge = run_ahead, bridge
+        self.fit_intercept = bool(fit_intercept)
         self.gpu = usable(shards)
         self._graph: Any = None
         self.graph_seconds: float | None = None  # host time of the capture
@@ -206,13 +211,16 @@ class DeviceBackend:
             with self.device:
                 for event in self._done:
                     self.stream.wait_event(event)
+                if not self.fit_intercept:  # on the stream: in the graph, after the shards
+                    with self.stream:
+                        self.psums[:, : self.shape[1]] = 0.0
             return
         d, k = self.shape
         coef, intercept = self.params[: d * k].reshape(d, k), self.params[d * k:]
         for i, o in enumerate(self.objectives):
             loss, g_coef, g_intercept = o(coef, intercept)
             self.parts[i] = g_coef.ravel()
-            self.psums[i, :k] = g_intercept
+            self.psums[i, :k] = g_intercept if self.fit_intercept else 0.0
             self.psums[i, k] = loss
 
     def _finish(self, mode: int) -> None:
