@@ -59,9 +59,9 @@ from ...kernels.lbfgs import finish as Fin
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
 from . import again
-from .launches import launches
+from .launches import launch_note, launches
 from .loop import Step
-from .pace import RunAhead
+from .pace import RunAhead, elapsed
 from .scalars import Scalars
 
 SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: few, or slow
@@ -317,23 +317,11 @@ class DeviceBackend:
     @property
     def launch_note(self) -> str | None:
         """Why the loop's kernels (or a shard's) go through Numba's own launch (GPU only)."""
-        if not self.gpu:
-            return None
-        launchers = [launcher for launcher, _ in self._propose_launches + self._finish_launches]
-        launchers += [self._k_trial, self._k_forget, self._k_arm]
-        slow = [launcher.why for launcher in launchers if not launcher.fast]
-        if slow:
-            return f"the L-BFGS kernels are launched through Numba's own launch, slower ({slow[0]})"
-        return next((o.launch_note for o in self.objectives if o.launch_note), None)
+        return launch_note(self) if self.gpu else None
 
     def first_evaluation_seconds(self) -> float:
         """Device time of the fit's first evaluation over every shard (CUDA events)."""
-        if not self.gpu or not hasattr(self, "_timed"):
-            return float("nan")
-        import cupy
-
-        self._timed[1].synchronize()
-        return cupy.cuda.get_elapsed_time(*self._timed) / 1e3
+        return elapsed(self._timed) if self.gpu and hasattr(self, "_timed") else float("nan")
 
     @property
     def run_ahead(self) -> int:

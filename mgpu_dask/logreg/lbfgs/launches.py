@@ -38,3 +38,13 @@ def launches(b: Any, memory: int, chunks: int, sweep: int,
     forget = Launcher(K.forget, [b.scal], 1, b.stream)
     arm = Launcher(K.arm, [b.scal, 0.0, 0.0], 1, b.stream)
     return propose, finish, trial, forget, arm
+
+
+def launch_note(b: Any) -> str | None:
+    """Why backend ``b``'s loop kernels (or a shard's) go through Numba's own launch."""
+    launchers = [launcher for launcher, _ in b._propose_launches + b._finish_launches]
+    launchers += [b._k_trial, b._k_forget, b._k_arm]
+    slow = [launcher.why for launcher in launchers if not launcher.fast]
+    if slow:
+        return f"the L-BFGS kernels are launched through Numba's own launch, slower ({slow[0]})"
+    return next((o.launch_note for o in b.objectives if o.launch_note), None)

@@ -79,3 +79,11 @@ class RunAhead:
     @staticmethod
     def _of(seconds: float) -> int:
         return int(np.clip(AHEAD_SECONDS // max(seconds, 1e-6), 1, MAX_AHEAD))
+
+
+def elapsed(timed: tuple) -> float:
+    """Seconds between two recorded CUDA events ``(start, end)``, once the end is done."""
+    import cupy
+
+    timed[1].synchronize()
+    return cupy.cuda.get_elapsed_time(*timed) / 1e3
