@@ -89,6 +89,20 @@ def cached(**search: Any) -> bool:
     return all(os.path.exists(index_path(c)) for c in caches)
 
 
+def seen(**search: Any) -> bool:
+    """Whether this worker's Numba cache holds the kernel every search of this kind runs
+    (the vote for 8-bit rows, the exact re-rank for float rows): False on a machine that
+    never ran one (what ``parallel.first_use`` asks; :func:`cached` lists them all)."""
+    s = Search(**search)
+    if s.gpu:
+        from ..kernels.knn import cuda as module
+    else:
+        from ..kernels.knn import cpu as module
+    exact = precisions.eight_bit_of(np.dtype(s.dtype)).exact and s.method == "gemm"
+    kernel = module.vote_rows if exact else module.refine_rows
+    return os.path.exists(index_path(getattr(kernel, "_cache", None)))
+
+
 def warm_up(**fields: Any) -> dict[str, Any]:
     """Search ``ROWS`` rows as the run will (the fields of :class:`Search` as keywords);
     returns how many kernels were compiled (not loaded from the cache) and the seconds it

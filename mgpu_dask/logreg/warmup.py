@@ -109,6 +109,31 @@ def cached(**fit: Any) -> bool:
     return all(os.path.exists(index_path(c)) for c in caches)
 
 
+def seen(**fit: Any) -> bool:
+    """Whether this worker's Numba cache holds the kernels every fit of this kind runs (the
+    device L-BFGS's, else the evaluation's): False on a machine that never ran one (what
+    ``parallel.first_use`` asks; :func:`cached` lists them all, the products' too)."""
+    f = Fit(**fit)
+    if not f.gpu:
+        from ..kernels.logreg import cpu
+
+        used = [cpu.softmax_xent_rows]
+    elif f.optimizer != "host":
+        from ..kernels.lbfgs import cuda as lbfgs
+        from ..kernels.lbfgs import finish
+
+        used = [lbfgs.products, finish.assemble]
+    elif np.dtype(f.dtype) == np.uint8:
+        from ..kernels.logreg import cuda_int8
+
+        used = [cuda_int8.combine_i8]
+    else:
+        from ..kernels.logreg import cuda
+
+        used = [cuda.softmax_xent_rows]
+    return all(os.path.exists(index_path(getattr(k, "_cache", None))) for k in used)
+
+
 def warm_up(**fields: Any) -> dict[str, Any]:
     """Fit ``ROWS`` rows as the run will (the fields of :class:`Fit` as keywords), two
     iterations, and predict them; returns how many kernels were compiled (not loaded from

@@ -4,9 +4,9 @@ A kernel is compiled the first time a machine runs it for a kind of data (dtype,
 features, precision: seconds each, ten or more for a first predict) and loaded from the
 kernel caches afterwards (Numba's ``NUMBA_CACHE_DIR``, CuPy's ``CUPY_CACHE_DIR``).  The
 estimators ask one worker (or this process, with no client) whether the Numba cache
-holds the kernels of the run they are about to start (``knn.warmup.cached``,
-``logreg.warmup.cached``) and, where it does not, warn with :class:`CompileWarning`
-before the wait, once per process and kind of run.
+holds the kernels every run of the kind they are about to start uses (``knn.warmup.seen``,
+``logreg.warmup.seen``: a machine that never ran one) and, where it does not, warn with
+:class:`CompileWarning` before the wait, once per process and kind of run.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ def _cached_on_a_worker(task: str, fields: dict[str, Any], client: Any) -> bool:
     """Whether the Numba cache where the run will go holds its kernels."""
     module = f"mgpu_dask.{task}.warmup"
     if client is None:
-        return bool(resolve(module, "cached")(**fields))
+        return bool(resolve(module, "seen")(**fields))
     workers = sorted(client.nthreads())
     if not workers:
         return True
-    answer = client.run(WorkerFunction(f"{module}.cached"), workers=workers[:1], **fields)
+    answer = client.run(WorkerFunction(f"{module}.seen"), workers=workers[:1], **fields)
     return bool(next(iter(answer.values())))
 
 
