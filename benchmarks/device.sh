@@ -46,7 +46,8 @@
 #   ahead    record the compile-ahead list (python -m mgpu_dask.jobs.ahead --record) into
 #            $OUT/ahead.json and use it in the working tree here
 #   knn-data benchmarks/knn_data.py (own data: ours, FAISS, PyTorch, cuML) for CASES (all),
-#            then CASE (1m-128) with NWORKERS (2 4) workers sharing GPU 0, ours only
+#            then CASE (1m-128) with NWORKERS (2 4) workers sharing GPU 0, ours only, the
+#            training rows sharded over them (PLAN, default shard)
 #   logreg-data  benchmarks/logreg_data.py (own data: ours, PyTorch, cuML) for CASES (all)
 #   timeline benchmarks/lbfgs_timeline_gpus.py (the L-BFGS without Dask under CUPTI) at
 #            FRACTIONS (1 4) rows over each of NGPUS (1 2) GPUs, .ab's package and the
@@ -317,9 +318,10 @@ knn-data)
     --repeats ${REPEATS:-5} > "$R/knn_data.log" 2>&1
   tail -8 "$R/knn_data.log" | cut -c1-400 | tee -a "$OUT/summary.log"
   for n in ${NWORKERS:-2 4}; do
-    log "knn_data_n$n: tests/shared_gpu.py $n -- python benchmarks/knn_data.py OUT --cases ${CASE:-1m-128} --no-peers"
+    log "knn_data_n$n: tests/shared_gpu.py $n -- python benchmarks/knn_data.py OUT --cases ${CASE:-1m-128} --no-peers --plan ${PLAN:-shard}"
     timeout 280 python3 tests/shared_gpu.py $n -- python3 benchmarks/knn_data.py \
-      "$R/knn_data_n$n.json" --cases ${CASE:-1m-128} --no-peers > "$R/knn_data_n$n.log" 2>&1
+      "$R/knn_data_n$n.json" --cases ${CASE:-1m-128} --no-peers --plan ${PLAN:-shard} \
+      > "$R/knn_data_n$n.log" 2>&1
     tail -2 "$R/knn_data_n$n.log" | cut -c1-300 | tee -a "$OUT/summary.log"
   done
   ;;

@@ -13,6 +13,7 @@ single-GPU brute force, each where installed.  The neighbours of 256 queries are
 checked against a float64 brute force (``recall``: the share of the true k found).
 
     python benchmarks/knn_data.py OUT.json [--cases 100k-32,1m-128] [--repeats 5] [--margin N]
+        [--plan shard]
     python tests/shared_gpu.py 2 -- python benchmarks/knn_data.py OUT.json --cases 1m-128
 """
 
@@ -134,11 +135,11 @@ def _timed(fn: Any, repeats: int) -> tuple[float, float, Any]:
 
 
 def _ours(client: Any, case: Case, X: Any, y: Any, Q: Any, repeats: int,
-          margin: int | None) -> dict:
+          margin: int | None, plan: str = "auto") -> dict:
     from mgpu_dask import KNeighborsClassifier
 
     model = KNeighborsClassifier(K_NEIGHBOURS, metric=case.metric, weights="uniform",
-                                 margin=margin)
+                                 margin=margin, plan=plan)
     t0 = time.perf_counter()
     model.fit(X, y)
     fit = time.perf_counter() - t0
@@ -233,7 +234,7 @@ def _cuml(Xh: np.ndarray, Qh: np.ndarray, metric: str, repeats: int) -> list[dic
 
 
 def run_case(client: Any, case: Case, repeats: int, peers: bool,
-             margin: int | None = None) -> dict:
+             margin: int | None = None, plan: str = "auto") -> dict:
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((CLUSTERS, case.features)).astype(np.float32)
     chunk = -(-case.rows // max(1, len(client.nthreads())))
@@ -242,8 +243,8 @@ def run_case(client: Any, case: Case, repeats: int, peers: bool,
 
     Q, _ = _dask_rows(client, case.queries, case.features, case.query_chunks, 10**6, centres)
     da.compute(X[:1], Q[:1])
-    out = {"case": case._asdict(), "k": K_NEIGHBOURS, "margin": margin}
-    ours = _ours(client, case, X, y, Q, repeats, margin)
+    out = {"case": case._asdict(), "k": K_NEIGHBOURS, "margin": margin, "plan": plan}
+    ours = _ours(client, case, X, y, Q, repeats, margin, plan)
     rows = [dict(ours, backend="ours")]
     Xh = X.compute().get() if peers else None
     Qh = Q.compute().get()
@@ -314,6 +315,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--scheduler-address")
+    parser.add_argument("--plan", choices=("auto", "replicate", "shard"), default="auto",
+                        help="our training rows replicated on every worker or sharded "
+                             "(KNeighborsClassifier's plan)")
     parser.add_argument("--margin", type=int, default=None,
                         help="our extra candidates re-ranked exactly (KNeighborsClassifier's; "
                              "default: chosen from the data's shape)")
@@ -321,7 +325,8 @@ def main(argv: list[str]) -> int:
     cases = [CASES[c] for c in args.cases.split(",")]
     with recorded(args.out, args.scheduler_address) as (client, results, save):
         for case in cases:
-            row = run_case(client, case, args.repeats, not args.no_peers, args.margin)
+            row = run_case(client, case, args.repeats, not args.no_peers, args.margin,
+                           args.plan)
             results["cases"].append(row)
             save()
             summary = ", ".join(f"{r['backend']} "
