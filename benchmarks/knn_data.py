@@ -137,7 +137,9 @@ def _timed(fn: Any, repeats: int) -> tuple[float, float, Any]:
 def _ours(client: Any, case: Case, X: Any, y: Any, Q: Any, repeats: int,
           margin: int | None, plan: str = "auto") -> dict:
     from mgpu_dask import KNeighborsClassifier
+    from mgpu_dask.knn.blocks import TIER_ROWS, what_ran
 
+    before = client.run(what_ran)  # the workers' counts since they started: this case's apart
     model = KNeighborsClassifier(K_NEIGHBOURS, metric=case.metric, weights="uniform",
                                  margin=margin, plan=plan)
     t0 = time.perf_counter()
@@ -146,14 +148,13 @@ def _ours(client: Any, case: Case, X: Any, y: Any, Q: Any, repeats: int,
     first, warm, pred = _timed(lambda: model.predict(Q, on_host=True).compute(), repeats)
     checked = Q[:CHECKED].compute()
     _, ind = model.kneighbors(checked.get())
-    from mgpu_dask.knn.blocks import TIER_ROWS, what_ran
-
     ran = client.run(what_ran)
     return {"fit_s": fit, "first_predict_s": first, "predict_s": warm, "plan": model.plan_,
             "precision": str(model.precision_), "searches": sorted({s for r in ran.values()
                                                                      for s in r["searches"]}),
             "neighbours": ind, "predictions": np.asarray(pred),
-            **{key: sum(r.get(key, 0) for r in ran.values()) for key in TIER_ROWS}}
+            **{key: sum(r.get(key, 0) - before.get(w, {}).get(key, 0) for w, r in ran.items())
+               for key in TIER_ROWS}}
 
 
 def _faiss(Xh: np.ndarray, Qh: np.ndarray, metric: str, repeats: int) -> list[dict]:
