@@ -46,3 +46,31 @@ def test_a_first_fit_announces_the_compile_and_a_cached_one_does_not(tmp_path):
             in first[task][0]
         assert str(tmp_path) in first[task][0]  # where they will be kept
     assert _run(tmp_path) == {"knn": [], "logreg": []}  # loaded from the cache
+
+
+def test_with_a_client_a_worker_is_asked_and_names_its_own_cache(client, monkeypatch):
+    """With a client the question goes to a worker (its cache is the one that compiles),
+    once per kind of run; a worker's answer of "not seen" warns with its cache folder."""
+    import warnings
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from mgpu_dask import CompileWarning, KNeighborsClassifier
+    from mgpu_dask.kernels import compiled
+    from mgpu_dask.knn import warmup
+    from mgpu_dask.parallel import first_use
+
+    asked = []
+    monkeypatch.setattr(first_use, "_ASKED", set())
+    monkeypatch.setattr(warmup, "seen", lambda **fields: asked.append(fields) or False)
+    monkeypatch.setattr(compiled, "cache_dir", lambda: "/the/worker/cache")
+    X, y = load_digits(return_X_y=True)
+    X = (X / 7).astype(np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        KNeighborsClassifier(3).fit(X, y)
+        KNeighborsClassifier(3).fit(X, y)  # the same kind: not asked again
+    said = [str(w.message) for w in caught if issubclass(w.category, CompileWarning)]
+    assert len(asked) == 1 and asked[0]["n_features"] == 64 and asked[0]["dtype"] == "float32"
+    assert len(said) == 1 and "/the/worker/cache" in said[0]

@@ -11,7 +11,6 @@ holds the kernels every run of the kind they are about to start uses (``knn.warm
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -21,16 +20,12 @@ from .by_name import WorkerFunction, resolve
 _ASKED: set = set()
 
 
-def _cached_on_a_worker(task: str, fields: dict[str, Any], client: Any) -> bool:
-    """Whether the Numba cache where the run will go holds its kernels."""
-    module = f"mgpu_dask.{task}.warmup"
+def _ask(client: Any, qualified: str, **kwargs: Any) -> Any:
+    """``qualified(**kwargs)`` on the first worker (here, with no client)."""
     if client is None:
-        return bool(resolve(module, "seen")(**fields))
-    workers = sorted(client.nthreads())
-    if not workers:
-        return True
-    answer = client.run(WorkerFunction(f"{module}.seen"), workers=workers[:1], **fields)
-    return bool(next(iter(answer.values())))
+        return resolve(*qualified.rsplit(".", 1))(**kwargs)
+    first = sorted(client.nthreads())[:1]
+    return next(iter(client.run(WorkerFunction(qualified), workers=first, **kwargs).values()))
 
 
 def announce_compiles(task: str, what: str, fields: dict[str, Any], client: Any,
@@ -46,11 +41,13 @@ def announce_compiles(task: str, what: str, fields: dict[str, Any], client: Any,
         return False
     _ASKED.add(key)
     try:
-        if _cached_on_a_worker(task, fields, client):
+        if (client is not None and not client.nthreads()) or \
+                _ask(client, f"mgpu_dask.{task}.warmup.seen", **fields):
             return False
+        where = _ask(client, "mgpu_dask.kernels.compiled.cache_dir")  # the worker's own
     except Exception:  # noqa: BLE001 - an announcement never stops a run
         return False
-    where = os.environ.get("NUMBA_CACHE_DIR") or "Numba's cache beside the package"
+    where = where or "Numba's cache beside the package"
     warnings.warn(f"compiling mgpu_dask's {task} kernels for {what}: their first use on this "
                   f"machine takes seconds (once; later runs load them from {where})",
                   CompileWarning, stacklevel=stacklevel + 1)
