@@ -49,6 +49,10 @@
 #            then CASE (1m-128) with NWORKERS (2 4) workers sharing GPU 0, ours only, the
 #            training rows sharded over them (PLAN, default shard)
 #   logreg-data  benchmarks/logreg_data.py (own data: ours, PyTorch, cuML) for CASES (all)
+#   first-data   own data's first calls: knn_data.py and logreg_data.py (CASE, 1m-128, ours)
+#            in new processes, NUMBA_CACHE_DIR and CUPY_CACHE_DIR empty, then filled by
+#            the first: first_{knn,logreg}_{empty,warm}.json (fit_s, first_predict_s,
+#            first_fit_s), and the CompileWarning lines
 #   timeline benchmarks/lbfgs_timeline_gpus.py (the L-BFGS without Dask under CUPTI) at
 #            FRACTIONS (1 4) rows over each of NGPUS (1 2) GPUs, .ab's package and the
 #            working tree in ORDER: lbfgs_timeline_fF_gN_CODE (its events in .events.json)
@@ -324,6 +328,21 @@ knn-data)
       > "$R/knn_data_n$n.log" 2>&1
     tail -2 "$R/knn_data_n$n.log" | cut -c1-300 | tee -a "$OUT/summary.log"
   done
+  ;;
+first-data)
+  # Own data's first calls in new processes: the caches empty, then filled by the first
+  export NUMBA_CACHE_DIR=/tmp/first-data-nc CUPY_CACHE_DIR=/tmp/first-data-cc
+  rm -rf "$NUMBA_CACHE_DIR" "$CUPY_CACHE_DIR"; mkdir -p "$NUMBA_CACHE_DIR" "$CUPY_CACHE_DIR"
+  for run in empty warm; do
+    log "first_{knn,logreg}_$run: knn_data.py and logreg_data.py --cases ${CASE:-1m-128} --no-peers"
+    timeout 200 python3 benchmarks/knn_data.py "$R/first_knn_$run.json" --cases ${CASE:-1m-128} \
+      --no-peers --repeats 3 > "$R/first_knn_$run.log" 2>&1
+    timeout 200 python3 benchmarks/logreg_data.py "$R/first_logreg_$run.json" \
+      --cases ${CASE:-1m-128} --no-peers > "$R/first_logreg_$run.log" 2>&1
+    grep -h "CompileWarning" "$R/first_knn_$run.log" "$R/first_logreg_$run.log" | cut -c1-200 \
+      | tee -a "$OUT/summary.log"
+  done
+  unset NUMBA_CACHE_DIR CUPY_CACHE_DIR
   ;;
 logreg-data)
   log "logreg_data: python benchmarks/logreg_data.py OUT --cases ${CASES:-all}"
