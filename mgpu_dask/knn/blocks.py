@@ -239,7 +239,8 @@ def _collected(name: str, block: int, shards: set[int], wait: float) -> dict[int
 
 def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tuple[int, ...],
                     remote: tuple[tuple[int, str, Any], ...], wait: float, k: int,
-                    margin: int | None, tile_bytes: int | None, mail: Mail | None = None) -> dict[int, Any] | None:
+                    margin: int | None, tile_bytes: int | None,
+                    mail: Mail | None = None) -> dict[int, Any] | None:
     """On the holder of one or more training shards (``held``: each shard's rows and labels,
     at ``offsets``, then the query blocks ``local`` held here): every query block's
     candidates against each of these shards, ``{block: [per shard]}`` in host memory.

@@ -222,8 +222,8 @@ def prepare_train(X: Any, precision: Precision | str, eight_bit: bool, shift: in
         t_max = float(xp.sqrt(norms64.max())) if n else 0.0
         if method == "direct":  # our difference kernel on float32 rows
             rows = xp.ascontiguousarray(X, dtype=np.float32)
-            return TrainBlock(rows, rows, xp.zeros(n, np.float32), n, d, t_max, None, Precision.FP32,
-                              eight_bit, shift, method, metric, None, {})
+            return TrainBlock(rows, rows, xp.zeros(n, np.float32), n, d, t_max, None,
+                              Precision.FP32, eight_bit, shift, method, metric, None, {})
         op = operand(xp, X, precision, eight_bit, shift)
         norms = xp.zeros(op.shape[0], dtype=np.float32)
         norms[:n] = norms64.astype(np.float32)

@@ -5,9 +5,9 @@ query rows go in passes whose buffers fit the device's free memory (a query bloc
 of any size searches in bounded memory), each pass through the tile loop of
 :mod:`.loop`.  Where the product's keys are exact (8-bit data) the loop's top-k is
 the answer.  Elsewhere the ``k + margin`` best candidates by approximate key are
-re-ranked exactly (:func:`list_length`) and each row is *certified* by the product's error bound
-(:mod:`.precision`): no training row left out can reach its k nearest.  The rows
-that are not go on to a more exact product -- the three-part float16 product of a
+re-ranked exactly (:func:`list_length`) and each row is *certified* by the product's
+error bound (:mod:`.precision`): no training row left out can reach its k nearest.  The
+rows that are not go on to a more exact product -- the three-part float16 product of a
 split operand (:mod:`.floats`), then float64 in tiles of training rows -- so the
 neighbours are always those of an exact brute force, and how many rows needed which
 tier is reported in ``stats``.
@@ -196,23 +196,24 @@ def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int
     scan = getattr(home.scan, "_launch", None)
     stats["scan"], stats["fused note"] = scan, getattr(home.fused, "note", None)
     with home.on_stream():
-        rows = xp.zeros(0, dtype=np.int64) if doubtful is None else xp.nonzero(doubtful)[0]
-        if rows.size > SPLIT_FIRST * m and first + 1 < len(steps):
-            train.loops[FIRST_TIER] = first + 1
-        for split in steps[first + 1:]:
-            if not rows.size:
-                break
-            sq_s, best_s, doubtful_s, loop, _ = _run_tier(Q[rows], train, split, k, K, cuda,
-                                                          tile_bytes, target, home)
-            home.follow_loop(loop)  # this stream goes on after the other's work
-            sq[rows], best[rows] = sq_s, best_s
-            stats["rows_split"] += int(rows.size)
-            rows = rows[doubtful_s]
-        if rows.size:
-            found = _exact_tiles(exact[rows], train, min(k, K), cuda, tile_bytes, home.gpu)
-            sq[rows], best[rows] = refine(exact[rows], train.rows, found, min(k, K),
-                                          target=target, inner=floats.inner(train.metric))
-            stats["rows_recomputed"] += int(rows.size)
+        if doubtful is not None:  # approximate keys: the rows not certified go further
+            rows = xp.nonzero(doubtful)[0]
+            if rows.size > SPLIT_FIRST * m and first + 1 < len(steps):
+                train.loops[FIRST_TIER] = first + 1
+            for split in steps[first + 1:]:
+                if not rows.size:
+                    break
+                sq_s, best_s, doubtful_s, loop, _ = _run_tier(Q[rows], train, split, k, K, cuda,
+                                                              tile_bytes, target, home)
+                home.follow_loop(loop)  # this stream goes on after the other's work
+                sq[rows], best[rows] = sq_s, best_s
+                stats["rows_split"] += int(rows.size)
+                rows = rows[doubtful_s]
+            if rows.size:
+                found = _exact_tiles(exact[rows], train, min(k, K), cuda, tile_bytes, home.gpu)
+                sq[rows], best[rows] = refine(exact[rows], train.rows, found, min(k, K),
+                                              target=target, inner=floats.inner(train.metric))
+                stats["rows_recomputed"] += int(rows.size)
         if sq.shape[1] < k:  # fewer training rows here than k: pad with "no neighbour"
             pad = k - sq.shape[1]
             sq = xp.concatenate([sq, xp.full((m, pad), np.inf)], axis=1)
