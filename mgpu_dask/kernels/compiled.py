@@ -132,6 +132,12 @@ def cache_dir() -> str | None:
     return os.environ.get("NUMBA_CACHE_DIR") or None
 
 
+def in_cache(kernels: Any) -> bool:
+    """Whether Numba's on-disk cache holds each of these dispatchers (an index file for
+    each: compiled by this process or an earlier one)."""
+    return all(os.path.exists(index_path(getattr(k, "_cache", None))) for k in kernels)
+
+
 def index_path(cache: object) -> str:
     """The index file of a dispatcher's on-disk cache (``""`` where it has none)."""
     file = getattr(cache, "_cache_file", None)

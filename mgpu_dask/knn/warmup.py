@@ -4,14 +4,13 @@ method, k, vote) as the run's.  Runs on the workers; imports no scikit-learn."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..kernels import knn as kernels
-from ..kernels.compiled import Steps, compilations, cupy_kernels, index_path, track_cupy
+from ..kernels.compiled import Steps, compilations, cupy_kernels, in_cache, track_cupy
 from ..kernels.knn import precision as precisions
 from ..kernels.knn.search import list_length
 from ..kernels.launch import finished
@@ -85,8 +84,7 @@ def _kernels(search: Search) -> list[Any]:
 def cached(**search: Any) -> bool:
     """Whether Numba's cache on this worker holds every kernel the search runs (the
     fields of :class:`Search` as keywords)."""
-    caches = [getattr(kernel, "_cache", None) for kernel in _kernels(Search(**search))]
-    return all(os.path.exists(index_path(c)) for c in caches)
+    return in_cache(_kernels(Search(**search)))
 
 
 def seen(**search: Any) -> bool:
@@ -100,7 +98,7 @@ def seen(**search: Any) -> bool:
         from ..kernels.knn import cpu as module
     exact = precisions.eight_bit_of(np.dtype(s.dtype)).exact and s.method == "gemm"
     kernel = module.vote_rows if exact else module.refine_rows
-    return os.path.exists(index_path(getattr(kernel, "_cache", None)))
+    return in_cache([kernel])
 
 
 def warm_up(**fields: Any) -> dict[str, Any]:

@@ -7,13 +7,12 @@ scikit-learn."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..kernels.compiled import Steps, compilations, cupy_kernels, index_path, track_cupy
+from ..kernels.compiled import Steps, compilations, cupy_kernels, in_cache, track_cupy
 from ..kernels.logreg import ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import labels as labels_mod
@@ -105,8 +104,7 @@ def _one_pass(fit: Fit) -> bool:
 def cached(**fit: Any) -> bool:
     """Whether Numba's cache on this worker holds every kernel the fit runs (the fields of
     :class:`Fit` as keywords)."""
-    caches = [getattr(kernel, "_cache", None) for kernel in _kernels(Fit(**fit))]
-    return all(os.path.exists(index_path(c)) for c in caches)
+    return in_cache(_kernels(Fit(**fit)))
 
 
 def seen(**fit: Any) -> bool:
@@ -131,7 +129,7 @@ def seen(**fit: Any) -> bool:
         from ..kernels.logreg import cuda
 
         used = [cuda.softmax_xent_rows]
-    return all(os.path.exists(index_path(getattr(k, "_cache", None))) for k in used)
+    return in_cache(used)
 
 
 def warm_up(**fields: Any) -> dict[str, Any]:
