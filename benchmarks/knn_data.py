@@ -33,7 +33,14 @@ K_NEIGHBOURS = 10
 CLUSTERS = 100
 CHECKED = 256
 MADE_IN = 8
-"""Blocks the rows are made in (then rechunked to one chunk per worker)."""
+"""Blocks the rows are made in (then rechunked to one chunk per worker), here and in
+``logreg_data.py``: every worker count gets the same rows."""
+
+
+def made_sizes(rows: int) -> list[int]:
+    """The sizes of the :data:`MADE_IN` blocks that ``rows`` rows are made in."""
+    made = -(-rows // MADE_IN)
+    return [min(made, rows - s) for s in range(0, rows, made)]
 
 
 class Case(NamedTuple):
@@ -80,8 +87,7 @@ def _dask_rows(client: Any, rows: int, d: int, chunk: int, seed: int,
     import dask.array as da
     from dask import delayed
 
-    made = -(-rows // MADE_IN)
-    sizes = [min(made, rows - s) for s in range(0, rows, made)]
+    sizes = made_sizes(rows)
     parts = [da.from_delayed(delayed(_block)(seed + i, r, centres, 0.25), (r, d), np.float32,
                              meta=cupy.empty((0, 0), np.float32)) for i, r in enumerate(sizes)]
     labels = [da.from_delayed(delayed(_labels)(seed + i, r), (r,), np.int32,

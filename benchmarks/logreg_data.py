@@ -58,19 +58,14 @@ def _labels(block: Any, w: np.ndarray, seed: int, block_id: tuple = (0,)) -> Any
     return cupy.argmax(logits + gumbel, axis=1).astype(cupy.int32)
 
 
-MADE_IN = 8
-"""Blocks the rows and labels are made in, then rechunked to one chunk per worker: every
-worker count fits the same rows (and so reaches the same solution)."""
-
-
 def _data(client: Any, case: Case) -> tuple[Any, Any]:
     import cupy
     import dask.array as da
     from dask import delayed
+    from knn_data import made_sizes  # this folder's: the same blocks whatever the workers
 
     workers = max(1, len(client.nthreads()))
-    made = -(-case.rows // MADE_IN)
-    sizes = [min(made, case.rows - s) for s in range(0, case.rows, made)]
+    sizes = made_sizes(case.rows)
     w = np.random.default_rng(7).standard_normal((case.features, case.classes)) * 0.3
     X = da.concatenate([da.from_delayed(delayed(_block)(i, r, case.features, case.classes),
                                         (r, case.features), np.float32,
