@@ -46,22 +46,36 @@ def test_softmax_xent_kernel():
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-@pytest.mark.parametrize("n, k, weighted", [(45, 3, False), (300, 12, True)])  # one partial
-def test_cuda_kernel_residual_and_block_sums(n, k, weighted):  # block; three, rows weighted
+@pytest.mark.parametrize("n, k, weighted, sms, shared", [
+    (45, 3, False, 1, None),      # one partial tile, a thread a row
+    (300, 12, True, 1, None),     # tiles in turn on one block, rows weighted
+    (700, 40, False, 1, None),    # four lanes a row, two slices of the column sums
+    (70, 300, True, 1, None),     # 32 lanes a row, a class a thread in the column sums
+    (90, 20, False, 1, 8),        # classes past the shared sums: added tile by tile
+])
+def test_cuda_kernel_residual_and_block_sums(monkeypatch, n, k, weighted, sms, shared):
     """The CUDA kernel (simulated) against float64 NumPy: residual, intercept gradient, loss;
-    with sample weights each row's residual and cross-entropy times its weight."""
+    with sample weights each row's residual and cross-entropy times its weight; in the
+    layouts :func:`layout` picks, and with a grid smaller than the tiles."""
     rng = np.random.default_rng()
     z = (rng.standard_normal((n, k)) * 4).astype(np.float32)
     y = rng.integers(0, k, n).astype(np.int32)
     b = rng.standard_normal(k).astype(np.float32)
     w = rng.uniform(0.1, 3.0, n).astype(np.float32) if weighted else np.ones(1, np.float32)
-    from mgpu_dask.kernels.launch import launch, thread_grid
+    from mgpu_dask.kernels.launch import launch
     from mgpu_dask.kernels.logreg import cuda as C
 
+    if shared is not None:
+        monkeypatch.setattr(C, "SHARED_CLASSES", shared)
+        kernel = C.cuda.jit(C.softmax_xent_rows.py_func)  # the constant read again
+    else:
+        kernel = C.softmax_xent_rows
+    blocks, threads, lanes = C.layout(n, k, sms)
+    assert lanes * C.CLASSES_PER_LANE >= min(k, 32 * C.CLASSES_PER_LANE)
+    blocks = min(blocks, 2)  # each block takes several tiles in turn
     resid = np.empty((n, k), dtype=np.float32)
     sums = np.zeros(k + 1, dtype=np.float64)
-    launch(C.softmax_xent_rows, *thread_grid(n, C.THREADS), z, y, b, w, int(weighted), resid,
-           sums)
+    launch(kernel, blocks, threads, z, y, b, w, int(weighted), lanes, resid, sums)
     grad_b, loss = sums[:k], sums[k]
     want_resid, want_loss = softmax_reference(z.astype(np.float64) + b, y)
     if weighted:

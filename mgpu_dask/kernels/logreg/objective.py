@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..cublas import bound_gemm
-from ..launch import array_module, bound_launch, thread_grid
+from ..launch import array_module, bound_launch
 from ..precision import Precision
 from .levels import Levels, rows_on_gpu, scaled_rows
 
@@ -193,7 +193,8 @@ class ShardObjective:
             self.resid = cupy.empty((n, k), dtype=np.float32)
             self.logits = cupy.empty((n, k), dtype=np.float32)
             W = self.params[: d * k].reshape(d, k)
-            blocks, threads = thread_grid(n, cuda.THREADS)
+            blocks, threads, lanes = cuda.layout(
+                n, k, self.device.attributes["MultiProcessorCount"])
             weighted = self.weights is not None
             self.weights = (cupy.asarray(self.weights, dtype=np.float32) if weighted
                             else cupy.ones(1, dtype=np.float32))
@@ -201,7 +202,7 @@ class ShardObjective:
                 bound_gemm(self.logits, self.X, W, self.stream),
                 bound_launch(cuda.softmax_xent_rows,
                              [self.logits, self.labels, self.params[d * k:], self.weights,
-                              int(weighted), self.resid, self.sums], (blocks,), threads,
+                              int(weighted), lanes, self.resid, self.sums], (blocks,), threads,
                              self.stream),
                 bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)]
 
