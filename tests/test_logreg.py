@@ -49,8 +49,8 @@ def test_softmax_xent_kernel():
 @pytest.mark.parametrize("n, k, weighted, sms, shared", [
     (45, 3, False, 1, None),      # one partial tile, a thread a row
     (300, 12, True, 1, None),     # tiles in turn on one block, rows weighted
-    (700, 40, False, 1, None),    # four lanes a row, two slices of the column sums
-    (70, 300, True, 1, None),     # 32 lanes a row, a class a thread in the column sums
+    (700, 40, False, 1, None),    # two lanes a row, six slices of the column sums
+    (70, 900, True, 1, None),     # 32 lanes a row, a class a thread in the column sums
     (90, 20, False, 1, 8),        # classes past the shared sums: added tile by tile
 ])
 def test_cuda_kernel_residual_and_block_sums(monkeypatch, n, k, weighted, sms, shared):
@@ -75,7 +75,7 @@ def test_cuda_kernel_residual_and_block_sums(monkeypatch, n, k, weighted, sms, s
     blocks = min(blocks, 2)  # each block takes several tiles in turn
     resid = np.empty((n, k), dtype=np.float32)
     sums = np.zeros(k + 1, dtype=np.float64)
-    launch(kernel, blocks, threads, z, y, b, w, int(weighted), lanes, resid, sums)
+    launch(kernel, blocks, threads, z.ravel(), k, y, b, w, int(weighted), lanes, resid.ravel(), sums)
     grad_b, loss = sums[:k], sums[k]
     want_resid, want_loss = softmax_reference(z.astype(np.float64) + b, y)
     if weighted:

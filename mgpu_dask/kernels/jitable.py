@@ -33,3 +33,19 @@ def inlined_device(fn):
         return cuda.jit(device=True, forceinline=True)(fn)
     except TypeError:
         return cuda.jit(device=True, inline=True)(fn)
+
+
+def bounded_kernel(threads: int, blocks_per_sm: int):
+    """``cuda.jit(cache=True)`` for a kernel launched with ``threads`` threads a block, its
+    registers capped so that ``blocks_per_sm`` blocks fit one SM (``launch_bounds``):
+    kernels that stream memory need the resident warps more than the registers.  Where
+    ``launch_bounds`` is not known (older numba-cuda, Numba's CUDA simulator) the kernel
+    is compiled without it."""
+    from numba import cuda
+
+    def decorate(fn):
+        try:
+            return cuda.jit(cache=True, launch_bounds=(threads, blocks_per_sm))(fn)
+        except TypeError:
+            return cuda.jit(cache=True)(fn)
+    return decorate

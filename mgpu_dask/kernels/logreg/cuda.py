@@ -10,28 +10,35 @@ cross-entropy, so a whole evaluation needs no other kernel.  Up to 32 threads
 share a row, side by side along it (the loads of a warp fall on a few rows' adjacent
 entries, not on 32 rows a row apart), and a grid of a few blocks per SM walks the rows
 tile by tile: each block keeps its class sums in shared memory and adds them to the
-output once, at the end.  No warp shuffles: it also runs in the CUDA simulator.
+output once, at the end.  Its time goes to instructions, not to memory: one pass finds a
+row's largest logit and its exp-sum together, the exponentials are float32 and the
+entries are reached by unsigned offsets into flat views.  No warp shuffles: it also runs
+in the CUDA simulator.
 """
 
 from __future__ import annotations
 
 import math
 
-from numba import cuda, float64
+from numba import cuda, float32, float64, uint64
 
 from ..blocks import block_sum
-from ..jitable import inlined_device
+from ..jitable import bounded_kernel, inlined_device
 
 THREADS = 128
 """Threads per block of the tensor-core evaluations' kernels, a row each."""
 TILE_THREADS = 256
 """Threads per block of :func:`softmax_xent_rows` (its shared reductions are sized by it)."""
-CLASSES_PER_LANE = 16
-"""About how many of a row's classes one thread takes (:func:`layout`)."""
+CLASSES_PER_LANE = 25
+"""About how many of a row's classes one thread takes (:func:`layout`): fewer make more
+rows a tile wait on each other's lanes, more leave the loads of a warp far apart."""
 SHARED_CLASSES = 1024
 """Classes whose sums a block keeps in shared memory (8 KiB); the sums of further ones
 are added to the output tile by tile."""
-BLOCKS_PER_SM = 8
+BLOCKS_PER_SM = 4
+"""Blocks of :func:`softmax_xent_rows` resident on one SM (its registers capped for them)
+and launched per SM: uncapped, its registers left room for two, too few warps to keep
+the loads in flight (docs/performance-history.md)."""
 
 
 def _row_xent(logit):
@@ -53,17 +60,25 @@ def _row_xent(logit):
     return row_xent
 
 
-@cuda.jit(cache=True)
-def softmax_xent_rows(logits, labels, bias, weights, weighted, lanes, resid, acc):
+@bounded_kernel(TILE_THREADS, BLOCKS_PER_SM)
+def softmax_xent_rows(logits, k, labels, bias, weights, weighted, lanes, resid, acc):
     """``acc[c] += sum of resid[:, c]`` (c < k) and ``acc[k] += summed cross-entropy``;
     with ``weighted`` each row's residual and cross-entropy times ``weights[row]``.
+    ``logits`` and ``resid`` are the rows of ``k`` classes one after another (flat views
+    of row-major arrays: an entry is one unsigned sum away, no index wraps around).
     ``lanes`` threads share a row (a power of 2 up to 32, :func:`layout`); any grid:
-    block ``b`` takes the tiles ``b, b + grid, ...`` of ``TILE_THREADS // lanes`` rows."""
+    block ``b`` takes the tiles ``b, b + grid, ...`` of ``TILE_THREADS // lanes`` rows.
+    The exponentials are float32 of float32 differences (exact in the float64 of the
+    log-sum-exp), their sums float64."""
     tid = cuda.threadIdx.x
     first = tid - tid % lanes
-    n, k = logits.shape[0], logits.shape[1]
+    lane = uint64(tid - first)
+    step = uint64(lanes)
+    width = uint64(k)
+    n = logits.shape[0] // k
     rows = TILE_THREADS // lanes
-    scratch = cuda.shared.array(TILE_THREADS, float64)
+    tops = cuda.shared.array(TILE_THREADS, float32)
+    totals = cuda.shared.array(TILE_THREADS, float64)
     sums = cuda.shared.array(SHARED_CLASSES, float64)
     for c in range(tid, min(k, SHARED_CLASSES), TILE_THREADS):
         sums[c] = 0.0
@@ -72,49 +87,55 @@ def softmax_xent_rows(logits, labels, bias, weights, weighted, lanes, resid, acc
     loss = float64(0.0)
     for tile in range(cuda.blockIdx.x, (n + rows - 1) // rows, cuda.gridDim.x):
         row = tile * rows + tid // lanes
-        top = -math.inf
-        if row < n:
-            for c in range(tid - first, k, lanes):
-                top = max(top, float64(logits[row, c] + bias[c]))
-        scratch[tid] = top
-        cuda.syncthreads()
-        top = scratch[first]
-        for j in range(1, lanes):  # every lane combines its row's parts, in one order
-            top = max(top, scratch[first + j])
-        cuda.syncthreads()
+        base = uint64(row) * width
+        top = float32(-math.inf)
         total = float64(0.0)
-        if row < n:
-            for c in range(tid - first, k, lanes):
-                total += math.exp(float64(logits[row, c] + bias[c]) - top)
-        scratch[tid] = total
+        if row < n:  # the largest logit of this thread's classes and their exp-sum, in one pass
+            c = lane
+            while c < width:
+                z = logits[base + c] + bias[c]
+                if z > top:
+                    total = total * float64(math.exp(top - z)) + 1.0
+                    top = z
+                else:
+                    total += float64(math.exp(z - top))
+                c += step
+        tops[tid] = top
+        totals[tid] = total
         cuda.syncthreads()
+        top = tops[first]
+        for j in range(1, lanes):  # every lane combines its row's parts, in one order
+            top = max(top, tops[first + j])
         total = float64(0.0)
         for j in range(lanes):
-            total += scratch[first + j]
-        cuda.syncthreads()
+            part_top = tops[first + j]
+            if part_top > float32(-math.inf):  # a lane with no class of the row adds nothing
+                total += totals[first + j] * float64(math.exp(part_top - top))
         if row < n:
-            lse = top + math.log(total)
+            lse = float64(top) + math.log(total)
             w = float64(weights[row]) if weighted != 0 else 1.0
-            target = labels[row]
-            for c in range(tid - first, k, lanes):
-                p = math.exp(float64(logits[row, c] + bias[c]) - lse)
-                resid[row, c] = w * (p - (1.0 if c == target else 0.0))
+            target = uint64(labels[row])
+            c = lane
+            while c < width:
+                p = math.exp(float32(float64(logits[base + c] + bias[c]) - lse))
+                resid[base + c] = w * (float64(p) - (1.0 if c == target else 0.0))
+                c += step
             if tid == first:
-                loss += w * (lse - float64(logits[row, target] + bias[target]))
+                loss += w * (lse - float64(logits[base + target] + bias[target]))
         cuda.syncthreads()  # the tile's residuals, written, are read by other threads
         here = min(rows, n - tile * rows)
         for e in range(tid, k * slices, TILE_THREADS):
             c = e % k
             part = float64(0.0)
             for r in range(e // k, here, slices):
-                part += resid[tile * rows + r, c]
+                part += resid[uint64(tile * rows + r) * width + uint64(c)]
             if c >= SHARED_CLASSES:
                 cuda.atomic.add(acc, c, part)
             elif slices == 1:
                 sums[c] += part  # this thread's class alone
             else:
                 cuda.atomic.add(sums, c, part)
-    summed = block_sum(loss, scratch)
+    summed = block_sum(loss, totals)
     for c in range(tid, min(k, SHARED_CLASSES), TILE_THREADS):
         cuda.atomic.add(acc, c, sums[c])
     if tid == 0:
@@ -123,8 +144,8 @@ def softmax_xent_rows(logits, labels, bias, weights, weighted, lanes, resid, acc
 
 def layout(n_rows: int, n_classes: int, sms: int) -> tuple[int, int, int]:
     """``(blocks, threads, lanes)`` for :func:`softmax_xent_rows` over ``n_rows`` rows of
-    ``n_classes`` on a GPU of ``sms`` multiprocessors: about 16 classes a thread (loads
-    that do not wait on each other) and as many rows a tile as that leaves, at most
+    ``n_classes`` on a GPU of ``sms`` multiprocessors: about :data:`CLASSES_PER_LANE` of
+    a row's classes a thread and as many rows a tile as that leaves, at most
     :data:`BLOCKS_PER_SM` blocks per SM."""
     lanes = 1
     while lanes < 32 and lanes * CLASSES_PER_LANE < n_classes:

@@ -201,8 +201,9 @@ class ShardObjective:
             self._ops = [
                 bound_gemm(self.logits, self.X, W, self.stream),
                 bound_launch(cuda.softmax_xent_rows,
-                             [self.logits, self.labels, self.params[d * k:], self.weights,
-                              int(weighted), lanes, self.resid, self.sums], (blocks,), threads,
+                             [self.logits.ravel(), k, self.labels, self.params[d * k:],
+                              self.weights, int(weighted), lanes, self.resid.ravel(), self.sums],
+                             (blocks,), threads,
                              self.stream),
                 bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)]
 
