@@ -74,3 +74,30 @@ def test_the_last_block_sees_every_part_and_resets_its_count_for_the_next_launch
         assert count.tolist() == [0, 0, 0]
     assert lasts.sum() == 2 and not lasts[5:].any()  # one last block per launch, a counted one
 
+
+
+@pytest.mark.parametrize("knows_bounds", [True, False])
+def test_a_bounded_kernel_asks_for_its_launch_bounds_where_numba_knows_them(monkeypatch,
+                                                                            knows_bounds):
+    """``bounded_kernel`` passes ``launch_bounds=(threads, blocks)`` to ``cuda.jit`` where it
+    takes them, and compiles the kernel without them where they are unknown (Numba's CUDA
+    simulator, an older numba-cuda) instead of failing."""
+    from mgpu_dask.kernels import jitable
+
+    asked = []
+
+    def fake_jit(**options):
+        asked.append(options)
+        if "launch_bounds" in options and not knows_bounds:
+            raise TypeError("jit() got an unexpected keyword argument 'launch_bounds'")
+        return lambda fn: ("compiled", fn, options)
+
+    monkeypatch.setattr(cuda, "jit", fake_jit)
+
+    def kernel(a):
+        pass
+
+    compiled = jitable.bounded_kernel(256, 4)(kernel)
+    assert compiled[:2] == ("compiled", kernel)
+    assert asked[0] == {"cache": True, "launch_bounds": (256, 4)}
+    assert compiled[2] == (asked[0] if knows_bounds else {"cache": True})
