@@ -68,8 +68,8 @@ def softmax_xent_rows(logits, k, labels, bias, weights, weighted, lanes, resid, 
     of row-major arrays: an entry is one unsigned sum away, no index wraps around).
     ``lanes`` threads share a row (a power of 2 up to 32, :func:`layout`); any grid:
     block ``b`` takes the tiles ``b, b + grid, ...`` of ``TILE_THREADS // lanes`` rows.
-    The exponentials are float32 of float32 differences (exact in the float64 of the
-    log-sum-exp), their sums float64."""
+    The exponentials are float32, of differences rounded once to float32; their sums,
+    the log-sum-exp and the cross-entropy are float64."""
     tid = cuda.threadIdx.x
     first = tid - tid % lanes
     lane = uint64(tid - first)
