@@ -291,6 +291,27 @@ def users_client(scheduler_address: str | None) -> Iterator[Any]:
         yield client
 
 
+def _libraries() -> dict[str, Any]:
+    """On a worker: what may change our timings from one environment to another -- CuPy's
+    allocator (RAPIDS' imports swap in RMM's), the CUDA and cuBLAS versions CuPy loaded,
+    which RAPIDS modules are imported, the preloaded libraries."""
+    import os
+
+    found: dict[str, Any] = {"rapids imported": sorted(
+        m for m in ("rmm", "cudf", "cuml", "ucxx", "distributed_ucxx") if m in sys.modules),
+        "LD_PRELOAD": os.environ.get("LD_PRELOAD", "")}
+    try:
+        import cupy
+
+        allocator = cupy.cuda.get_allocator()
+        found["cupy allocator"] = getattr(allocator, "__qualname__", type(allocator).__name__)
+        found["cuda runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+        found["cublas"] = cupy.cuda.cublas.getVersion(cupy.cuda.device.get_cublas_handle())
+    except Exception as exc:  # no GPU here: say so, the run goes on
+        found["cupy"] = f"{type(exc).__name__}: {exc}"[:200]
+    return found
+
+
 @contextlib.contextmanager
 def recorded(out: str, scheduler_address: str | None) -> Iterator[tuple[Any, dict, Any]]:
     """``(client, results, save)``: a user's client (:func:`users_client`) and the run's
@@ -302,7 +323,8 @@ def recorded(out: str, scheduler_address: str | None) -> Iterator[tuple[Any, dic
         from mgpu_dask.jobs.machine import machine
 
         results = {"command": " ".join(sys.argv), "machine": machine(),
-                   "workers": len(client.nthreads()), "cases": []}
+                   "workers": len(client.nthreads()), "cases": [],
+                   "worker_libraries": client.run(_libraries)}
 
         def save() -> None:
             results["seconds"] = time.perf_counter() - started
