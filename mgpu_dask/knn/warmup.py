@@ -58,13 +58,23 @@ def _fused(search: Search, exact: bool, K: int) -> bool:
                             padded_shape(1, search.n_features)[1])
 
 
-def _kernels(search: Search) -> list[Any]:
-    """The Numba kernels such a search runs."""
+def _module(search: Search) -> Any:
+    """The module of the kernels such a search runs: CUDA's or the CPU's."""
     if search.gpu:
         from ..kernels.knn import cuda as module
     else:
         from ..kernels.knn import cpu as module
-    exact = precisions.eight_bit_of(np.dtype(search.dtype)).exact and search.method == "gemm"
+    return module
+
+
+def _exact(search: Search) -> bool:
+    """Whether such a search's keys are exact (8-bit values by the product)."""
+    return precisions.eight_bit_of(np.dtype(search.dtype)).exact and search.method == "gemm"
+
+
+def _kernels(search: Search) -> list[Any]:
+    """The Numba kernels such a search runs."""
+    module, exact = _module(search), _exact(search)
     K = list_length(search.k, search.margin, search.n_features, ROWS, exact)
     names = ["vote_rows"]
     if search.gpu and not _fused(search, exact, K):
@@ -92,13 +102,8 @@ def seen(**search: Any) -> bool:
     (the vote for 8-bit rows, the exact re-rank for float rows): False on a machine that
     never ran one (what ``parallel.first_use`` asks; :func:`cached` lists them all)."""
     s = Search(**search)
-    if s.gpu:
-        from ..kernels.knn import cuda as module
-    else:
-        from ..kernels.knn import cpu as module
-    exact = precisions.eight_bit_of(np.dtype(s.dtype)).exact and s.method == "gemm"
-    kernel = module.vote_rows if exact else module.refine_rows
-    return in_cache([kernel])
+    module = _module(s)
+    return in_cache([module.vote_rows if _exact(s) else module.refine_rows])
 
 
 def warm_up(**fields: Any) -> dict[str, Any]:
