@@ -144,3 +144,58 @@ def test_a_join_that_fails_otherwise_is_said_and_each_worker_searches(client, pa
         np.testing.assert_array_equal(to_host(clf.predict(Q, on_host=True)), alone)
     assert "could not join the query blocks" in caplog.text and "no room" in caplog.text
     assert _soon(lambda: set(client.run(peer_views.exported).values()) == {0})  # released
+
+
+def test_a_gpu_without_a_copy_is_searched_by_the_worker_that_has_one():
+    ids = {"a": "h/1", "b": "h/1", "c": "h/1", "d": "h/2"}
+    # the one copy (a shard of the GPU's rows) is a's: a searches b's and c's blocks
+    assert straight.searchers(["b", "c"], ids, {"a": 0}) == {"a": [0, 1]}
+    assert straight.searchers(["b", "b"], ids, {"a": 0}) == {"a": [0, 1]}
+    assert straight.searchers(["a", "a"], ids, {"a": 0}) == {}  # its own blocks alone
+    assert straight.searchers(["d", "b"], ids, {"a": 0}) == {"a": [1]}  # h/2 has no copy
+
+
+def test_adjacent_blocks_on_one_gpu_become_one_shard(client, monkeypatch):
+    import dask.array as da
+
+    from mgpu_dask.knn import layout
+    from mgpu_dask.parallel.workers import Facts
+
+    ids = {"a": "h/1", "b": "h/1", "c": "h/2"}
+    monkeypatch.setattr(layout, "gpu_ids", lambda client, where: {w: ids[w] for w in where})
+    memory = {w: Facts(True, (9, 0), 10**9) for w in ids}
+    monkeypatch.setattr(layout, "fixed_facts", lambda client: memory)
+    X = da.zeros((40, 5), chunks=10, dtype=np.float32)  # 200 bytes a block
+    assert layout.gpu_runs(client, X, ["a", "b", "c", "a"]) == [range(0, 2), range(2, 3),
+                                                                range(3, 4)]
+    assert layout.gpu_runs(client, X, ["a", "c", "b", "c"]) is None  # none adjacent
+    memory["a"] = memory["b"] = Facts(True, (9, 0), 4 * 400 - 1)  # over a quarter of h/1
+    assert layout.gpu_runs(client, X, ["a", "b", "c", "a"]) is None
+    with dask.config.set({"mgpu-dask.knn.one-search-per-gpu": False}):
+        memory["a"] = memory["b"] = memory["c"]
+        assert layout.gpu_runs(client, X, ["a", "b", "c", "a"]) is None
+
+
+def test_shards_of_workers_sharing_a_gpu_are_one_shard_searched_once(process_client, parts,
+                                                                      monkeypatch):
+    from mgpu_dask.knn import layout
+
+    client = process_client
+    Q = shard(parts.X_test, client, dtype=np.float32)
+    apart = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
+    assert len(apart.layout_.X) == 3  # CPU workers: a shard each
+    alone = to_host(apart.predict(Q, on_host=True))
+    _, found = apart.kneighbors(Q)
+    _one_gpu(monkeypatch)
+    monkeypatch.setattr(layout, "gpu_ids", lambda client, where: {
+        w: "here/0000:00:00.0" for w in where})
+    clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
+    assert len(clf.layout_.X) == 1 and clf.layout_.offsets == [0]
+    assert clf.layout_.X[0].key in client.who_has(clf.layout_.X[0])  # persisted, placed
+    host = clf.predict(Q, on_host=True)
+    assert placement.blocks_in_hand(host) is not None  # straight, no task
+    np.testing.assert_array_equal(to_host(host), alone)
+    assert _most_joined(client) == 3  # the shard's holder searched every block at once
+    _, joined_found = clf.kneighbors(Q)
+    np.testing.assert_array_equal(to_host(joined_found), to_host(found))
+    del host, Q

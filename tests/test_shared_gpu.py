@@ -45,6 +45,7 @@ def _run(n_workers: int, split) -> dict:
             host = clf.predict(Q, on_host=True)  # straight, under either plan
             out[plan, "straight"] = placement.blocks_in_hand(host) is not None
             out[plan, "host"] = to_host(host)
+            out[plan, "copies"] = len(clf.layout_.X)
             if plan == "replicate":  # the blocks on one GPU searched as one
                 out["joined"] = max(r["joined"] for r in client.run(blocks.what_ran).values())
         X = shard(s.X_train, client)                      # uint8 pixels, scaled as read
@@ -102,8 +103,10 @@ def test_workers_sharing_one_gpu_match_one_worker(n_workers, split, one_worker):
         np.testing.assert_array_equal(got[plan, "host"], one_worker[plan])
     assert got["replicate", "straight"] and one_worker["replicate", "straight"]
     assert got["joined"] == n_workers and one_worker["joined"] == 0
-    assert got["shard", "straight"]  # every shard's holder searched every block: no task
+    assert got["shard", "straight"]  # the shard's holder searched every block: no task
     assert one_worker["shard", "straight"]  # one worker holds every shard: no task
+    # the shards of one GPU's workers are one shard: the GPU's rows are searched once
+    assert got["shard", "copies"] == 1 and got["replicate", "copies"] == n_workers
     assert got["lr straight"] and one_worker["lr straight"]
     np.testing.assert_array_equal(got["lr host"], got["lr device"])
     for route in ROUTES:

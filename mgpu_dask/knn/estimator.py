@@ -58,7 +58,8 @@ class KNeighborsClassifier(ClassifierMixin, BaseEstimator):
     plan : {"auto", "replicate", "shard"}, default "auto"
         ``"replicate"`` copies the training set to every worker and shards the
         queries; ``"shard"`` splits the training set and tree-merges each
-        worker's top-k.  ``"auto"`` replicates when the training set fits the
+        shard's top-k (workers that share a GPU hold one shard between them, so
+        the GPU searches its rows once).  ``"auto"`` replicates when the training set fits the
         per-worker memory budget, except rows already persisted on the
         workers above ``mgpu-dask.knn.replicate-max-move`` (2 GiB): those stay
         where they are, sharded.

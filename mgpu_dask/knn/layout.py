@@ -1,7 +1,8 @@
 """The training rows placed on the workers for the two KNN plans.
 
 - ``replicate``: one prepared copy of the training set on every worker.
-- ``shard``: the training rows split over the workers, one prepared shard each.
+- ``shard``: the training rows split over the workers, one prepared shard each; where
+  workers share a GPU, one shard per run of their adjacent blocks (:func:`gpu_runs`).
 
 A prepared block is the kernels' :class:`~mgpu_dask.kernels.knn.TrainBlock`
 (the product's operand in the chosen precision, norms, exact rows where keys
@@ -20,6 +21,7 @@ import dask.array as da
 import numpy as np
 from distributed import Client, futures_of, wait
 
+from .. import config
 from ..data.sharding import meta_for, shard
 from ..exceptions import DataError
 from ..kernels import knn as kernels
@@ -28,7 +30,7 @@ from ..kernels.launch import array_module, as_numpy
 from ..kernels.precision import Precision
 from ..parallel import made_ahead, placement, recovery, shared_rows
 from ..parallel.placement import Pinned
-from ..parallel.workers import worker_addresses
+from ..parallel.workers import fixed_facts, gpu_ids, worker_addresses
 
 
 class TrainLayout(NamedTuple):
@@ -181,15 +183,81 @@ def shard_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         Xd = shard(X, client, device=device, timeout=timeout)
     else:
         Xd = placed_rows(client, X.rechunk({1: -1}), timeout)[0]
-    blocks = placement.map_blocks(client, _prepare_block, Xd, prep, device,
-                                  name=placement.fresh_name("knn-train"),
-                                  chunks=Xd.chunks, meta=meta_for(device, 2, np.float32))
+    name = placement.fresh_name("knn-train")
+    meta = meta_for(device, 2, np.float32)
+    found = placement.locate(client, Xd)
+    runs = None if found is None else gpu_runs(client, Xd, found[1])
+    if runs is None:  # one shard per block, prepared where it lies
+        blocks = placement.map_blocks(client, _prepare_block, Xd, prep, device, name=name,
+                                      chunks=Xd.chunks, meta=meta)
+    else:
+        blocks = _joined_shards(client, name, found, runs, Xd, prep, device, meta)
     yd = shard(y, client, device=device, dtype=np.int32, timeout=timeout, like=blocks)
     _placed_or_raise(futures_of([blocks, yd]), int(Xd.shape[0]), timeout)
     xs, ys = placement.row_futures(blocks), placement.row_futures(yd)
-    offsets = np.cumsum((0,) + Xd.chunks[0][:-1]).tolist()
+    offsets = np.cumsum((0,) + blocks.chunks[0][:-1]).tolist()
     return TrainLayout("shard", xs, ys, placement.holders(client, xs), offsets,
                        int(Xd.shape[0]), device, (blocks, yd))
+
+
+JOIN_SHARE = 4
+"""A run of blocks on one GPU is joined into one shard where its rows take at most this
+share of the GPU's memory (1/4): the stacking holds them twice while the shard is made."""
+
+
+def gpu_runs(client: Client, X: da.Array, where: list[str]) -> list[range] | None:
+    """The shard plan's shards where workers share a GPU: runs of consecutive row blocks
+    whose holders are on one GPU (:func:`.workers.gpu_ids`), each to be one shard on one
+    of them, so a predict searches each GPU's rows once, not once per worker (the
+    searches of workers on one GPU take turns on it).  None where every run is one
+    block (no two holders of adjacent blocks share a GPU), one-search-per-GPU is off
+    (``mgpu-dask.knn.one-search-per-gpu``) or the rows are not on GPUs."""
+    if not config.get("knn.one-search-per-gpu", True):
+        return None
+    ids = gpu_ids(client, sorted(set(where)))
+    facts = fixed_facts(client)
+    row_bytes = X.dtype.itemsize * int(X.shape[1])
+    runs: list[range] = []
+    for b, w in enumerate(where):
+        last = runs[-1] if runs else None
+        if (last is not None and ids.get(w) is not None
+                and ids.get(where[last.start]) == ids.get(w)
+                and _fits(facts.get(w), row_bytes * sum(X.chunks[0][last.start:b + 1]))):
+            runs[-1] = range(last.start, b + 1)
+        else:
+            runs.append(range(b, b + 1))
+    return runs if len(runs) < len(where) else None
+
+
+def _fits(facts: Any, nbytes: int) -> bool:
+    return facts is None or facts.gpu_bytes is None or nbytes * JOIN_SHARE <= facts.gpu_bytes
+
+
+def _joined_shards(client: Client, name: str, found: tuple[list, list[str]],
+                   runs: list[range], X: da.Array, prep: Prep, device: str, meta: Any) -> da.Array:
+    """One prepared shard per run of blocks (:func:`gpu_runs`), made on the holder of the
+    run's most rows; the others' blocks reach it under throwaway keys (``send``)."""
+    futures, where = found
+    sizes = X.chunks[0]
+    stack = functools.partial(_prepare_stacked, prep=prep, device=device)
+    tasks: list[Pinned] = []
+    for j, run in enumerate(runs):
+        rows: dict[str, int] = {}
+        for b in run:
+            rows[where[b]] = rows.get(where[b], 0) + sizes[b]
+        at = max(rows, key=rows.__getitem__)  # the first of the most, ties to the first
+        parts = []
+        for b in run:
+            if where[b] == at:
+                parts.append(futures[b].key)
+            else:
+                parts.append((f"{name}-send", b))
+                tasks.append(Pinned(parts[-1], (placement.send, futures[b].key), where[b]))
+        tasks.append(Pinned((name, j, 0), (stack, parts), at))
+    chunks = (tuple(sum(sizes[b] for b in run) for run in runs), (int(X.shape[1]),))
+    array = placement.pinned_array(name, tasks, chunks=chunks, meta=meta, inputs=futures,
+                                   loose=not placement.ensure_recovery(client))
+    return placement.persist(client, array)
 
 
 def _placed_or_raise(futures: list, n_rows: int, timeout: float) -> None:

@@ -8,6 +8,9 @@ array in hand.
 - Replicate plan: each block's holder searches its own copy of the training rows;
   where several holders share one GPU, one of them searches all their blocks as one
   (:mod:`.joined`: one call, one search).
+- Shard plan of one shard (workers that share one GPU have their rows joined at the
+  fit, :func:`.layout.gpu_runs`): as the replicate plan's one copy, the query blocks
+  of its GPU searched as one by the shard's holder.
 - Shard plan on one worker (every query block and training shard there, as with
   rows made where they live): it searches each shard, merges and votes.
 - Shard plan over several workers: every shard's holder searches every query
@@ -67,6 +70,17 @@ def predict(client: Client, name: str, layout: TrainLayout, queries: list, where
         return placement.run_straight(client, name, calls, chunks, meta, timeout)
     if not layout.workers or any(w is None for w in layout.workers):
         return None
+    if len(layout.X) == 1 and config.get("knn.one-search-per-gpu", True):
+        # one shard (the GPU's rows joined, :func:`.layout.gpu_runs`): searched like one copy
+        fn = functools.partial(blocks.replicated_block, vote=vote, **opts)
+        holder = layout.workers[0]
+        calls = [(w, fn, (direct.Held(q.key), direct.Held(layout.ref("X", 0)),
+                          direct.Held(layout.ref("y", 0)))) if w == holder else None
+                 for q, w in zip(queries, where)]
+        done = _one_search_per_gpu(client, name, layout, queries, where, calls, opts, vote,
+                                   chunks, meta, timeout, row_bytes)
+        if done is not None:
+            return done
     if all(set(layout.workers) == {w} for w in where):
         fn = functools.partial(blocks.shards_block, offsets=tuple(int(o) for o in layout.offsets),
                                vote=vote, **opts)
@@ -77,16 +91,25 @@ def predict(client: Client, name: str, layout: TrainLayout, queries: list, where
     return _across(client, name, layout, queries, where, opts, vote, chunks, meta, timeout)
 
 
-def searchers(where: list[str], ids: dict[str, str | None]) -> dict[str, list[int]]:
-    """The query blocks to search as one: for each GPU whose blocks two or more workers
-    hold (``ids``: each worker's GPU, :func:`.workers.gpu_ids`), its searcher (the
-    holder of its first block) and those blocks, in order."""
+def searchers(where: list[str], ids: dict[str, str | None],
+              copies: Any = None) -> dict[str, list[int]]:
+    """The query blocks to search as one: for each GPU whose blocks are held by workers
+    other than its searcher (``ids``: each worker's GPU, :func:`.workers.gpu_ids`), the
+    searcher and those blocks, in order.  The searcher is the holder of the GPU's first
+    block where it holds a copy of the training rows (every worker, where ``copies`` is
+    None), else the first worker in ``copies`` on that GPU; a GPU with no copy has none."""
     by_gpu: dict[str, list[int]] = {}
     for i, w in enumerate(where):
         if ids.get(w) is not None:
             by_gpu.setdefault(ids[w], []).append(i)
-    return {where[found[0]]: found for found in by_gpu.values()
-            if len({where[i] for i in found}) > 1}
+    found_by: dict[str, list[int]] = {}
+    for gpu, found in by_gpu.items():
+        searcher = where[found[0]]
+        if copies is not None and searcher not in copies:
+            searcher = next((c for c in copies if ids.get(c) == gpu), None)
+        if searcher is not None and len({where[i] for i in found} | {searcher}) > 1:
+            found_by[searcher] = found
+    return found_by
 
 
 _UNJOINED: "dict[tuple, None]" = {}
@@ -96,35 +119,39 @@ _UNJOINED_KEPT = 64  # query key sets whose searchers could not join them, most 
 def _one_search_per_gpu(client: Client, name: str, layout: TrainLayout, queries: list,
                         where: list, calls: list, opts: dict, vote: tuple, chunks: tuple,
                         meta: Any, timeout: float, row_bytes: int) -> da.Array | None:
-    """The replicate plan's host predictions with the query blocks of workers that share a
-    GPU searched as one on that GPU's searcher (:func:`.joined.predictions`), the other
-    blocks by their holders as ``calls`` has them; None where no GPU holds blocks of two
-    workers, the blocks are too large to join, or a searcher could not join them (those
-    blocks are then not tried again: each worker searches its own)."""
+    """Host predictions with the query blocks of workers that share a GPU searched as one
+    on that GPU's searcher (:func:`.joined.predictions`), against its copy of the
+    training rows (the replicate plan's, or the one shard), the other blocks by their
+    holders as ``calls`` has them (None: a holder with no copy); None where no GPU holds
+    blocks of a worker other than its searcher, the blocks are too large to join, a
+    block has no call, or a searcher could not join them (those blocks are then not
+    tried again: each worker searches its own)."""
     rows = chunks[0]
+    copies = {w: j for j, w in enumerate(layout.workers)}
+    ids = gpu_ids(client, list(dict.fromkeys(where + list(copies))))
     groups = {s: (found, tuple(queries[i].key for i in found))  # the blocks and their keys
-              for s, found in searchers(where, gpu_ids(client, where)).items()
+              for s, found in searchers(where, ids, copies).items()
               if sum(rows[i] for i in found) * row_bytes <= joined.JOIN_BYTES}
     groups = {s: group for s, group in groups.items() if group[1] not in _UNJOINED}
-    if not groups:
+    grouped = {i for found, _ in groups.values() for i in found}
+    if not groups or any(call is None for i, call in enumerate(calls) if i not in grouped):
         return None
     keep = kept_with_blocks.ensure_release(client)
-    copies = {w: j for j, w in enumerate(layout.workers)}
     by_worker: dict[str, list[tuple[Any, tuple]]] = {}
     alone: list[tuple[int, str, int]] = []  # (block, its holder, its call's place there)
-    grouped = {i for found, _ in groups.values() for i in found}
     for s, (found, keys) in groups.items():
         own = tuple(i for i in found if where[i] == s)
         fn = functools.partial(
             joined.predictions, own=own,
             others=tuple((i, where[i], queries[i].key) for i in found if where[i] != s),
-            keys=keys, wait=timeout / 2, keep=keep, vote=vote, **opts)
+            keys=keys, wait=timeout / 2, keep=keep and bool(own), vote=vote, **opts)
         by_worker.setdefault(s, []).append(
             (fn, (direct.Here(), direct.Held(layout.ref("X", copies[s])),
                   direct.Held(layout.ref("y", copies[s])),
                   *[direct.Held(queries[i].key) for i in own])))
-    for i, (w, fn, args) in enumerate(calls):
+    for i, call in enumerate(calls):
         if i not in grouped:
+            w, fn, args = call
             by_worker.setdefault(w, []).append((fn, args))
             alone.append((i, w, len(by_worker[w]) - 1))
     answers = placement.ask_straight(client, by_worker, timeout)
