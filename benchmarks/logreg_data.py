@@ -98,7 +98,14 @@ def _ours(X: Any, y: Any, case: Case, iterations: int) -> dict:
     return {"backend": "ours", "first_fit_s": first, "fit_s": fit, "iterations": model.n_iter_,
             "evaluations": model.n_evaluations_, "per_iteration_ms": 1e3 * fit / model.n_iter_,
             "loss": model.loss_, "graph": model.graph_, "notes": model.notes_,
-            "precision": model.precision_}
+            "precision": model.precision_, "profile": _profile(model.fit_profile_)}
+
+
+def _profile(profile: dict) -> dict:
+    """The last fit's ``fit_profile_``, its numbers and short values: where a fit's time
+    went (route, phases, host syncs, line searches) beside its clock."""
+    return {key: value for key, value in profile.items()
+            if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) < 200)}
 
 
 def _torch(Xh: np.ndarray, yh: np.ndarray, case: Case, iterations: int) -> list[dict]:
