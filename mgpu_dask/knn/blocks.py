@@ -17,6 +17,7 @@ import numpy as np
 
 from ..exceptions import DataError
 from ..kernels import knn as kernels
+from ..kernels.allocator import pooled
 from ..kernels.launch import all_entries_finite, array_module, finished
 from ..parallel import direct
 
@@ -102,6 +103,7 @@ def row_index(xp: Any, n: int, offset: int) -> Any:
     return index
 
 
+@pooled()
 def search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int | None,
             tile_bytes: int | None) -> Any:
     xp = array_module(train.norms)
@@ -141,6 +143,7 @@ def shards_block(Qb: Any, *held: Any, offsets: tuple[int, ...], vote: tuple, k: 
                              for p, offset in enumerate(offsets)]), *vote)
 
 
+@pooled()
 def merged(level: list[Any]) -> Any:
     """One candidate set from each training shard's (in shard order), merged by the pairwise
     tree that :func:`.plans.candidates` builds of tasks: the same bits either way."""
@@ -150,6 +153,7 @@ def merged(level: list[Any]) -> Any:
     return level[0]
 
 
+@pooled()
 def vote_pred(cand: Any, n_classes: int, weights: str, classes: np.ndarray | None,
                host: bool = False) -> Any:
     _, pred = kernels.vote(cand, n_classes, weights)
@@ -164,10 +168,12 @@ def vote_block(cand: Any, vote: tuple) -> Any:
     return vote_pred(cand, *vote)
 
 
+@pooled()
 def vote_proba(cand: Any, n_classes: int, weights: str) -> Any:
     return kernels.vote(cand, n_classes, weights)[0]
 
 
+@pooled()
 def merged_vote(*candidates: np.ndarray, vote: tuple, gpu: bool) -> Any:
     """A query block's predictions from each training shard's candidates (host arrays, in
     shard order), merged and voted on this worker's GPU where ``gpu``, as the tasks do."""

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..kernels.allocator import pooled
 from ..kernels.launch import array_module, on_gpu
 from ..parallel import direct, kept_with_blocks, peer_views
 from . import blocks
@@ -111,6 +112,7 @@ def _release(holder: str, token: str, worker: Any, _: Any) -> None:
     direct.from_worker(holder, peer_views.release, token, worker=worker)  # not waited for
 
 
+@pooled()
 def _joined(parts: list[Any]) -> Any:
     """One array of ``parts`` (this process's GPU, or host memory), the copies done; None
     where they are of different kinds or devices, or there is too little room."""

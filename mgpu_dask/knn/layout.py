@@ -26,6 +26,7 @@ from ..data.sharding import meta_for, shard
 from ..exceptions import DataError
 from ..kernels import knn as kernels
 from ..kernels.knn import precision as precisions
+from ..kernels.allocator import pooled
 from ..kernels.launch import array_module, as_numpy
 from ..kernels.precision import Precision
 from ..parallel import made_ahead, placement, recovery, shared_rows
@@ -70,6 +71,7 @@ def _to_device(block: Any, device: str, dtype: Any = None) -> Any:
     return block if dtype is None else block.astype(dtype, copy=False)
 
 
+@pooled()
 def _prepare(rows: Any, prep: Prep) -> Any:
     return kernels.prepare_train(rows, prep.precision, prep.eight_bit, prep.shift, prep.method,
                                  prep.metric, prep.split)

@@ -8,10 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.allocator import pooled
 from ..kernels.launch import array_module, as_numpy
 from ..kernels.logreg import decision
 
 
+@pooled()
 def predict_block(X: Any, coef: np.ndarray, intercept: np.ndarray, classes: np.ndarray,
                   host: bool = False) -> Any:
     """``classes[argmax(X coef + intercept)]`` per row (NumPy when ``host``)."""
@@ -20,6 +22,7 @@ def predict_block(X: Any, coef: np.ndarray, intercept: np.ndarray, classes: np.n
     return as_numpy(pred) if host else pred
 
 
+@pooled()
 def proba_block(X: Any, coef: np.ndarray, intercept: np.ndarray, log: bool = False,
                 host: bool = False) -> Any:
     """Softmax probabilities per row (float64; their logs with ``log``; NumPy when
@@ -33,6 +36,7 @@ def proba_block(X: Any, coef: np.ndarray, intercept: np.ndarray, log: bool = Fal
     return as_numpy(out) if host else out
 
 
+@pooled()
 def decision_block(X: Any, coef: np.ndarray, intercept: np.ndarray, two: bool = False,
                    host: bool = False) -> Any:
     """``X coef + intercept`` per row in float64 (each row's scores whatever the rows beside

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..exceptions import DataError
+from ..kernels.allocator import pooled
 from ..kernels.launch import array_module, as_numpy, on_gpu
 from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
@@ -42,6 +43,7 @@ def levels_wanted(problem: Problem) -> bool:
             and problem.precision in (Precision.AUTO, Precision.INT8))
 
 
+@pooled()
 def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
                   worker: Any = None) -> dict[str, Any]:
     """Runs on one worker: map every shard of the host and run the whole L-BFGS here.
@@ -359,6 +361,7 @@ def _held(dask_worker: Any, keys: list[Any], labels: Any) -> tuple[list[Any], An
     return blocks, labels
 
 
+@pooled()
 def fit_here(shards: list[dict[str, Any]], problem: Problem,
              dask_worker: Any = None) -> dict[str, Any]:
     """:func:`fit_on_leader`, asked straight by the client (:func:`.direct.from_client`, in a

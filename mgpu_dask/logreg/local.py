@@ -10,6 +10,7 @@ import dask
 import numpy as np
 
 from ..exceptions import DataError
+from ..kernels.allocator import pooled
 from ..kernels.logreg import ShardObjective
 from ..kernels.precision import Precision
 from ..parallel.inputs import all_finite, device_of
@@ -17,6 +18,7 @@ from .problem import NOT_FINITE, Problem, sum_parts
 from .solvers import fit_on_device
 
 
+@pooled()
 def fit_here_on_device(X: Any, y: Any, problem: Problem) -> dict[str, Any] | None:
     """The device L-BFGS in this process over dask ``X`` of CuPy blocks (``y``: their class
     indices); None where it does not apply (host rows, ``optimizer="host"`` or an L1
