@@ -34,7 +34,7 @@ def unpooled_rmm() -> bool:
     if cupy is None or rmm is None:
         return False
     allocator = cupy.cuda.get_allocator()
-    if not getattr(allocator, "__module__", "").startswith("rmm"):
+    if not (getattr(allocator, "__module__", None) or "").startswith("rmm"):
         return False
     try:
         resource = rmm.mr.get_current_device_resource()
