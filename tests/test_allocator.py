@@ -70,9 +70,14 @@ def test_an_rmm_pool_is_left_as_it_is(fakes, pooling):
     assert work() == 7 and used == []
 
 
-def test_cupys_own_allocator_is_left_as_it_is(fakes):
+class _BoundMalloc:  # CuPy's pool's malloc, a Cython method: its __module__ is None
+    __module__ = None
+
+
+@pytest.mark.parametrize("own", [lambda nbytes: None, _BoundMalloc()])
+def test_cupys_own_allocator_is_left_as_it_is(fakes, own):
     state, used, _ = fakes
-    state["allocator"] = lambda nbytes: None  # CuPy's pool, or a user's own
+    state["allocator"] = own  # CuPy's pool, or a user's own
     assert not allocator.unpooled_rmm()
     with allocator.pooled():
         pass
