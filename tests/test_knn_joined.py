@@ -127,6 +127,9 @@ def test_each_workers_gpu_is_asked_for_once(client, monkeypatch):
     assert workers.gpu_ids(client, where) == {w: None for w in where}  # CPU workers: no GPU
     assert workers.gpu_ids(client, where[:1] * 3) == {where[0]: None}
     assert asked == [where]  # every predict asks for them: the workers are asked once
+    lost = "tcp://127.0.0.1:9"  # a worker gone: ``run`` would wait on its address for ever
+    assert workers.gpu_ids(client, [lost, *where]) == {lost: None, **{w: None for w in where}}
+    assert asked == [where]  # not asked
 
 
 def test_a_join_that_fails_otherwise_is_said_and_each_worker_searches(client, parts,

@@ -128,7 +128,8 @@ def _one_search_per_gpu(client: Client, name: str, layout: TrainLayout, queries:
     tried again: each worker searches its own)."""
     rows = chunks[0]
     copies = {w: j for j, w in enumerate(layout.workers)}
-    ids = gpu_ids(client, list(dict.fromkeys(where + list(copies))))
+    # a one-copy layout's holder may hold no query block (the fit asked for its GPU)
+    ids = gpu_ids(client, list(dict.fromkeys(where + (list(copies) if len(copies) == 1 else []))))
     groups = {s: (found, tuple(queries[i].key for i in found))  # the blocks and their keys
               for s, found in searchers(where, ids, copies).items()
               if sum(rows[i] for i in found) * row_bytes <= joined.JOIN_BYTES}

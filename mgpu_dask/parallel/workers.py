@@ -131,10 +131,15 @@ def gpu_ids(client: Any, addresses: Sequence[str]) -> dict[str, str | None]:
     missing = sorted(set(addresses) - set(known))
     if missing:
         try:
-            known.update(client.run(_gpu_id, workers=missing))
-        except Exception:  # a worker gone: none of these is known to share a GPU
-            return {a: known.get(a) for a in addresses}
-    return {a: known[a] for a in addresses}
+            # only workers the scheduler has now: ``run`` on a lost one's address waits on
+            # it without end (a lost worker shares no GPU with anyone: None, not kept)
+            alive = set(scheduler_workers(client))
+            asked = [a for a in missing if a in alive]
+            if asked:
+                known.update(client.run(_gpu_id, workers=asked))
+        except Exception:  # a worker gone meanwhile: none of these is known to share a GPU
+            pass
+    return {a: known.get(a) for a in addresses}
 
 
 _FIXED: "weakref.WeakKeyDictionary[Any, dict[str, Facts]]" = weakref.WeakKeyDictionary()
