@@ -55,13 +55,9 @@ def predict(client: Client, name: str, layout: TrainLayout, queries: list, where
     if not all(hasattr(q, "key") for q in queries) or any(w is None for w in where):
         return None
     if layout.plan == "replicate":
-        copies = {w: j for j, w in enumerate(layout.workers)}
-        if not all(w in copies for w in where):
+        calls = _calls_on_copies(layout, queries, where, opts, vote)
+        if any(call is None for call in calls):
             return None
-        fn = functools.partial(blocks.replicated_block, vote=vote, **opts)
-        calls = [(w, fn, (direct.Held(q.key), direct.Held(layout.ref("X", copies[w])),
-                          direct.Held(layout.ref("y", copies[w]))))
-                 for q, w in zip(queries, where)]
         if config.get("knn.one-search-per-gpu", True):  # workers without a GPU share none
             done = _one_search_per_gpu(client, name, layout, queries, where, calls, opts, vote,
                                        chunks, meta, timeout, row_bytes)
@@ -72,11 +68,7 @@ def predict(client: Client, name: str, layout: TrainLayout, queries: list, where
         return None
     if len(layout.X) == 1 and config.get("knn.one-search-per-gpu", True):
         # one shard (the GPU's rows joined, :func:`.layout.gpu_runs`): searched like one copy
-        fn = functools.partial(blocks.replicated_block, vote=vote, **opts)
-        holder = layout.workers[0]
-        calls = [(w, fn, (direct.Held(q.key), direct.Held(layout.ref("X", 0)),
-                          direct.Held(layout.ref("y", 0)))) if w == holder else None
-                 for q, w in zip(queries, where)]
+        calls = _calls_on_copies(layout, queries, where, opts, vote)
         done = _one_search_per_gpu(client, name, layout, queries, where, calls, opts, vote,
                                    chunks, meta, timeout, row_bytes)
         if done is not None:
@@ -89,6 +81,17 @@ def predict(client: Client, name: str, layout: TrainLayout, queries: list, where
         calls = [(w, fn, (direct.Held(q.key), *shards)) for q, w in zip(queries, where)]
         return placement.run_straight(client, name, calls, chunks, meta, timeout)
     return _across(client, name, layout, queries, where, opts, vote, chunks, meta, timeout)
+
+
+def _calls_on_copies(layout: TrainLayout, queries: list, where: list, opts: dict,
+                     vote: tuple) -> list[tuple[str, Any, tuple] | None]:
+    """Each query block's search and vote on its holder's copy of the training rows (the
+    replicate plan's, or the one shard); None where its holder has no copy."""
+    copies = {w: j for j, w in enumerate(layout.workers)}
+    fn = functools.partial(blocks.replicated_block, vote=vote, **opts)
+    return [(w, fn, (direct.Held(q.key), direct.Held(layout.ref("X", copies[w])),
+                     direct.Held(layout.ref("y", copies[w])))) if w in copies else None
+            for q, w in zip(queries, where)]
 
 
 def searchers(where: list[str], ids: dict[str, str | None],
