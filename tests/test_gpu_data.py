@@ -141,6 +141,11 @@ def test_logistic_regression_keeps_its_graph_in_the_users_local_cuda_cluster():
                                                    da.from_array(y, chunks=25_000))
         assert host.graph_ is True, host.notes_
         np.testing.assert_allclose(host.coef_, model.coef_, rtol=1e-4, atol=1e-6)
+        # An elastic net runs OWL-QN in the same device loop, one graph per iteration
+        elastic = LogisticRegression(max_iter=50, l1_ratio=0.5, C=0.01).fit(
+            Xd, da.from_array(y, chunks=25_000))
+        assert (elastic.optimizer_, elastic.graph_) == ("device", True), elastic.notes_
+        assert (elastic.coef_ == 0).any()
     sk = SklearnLR(max_iter=50).fit(X, y)
     assert (pred == sk.predict(X)).mean() > 0.999
 
@@ -166,6 +171,7 @@ def test_logistic_regression_options_on_gpu_rows_are_scikit_learns(params, weigh
         warnings.simplefilter("ignore")
         sk = SklearnLR(max_iter=20_000, tol=1e-10, solver="saga" if "l1_ratio" in params
                        else "lbfgs", **params).fit(X.astype(np.float64), y, **fit)
+    assert ours.optimizer_ == "device" and ours.graph_ is not False, ours.notes_
     if "l1_ratio" in params:
         # On these 20,000 unscaled rows ours and saga's coefficients were 2e-3 apart in the
         # first GPU run: the check is that ours reaches saga's objective (in float64), with

@@ -518,6 +518,70 @@ def test_device_lbfgs_without_an_intercept_follows_the_host_loop():
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+@pytest.mark.parametrize("scale, l1, ahead, bridge, maxiter", [
+    (8.0, 0.02, None, None, 30), (8.0, 0.02, 1, 0, 30), (0.5, 0.05, 16, 0, 40),
+    (0.5, 0.05, None, 2, 40)])
+def test_device_owlqn_follows_the_host_loop(scale, l1, ahead, bridge, maxiter):
+    """OWL-QN (an L1 part) on the device's kernels takes the host backend's every step:
+    the pseudo-gradient's recursion, the orthant projection, the backtracking search
+    (badly scaled rows: the host probes the device), the stop on the pseudo-gradient
+    in the middle of a run-ahead; the same exact zeros, and some of them."""
+    from mgpu_dask.logreg.lbfgs import loop as lbfgs
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
+
+    shards, n, d, k = _two_shard_problem(scale)
+    penalty = 0.5 / n
+    device = DeviceBackend(shards, k, n, penalty, memory=3, l1=l1, run_ahead=ahead,
+                           bridge=bridge)
+    got = lbfgs.run(device, maxiter=maxiter, gtol=1e-6)
+    weights = np.concatenate([np.full(d * k, l1), np.zeros(k)])
+    want = lbfgs.minimize_lbfgs(_host_objective(shards, n, d, k, penalty), np.zeros(d * k + k),
+                                maxiter=maxiter, gtol=1e-6, memory=3, l1=weights)
+    assert (got["nit"], got["nfev"], got["searches"], got["message"]) == (
+        want["nit"], want["nfev"], want["searches"], want["message"])
+    assert want["searches"] >= 1 if scale > 1 else want["message"] == "gradient below gtol"
+    np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-12)
+    assert abs(got["fun"] - want["fun"]) < 1e-12 and abs(got["grad_max"] - want["grad_max"]) < 1e-12
+    zeros = want["x"][: d * k] == 0
+    assert zeros.any() and ((got["x"][: d * k] == 0) == zeros).all()
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+def test_device_lbfgs_with_row_weights_follows_the_host_loop():
+    """Weighted rows on the device (a third array per shard): the mean over the weights'
+    sum of each row's cross-entropy times its weight, the host loop's every step; the
+    same rows unweighted go elsewhere."""
+    from mgpu_dask.logreg.lbfgs import loop as lbfgs
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
+
+    shards, n, d, k = _two_shard_problem()
+    weights = np.random.default_rng(3).uniform(0.1, 3.0, n).astype(np.float32)
+    total = float(weights.astype(np.float64).sum())
+    penalty = 1.0 / total
+    weighted = [(X, y, weights[:50]) for X, y in shards[:1]] + [
+        (X, y, weights[50:]) for X, y in shards[1:]]
+    device = DeviceBackend(weighted, k, total, penalty, memory=3)
+    got = lbfgs.run(device, maxiter=12, gtol=1e-6)
+
+    def fun(theta):
+        W, b = theta[: d * k].reshape(d, k), theta[d * k:]
+        loss, gW, gb = 0.0, 0.0, 0.0
+        for (Xs, ys), ws in zip(shards, (weights[:50], weights[50:])):
+            objective = L.ShardObjective(Xs, ys, k, weights=ws)
+            part = objective(W, b)
+            loss, gW, gb = loss + part[0], gW + part[1], gb + part[2]
+        return (loss / total + 0.5 * penalty * (W * W).sum(),
+                np.concatenate([(gW / total + penalty * W).ravel(), gb / total]))
+
+    want = lbfgs.minimize_lbfgs(fun, np.zeros(d * k + k), maxiter=12, gtol=1e-6, memory=3)
+    assert (got["nit"], got["nfev"]) == (want["nit"], want["nfev"])
+    np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-11)
+    plain = lbfgs.minimize_lbfgs(_host_objective(shards, n, d, k, 1.0 / n), np.zeros(d * k + k),
+                                 maxiter=12, gtol=1e-6, memory=3)
+    assert np.abs(plain["x"] - got["x"]).max() > 1e-3
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
 def test_a_kept_device_lbfgs_fits_again_as_a_new_one_would():
     """The device L-BFGS kept with the rows' blocks (``fit_on_device``'s ``kept_under``):
     a second fit of the same rows, with other labels, starts from it (the labels copied

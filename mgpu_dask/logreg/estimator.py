@@ -60,9 +60,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
     C : float, default 1.0
         Inverse regularisation strength; must be > 0; ``np.inf``: no penalty.
     l1_ratio : float, default 0.0
-        The L1 share of the penalty: 0 is L2 (the L-BFGS on the GPU), in (0, 1] an
-        elastic net and at 1 the L1 penalty, by OWL-QN (L-BFGS for an L1 part, its zeros
-        exact zeros) on the host, each evaluation where the rows are.
+        The L1 share of the penalty: 0 is L2, in (0, 1] an elastic net and at 1 the
+        L1 penalty, by OWL-QN (L-BFGS for an L1 part, its zeros exact zeros) in the
+        same loop: on the GPU where the L2 fit runs there, else on the host.
     fit_intercept : bool, default True
         ``False``: the intercept stays 0 (its gradient held at zero, on the device too).
     class_weight : dict, "balanced" or None, default None
@@ -222,8 +222,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
             once per fit and travel with the fit's task.
         sample_weight : array-like of shape (n_samples,) or None, default None
             Each row's weight in the loss (times its class's, with ``class_weight``).
-            Weighted rows are fitted by messages: the loop on the client, each shard's
-            evaluation (float32 products on a GPU) where it lives.
+            Fitted as unweighted rows are, each shard's weights sent with its labels.
 
         Returns
         -------
@@ -276,7 +275,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
                           weight_sum=None if weights is None else total)
         routes.announce(X, problem, client)
         if weights is not None:
-            result = routes.weighted(X, rows, encoded, weights, client, timeout, problem)
+            result = routes.weighted(X, rows, encoded, weights, client, timeout, problem, self.comm)
         elif client is None:
             result = routes.here(X, da.from_array(encoded, chunks=(X.chunks[0],)), problem)
         else:

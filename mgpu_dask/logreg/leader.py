@@ -78,13 +78,15 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
     runs this).
     """
     began = time.time()
-    levels = levels_wanted(problem)
+    weighted = any("weights" in s for s in shards)  # nothing kept from or for such a fit
+    levels = levels_wanted(problem) and not weighted
     discover = problem.n_classes is None
-    hit = joined.kept(shards, levels, problem.scale, discover, problem.classes)
-    kept_under = joined.fit_key(shards, levels, problem.scale)
+    hit = None if weighted else joined.kept(shards, levels, problem.scale, discover,
+                                            problem.classes)
+    kept_under = None if weighted else joined.fit_key(shards, levels, problem.scale)
     result = (_fit_kept_join(*hit, problem, len(shards), kept_under) if hit is not None
               else None)
-    if result is None:
+    if result is None and not weighted:
         mapped = kept_peers.taken(shards, levels, problem.scale, discover, problem.classes)
         if mapped is not None:
             result = _fit_kept_mapped(mapped, shards, problem, levels, kept_under, worker)
@@ -178,7 +180,7 @@ def _export_and_fit(shards: list[dict[str, Any]], problem: Problem, levels: bool
         result = _fit_mapped(described, problem, release_holders,
                              lambda one, parts, classes: joined.keep(
                                  shards, levels, scale, one, parts, classes), kept_under,
-                             keep_mapped)
+                             keep_mapped, [s.get("weights") for s in shards])
     finally:
         if shards:
             peer_views.release(token)
@@ -214,11 +216,22 @@ def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
     return X, labels_mod.codes(labels, classes)
 
 
+def _beside(weights: np.ndarray, X: Any) -> Any:
+    """Row weights where rows ``X`` are: a float32 CuPy array on their GPU, or NumPy."""
+    if not on_gpu(X):  # (weighted fits export rows, never int8 levels)
+        return np.asarray(weights, dtype=np.float32)
+    import cupy
+
+    with cupy.cuda.Device(X.device.id):
+        return cupy.asarray(weights, dtype=np.float32)
+
+
 def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
                 release_holders: Callable[[], None],
                 keep_join: Callable[[tuple[Any, Any], list[Any] | None, Any], None],
                 kept_under: tuple[list[Any], tuple] | None = None,
-                keep_mapped: Callable[..., None] | None = None) -> dict[str, Any]:
+                keep_mapped: Callable[..., None] | None = None,
+                weights: list[Any] | None = None) -> dict[str, Any]:
     """Map the exports and fit; shards that share this GPU are joined into one first
     (:mod:`.joined`), their mappings closed and ``release_holders`` called before the
     L-BFGS, and the join handed to ``keep_join`` with the label values each shard
@@ -228,7 +241,8 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
     where they are other processes' mapped shards and ``kept_under`` is given, the
     device L-BFGS too, and after the fit the shards, their mappings, the label values
     and the classes are handed to ``keep_mapped`` (:mod:`.kept_peers`) instead of
-    closed."""
+    closed.  ``weights``: each shard's row weights (NumPy) or None; weighted shards are
+    fitted as they are, neither joined nor kept."""
     exporters = [s["address"] for s in shards if s["address"] and s["pid"] != os.getpid()]
     if not all(s["finite"] for s in shards):  # refused in the result: no worker traceback
         return {"refused": "not finite", "exporters": exporters}
@@ -246,15 +260,18 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
     with contextlib.ExitStack() as mappings:
         opened = mappings.enter_context(peer_views.opened(shards))
         arrays = [_shard_arrays(desc, a, found.get("classes")) for desc, a in zip(shards, opened)]
+        weighted = weights is not None and any(w is not None for w in weights)
+        if weighted:
+            arrays = [(X, y, _beside(w, X)) for (X, y), w in zip(arrays, weights)]
         if on_device(arrays, problem):
-            one = joined.on_leader(arrays)
+            one = None if weighted else joined.on_leader(arrays)
             parts = [s["info"]["classes"] for s in shards] if found else None
             if one is not None:  # nothing reads the mapped shards any more
                 arrays = [one]
                 mappings.close()
                 release_holders()
                 keep_join(one, parts, found.get("classes"))
-            elif len(shards) == 1 and shards[0]["pid"] == os.getpid():
+            elif not weighted and len(shards) == 1 and shards[0]["pid"] == os.getpid():
                 # this worker's own rows as they are: the next fit of them starts here
                 keep_join(arrays[0], parts, found.get("classes"))
             mapped = time.perf_counter()
@@ -269,10 +286,11 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
             arrays.clear()
             return {**result, **found, "exporters": exporters}
         # Levels hold the scale in their step already
-        arrays = [(X.rows(), y, None) if isinstance(X, Levels) else (X, y, problem.scale)
-                  for X, y in arrays]
-        objectives = [ShardObjective(X, labels, problem.n_classes, problem.precision, scale)
-                      for X, labels, scale in arrays]
+        objectives = [ShardObjective(X.rows() if isinstance(X, Levels) else X, labels,
+                                     problem.n_classes, problem.precision,
+                                     None if isinstance(X, Levels) else problem.scale,
+                                     weights=w[0] if w else None)
+                      for X, labels, *w in arrays]
         ran = products(objectives)
         arrays.clear()
         ready = time.perf_counter()

@@ -19,19 +19,25 @@ from .solvers import fit_on_device
 
 
 @pooled()
-def fit_here_on_device(X: Any, y: Any, problem: Problem) -> dict[str, Any] | None:
+def fit_here_on_device(X: Any, y: Any, problem: Problem,
+                       weights: Any = None) -> dict[str, Any] | None:
     """The device L-BFGS in this process over dask ``X`` of CuPy blocks (``y``: their class
-    indices); None where it does not apply (host rows, ``optimizer="host"`` or an L1
-    penalty)."""
-    if problem.optimizer == "host" or problem.on_host_only or device_of(X) != "gpu":
+    indices; ``weights``: each row's weight, chunked as ``X``'s rows, or None); None where
+    it does not apply (host rows, ``optimizer="host"``)."""
+    if problem.optimizer == "host" or device_of(X) != "gpu":
         return None
     X_blocks = dask.compute(*X.to_delayed().ravel())
     if not all(all_finite(b) for b in X_blocks):
         raise DataError(NOT_FINITE)
     y_blocks = dask.compute(*y.to_delayed().ravel())
+    w_blocks = dask.compute(*weights.to_delayed().ravel()) if weights is not None else None
     import cupy
 
-    arrays = [(b, cupy.asarray(yb)) for b, yb in zip(X_blocks, y_blocks)]
+    arrays = []
+    for i, (b, yb) in enumerate(zip(X_blocks, y_blocks)):
+        with cupy.cuda.Device(b.device.id):  # labels and weights beside their rows
+            arrays.append((b, cupy.asarray(yb)) if w_blocks is None else
+                          (b, cupy.asarray(yb), cupy.asarray(w_blocks[i], dtype=np.float32)))
     with cupy.cuda.Device(X_blocks[0].device.id):
         result = fit_on_device(arrays, problem)
     return {**result, "round_trips": 0, "comm": "graph"}

@@ -51,9 +51,6 @@ def check(model: Any) -> None:
                                   and np.isfinite(scale) and scale > 0):
         raise DataError(f"input_scale={scale!r} must be a positive number (e.g. 1/255) "
                         "or None")
-    if model.optimizer == "device" and ratio > 0:
-        raise DataError("optimizer='device' runs an L2 fit; l1_ratio > 0 takes "
-                        "optimizer='auto' or 'host'")
 
 
 def strengths(C: float, l1_ratio: float, total: float) -> tuple[float, float]:

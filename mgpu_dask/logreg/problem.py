@@ -31,14 +31,9 @@ class Problem(NamedTuple):
     precision: Precision    # asked for (AUTO: int8 products where they apply)
     scale: float | None     # the objective's rows are X * scale
     classes: Any = None     # the declared classes, where the leader finds them
-    l1: float = 0.0         # the L1 strength, l1_ratio / (C S): OWL-QN on the host
+    l1: float = 0.0         # the L1 strength, l1_ratio / (C S): OWL-QN where above 0
     fit_intercept: bool = True
     weight_sum: float | None = None  # S where rows are weighted (None: n)
-
-    @property
-    def on_host_only(self) -> bool:
-        """An L1 penalty: the host's loop (OWL-QN; the device L-BFGS has no L1 part)."""
-        return self.l1 > 0
 
 
 class HeldLabels(NamedTuple):

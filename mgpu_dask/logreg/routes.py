@@ -32,7 +32,7 @@ def announce(X: Any, problem: Problem, client: Any) -> None:
     announce_compiles("logreg", f"{dtype} rows of {problem.d} features", {
         "gpu": device_of(X) == "gpu", "dtype": dtype, "n_features": problem.d,
         "precision": problem.precision.value, "n_classes": problem.n_classes or 2,
-        "optimizer": "host" if problem.on_host_only else problem.optimizer,
+        "optimizer": problem.optimizer,
         "scale": problem.scale}, client, stacklevel=3)  # here, fit, the caller
 
 
@@ -90,21 +90,33 @@ def on_cluster(X: Any, rows: Any, labels: Any, held: Any, client: Any, timeout: 
 
 
 def weighted(X: Any, rows: Any, codes: np.ndarray, weights: np.ndarray, client: Any,
-             timeout: float, problem: Problem) -> dict[str, Any]:
-    """Rows weighted (sample or class weights): by messages, the labels and each row's
-    weight placed beside its row block (``comm_note`` says so).  ``rows`` as for
-    :func:`on_cluster`."""
+             timeout: float, problem: Problem, comm: str = "auto") -> dict[str, Any]:
+    """Rows weighted (sample or class weights): as unweighted rows go (the device L-BFGS
+    here, single-host on a cluster where ``comm`` allows), each shard's weights sent with
+    its labels; else by messages, the labels and each row's weight placed beside its row
+    block (``comm_note`` says why).  ``rows`` as for :func:`on_cluster`."""
     if client is None:
+        from .local import fit_here_on_device  # the L-BFGS's kernels: only where a fit runs
+
         chunks = (X.chunks[0],)
         y, w = da.from_array(codes, chunks=chunks), da.from_array(weights, chunks=chunks)
-        return by_messages(X, y, None, 0.0, problem, weights=w)
-    X, _ = _persisted(X, rows, client, timeout)
+        result = fit_here_on_device(X, y, problem, weights=w)
+        return result if result is not None else by_messages(X, y, None, 0.0, problem,
+                                                             weights=w)
+    X, rows = _persisted(X, rows, client, timeout)
+    note = None
+    if comm != "actors":
+        outcome = single_host.fit_single_host(X, rows, codes, client, timeout, problem,
+                                              strict=comm == "single-host", weights=weights)
+        if outcome.result is not None:
+            return {**outcome.result, "comm_note": outcome.note,
+                    "recoveries": outcome.recoveries}
+        note = outcome.note
     device = device_of(X)
     y = shard(codes, client, device=device, dtype=np.int32, timeout=timeout, like=X)
     w = shard(weights, client, device=device, dtype=np.float32, timeout=timeout, like=X)
     result = by_messages(X, y, client, timeout, problem, weights=w)
-    return {**result, "comm_note": "weighted rows: the fit by messages",
-            "recoveries": result.pop("rebuilds")}
+    return {**result, "comm_note": note, "recoveries": result.pop("rebuilds")}
 
 
 def by_messages(X: Any, y: Any, client: Any, timeout: float, problem: Problem,

@@ -96,7 +96,7 @@ def _as_task_inputs(shard: dict[str, Any], futures: list[Any], labels: Any,
 
 
 def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeout: float,
-                    problem: Problem, strict: bool) -> Outcome:
+                    problem: Problem, strict: bool, weights: np.ndarray | None = None) -> Outcome:
     """The whole L-BFGS in one worker that maps every shard of its host.
 
     ``rows`` are X's row futures and holders; ``labels`` the class indices of
@@ -110,11 +110,13 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
     them mapped for the next fit of the same rows (:mod:`.kept_peers`, the
     holders releasing them when the leader's rows go): one round trip per fit.  Where that cannot be done here (shards on several
     hosts, GPUs the leader does not see) or a worker was lost, the outcome
-    has no result and says why, unless ``strict``: then it raises.
+    has no result and says why, unless ``strict``: then it raises.  ``weights``: each
+    row's weight (NumPy), sent with each shard's labels; such a fit keeps nothing for
+    the next one.
     """
     token = uuid.uuid4().hex
     futures, where = rows
-    keep = keeping_levels(client)
+    keep = weights is None and keeping_levels(client)
     starts = np.concatenate([[0], np.cumsum(X.chunks[0])])
     by_worker: dict[str, list[int]] = {}
     for i, worker in enumerate(where):
@@ -140,6 +142,9 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
         else:
             shards.append({"address": worker, "keys": keys, "labels": codes, "token": token,
                            "keep": keep})
+        if weights is not None:
+            shards[-1]["weights"] = np.concatenate(
+                [weights[starts[i]:starts[i + 1]] for i in idx]).astype(np.float32)
     started, submitted = time.perf_counter(), time.time()
     exporters: set[str] | None = None
     try:

@@ -16,7 +16,7 @@ import numpy as np
 from ..exceptions import DataError
 from ..parallel import kept_with_blocks
 from .lbfgs import device as device_lbfgs
-from .lbfgs import loop, owlqn
+from .lbfgs import loop
 from .problem import Problem, products
 
 
@@ -36,22 +36,19 @@ def lbfgs_on_host(evaluate: Any, problem: Problem) -> dict[str, Any]:
         grad = np.concatenate([(gW / total + penalty * W).ravel(), keep_b * gb / total])
         return value, grad
 
-    start = np.zeros(d * k + k)
-    if problem.l1 > 0:
-        l1 = np.concatenate([np.full(d * k, problem.l1), np.zeros(k)])
-        return owlqn.minimize_owlqn(objective, start, l1, maxiter=problem.max_iter,
-                                    gtol=problem.gtol)
-    return loop.minimize_lbfgs(objective, start, maxiter=problem.max_iter, gtol=problem.gtol)
+    l1 = np.concatenate([np.full(d * k, problem.l1), np.zeros(k)]) if problem.l1 > 0 else None
+    return loop.minimize_lbfgs(objective, np.zeros(d * k + k), maxiter=problem.max_iter,
+                               gtol=problem.gtol, l1=l1)
 
 
 def on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> bool:
-    """Whether the L-BFGS runs on the GPU: every shard on a GPU, an L2 problem (with an
-    intercept or without), and not refused."""
+    """Whether the L-BFGS (OWL-QN with an L1 part) runs on the GPU: every shard on a GPU,
+    and not refused."""
     possible = device_lbfgs.usable(arrays)
     if problem.optimizer == "device" and not possible:
         raise DataError("optimizer='device' needs every shard on a GPU; use optimizer='auto' "
                         "or 'host'")
-    return possible and problem.optimizer != "host" and not problem.on_host_only
+    return possible and problem.optimizer != "host"
 
 
 def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
@@ -69,10 +66,12 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
     backend = None if kept_under is None else kept_backend(kept_under, fingerprint, arrays)
     reused = backend is not None
     if backend is None:
-        backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes, problem.n,
+        backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes,
+                                             problem.weight_sum or problem.n,
                                              problem.penalty, precision=problem.precision,
                                              scale=problem.scale,
-                                             fit_intercept=problem.fit_intercept)
+                                             fit_intercept=problem.fit_intercept,
+                                             l1=problem.l1)
     keep = False
     try:
         ready = time.perf_counter()
@@ -106,7 +105,7 @@ class KeptFit(NamedTuple):
 def _fingerprint(problem: Problem) -> tuple:
     """What a device L-BFGS is made for besides its rows and labels."""
     return (problem.n_classes, problem.n, problem.penalty, str(problem.precision),
-            problem.scale, problem.fit_intercept)
+            problem.scale, problem.fit_intercept, problem.l1)
 
 
 def kept_backend(kept_under: tuple[list[Any], tuple], fingerprint: tuple,

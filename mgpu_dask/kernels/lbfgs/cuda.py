@@ -31,6 +31,12 @@ at most ``scal[FTOL]``); while it is clear, the proposal's kernels and the
 ends in mode AUTO return at once, so the iterations queued behind change
 nothing.  ``scal[DONE]`` counts the steps kept since ``arm``.
 
+With an L1 weight (``l1 > 0``) the same kernels run OWL-QN
+(``mgpu_dask.logreg.lbfgs.owlqn``): the recursion reads the pseudo-gradient
+``pg`` (which ``finish.apply`` keeps beside ``g``; without L1 a copy of it), the
+direction keeps only entries that point against it, and every trial point is
+projected on the current point's orthant (``rules.moved_entry``).
+
 The recursion's products are independent, so they are taken over many
 blocks at once and the recursion itself is scalar work (in one block it
 would be a chain of dependent sweeps, each waiting on memory in one SM).  No
@@ -43,7 +49,7 @@ from numba import cuda, float32, float64, int32
 
 from ..blocks import LANES, block_sum, last_block, row_sums
 from ..jitable import inlined_device
-from .rules import first_step
+from .rules import first_owlqn_step, first_step, moved_entry
 
 SWEEP = 256        # threads per block of the many-block kernels (a power of 2)
 MAX_CHUNKS = 64    # blocks along a vector in those kernels
@@ -58,8 +64,9 @@ assert VECS_LANES == VECS * LANES and PAIR_LANES == PAIR_ROWS * LANES
 
 # Indices into ``scal``.
 (F, F_PREV, SLOPE0, STEP, VALUE, SLOPE, STATUS, GMAX, DECREASE, PAIRS, HEAD,
- ACTIVE, DONE, GTOL, FTOL, STORED, APPLY, SLOT) = range(18)
-N_SCALARS = 18  # the host copies all of them once per look
+ ACTIVE, DONE, GTOL, FTOL, STORED, APPLY, SLOT, DECREASE_1, DECREASE_2) = range(20)
+N_SCALARS = 20  # the host copies all of them once per look
+# DECREASE_1, DECREASE_2: OWL-QN's two steps before the last one (rules.STALLED = 3)
 # Slots of ``count`` (blocks.last_block): products' and the end's (finish.assemble).
 COUNT_PRODUCTS, COUNT_END = 0, 1
 N_COUNTS = 2
@@ -188,8 +195,10 @@ def products(S, Y, g, scal, dparts, gparts, SY, YY, count):
 
 
 @cuda.jit(cache=True)
-def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
+def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts, l1, dk):
     """``p = -H g`` over chunk ``c`` (block ``c``), and its chunk of ``g . p`` in ``pparts[c]``.
+    With an L1 part (``l1 > 0``, OWL-QN), ``g`` is the pseudo-gradient and an entry of the
+    first ``dk`` (the coefficients) that does not point against it is zero.
 
     The two-loop recursion needs, besides ``g``, only products of vectors:
     ``s_i . g``, ``y_i . g`` and the pairs' ``s_i . y_j`` and ``y_i . y_j``
@@ -277,6 +286,8 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
         for i in range(held, pairs):
             idx = slots[i]
             pj += coef[i] * S[idx, j] + coef[pairs + i] * Y[idx, j]
+        if l1 > 0.0 and j < dk and pj * g[j] >= 0.0:
+            pj = 0.0
         p[j] = pj
         part += g[j] * pj
     total = block_sum(part, sh)
@@ -285,21 +296,28 @@ def direction(S, Y, g, rho, SY, YY, scal, parts, p, pparts):
 
 
 @cuda.jit(cache=True)
-def trial(x, p, scal, pparts, params):
-    """The slope along ``p``, the first step and the float32 trial parameters (any block count)."""
+def trial(x, p, scal, pparts, params, pg, l1, dk):
+    """The slope along ``p``, the first step and the float32 trial parameters (any block
+    count); with an L1 part (``l1 > 0``) the trial point is projected on the orthant of
+    ``x`` (``rules.moved_entry``; ``pg``: the pseudo-gradient) and the first step is
+    OWL-QN's."""
     active = scal[ACTIVE]  # the scalars loaded together, before the test
     f = scal[F]
     f_prev = scal[F_PREV]
+    pairs = scal[PAIRS]
     if active == 0.0:
         return
     scratch = cuda.shared.array(LANES, float64)
     total = cuda.shared.array(1, float64)
     row_sums(pparts, 1, scratch, total)  # direction's chunks of g . p
     slope0 = total[0]
-    step = first_step(f, f_prev, slope0)
+    if l1 > 0.0:
+        step = first_owlqn_step(f, f_prev, slope0, pairs)
+    else:
+        step = first_step(f, f_prev, slope0)
     nt = cuda.blockDim.x
     for j in range(cuda.blockIdx.x * nt + cuda.threadIdx.x, x.shape[0], cuda.gridDim.x * nt):
-        params[j] = float32(x[j] + step * p[j])
+        params[j] = float32(moved_entry(x[j], p[j], pg[j], step, l1 if j < dk else 0.0))
     if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
         scal[SLOPE0] = slope0
         scal[STEP] = step
@@ -307,13 +325,14 @@ def trial(x, p, scal, pparts, params):
 
 
 @cuda.jit(cache=True)
-def set_trial(x, p, scal, params, step):
-    """Trial parameters ``x + step p`` (float32) at a step the host chose; any grid."""
+def set_trial(x, p, scal, params, step, pg, l1, dk):
+    """Trial parameters ``x + step p`` (float32) at a step the host chose, projected as
+    :func:`trial` projects them; any grid."""
     j = cuda.grid(1)
     if j == 0:
         scal[STEP] = step
     if j < x.shape[0]:
-        params[j] = float32(x[j] + step * p[j])
+        params[j] = float32(moved_entry(x[j], p[j], pg[j], step, l1 if j < dk else 0.0))
 
 
 @cuda.jit(cache=True)

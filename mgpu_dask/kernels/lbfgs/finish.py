@@ -32,15 +32,16 @@ from numba import cuda, float64, int32
 
 from ..blocks import LANES, last_block, row_reduce
 from ..jitable import inlined_device
-from .cuda import (ACCEPTED, ACTIVE, APPLY, AUTO, COMMIT, COUNT_END, DECREASE, DONE, F,
-                   F_PREV, FTOL, GMAX, GTOL, HEAD, INIT, N_SCALARS, NOT_DESCENT, PAIRS,
-                   SEARCH, SLOPE, SLOPE0, SLOT, STATUS, STEP, STORED, SWEEP, VALUE)
-from .rules import acceptable
+from .cuda import (ACCEPTED, ACTIVE, APPLY, AUTO, COMMIT, COUNT_END, DECREASE, DECREASE_1,
+                   DECREASE_2, DONE, F, F_PREV, FTOL, GMAX, GTOL, HEAD, INIT, N_SCALARS,
+                   NOT_DESCENT, PAIRS, SEARCH, SLOPE, SLOPE0, SLOT, STATUS, STEP, STORED,
+                   SWEEP, VALUE)
+from .rules import acceptable, moved_entry, pseudo_entry, sufficient_decrease
 
 # Rows of ``fparts`` (one column per block of assemble).
-W2, GTP, GG, TOP, SY, YY = range(6)
-N_PARTS = 6
-PARTS_LANES = 48  # N_PARTS * blocks.LANES (literal: a shared array's shape)
+W2, GTP, GG, TOP, SY, YY, L1 = range(7)
+N_PARTS = 7
+PARTS_LANES = 56  # N_PARTS * blocks.LANES (literal: a shared array's shape)
 assert PARTS_LANES == N_PARTS * LANES
 # Values of ``scal[APPLY]``.
 NOTHING, GRADIENT, STEP_KEPT, PAIR_STORED = 0, 1, 2, 3
@@ -68,11 +69,17 @@ def _block_parts(sh, fparts, c):
 
 
 @cuda.jit(cache=True)
-def assemble(parts, psums, x, p, g, gt, rho, scal, fparts, count, inv_n, penalty, mode):
+def assemble(parts, psums, x, p, g, gt, rho, scal, fparts, count, inv_n, penalty, mode, pg,
+             l1):
     """``gt`` at the trial point ``x + step p`` (COMMIT: ``gt`` as the last probe left it),
     this block's parts of the decision's sums in ``fparts[:, block]``, and, in the grid's
     last block (``count[COUNT_END]``, see :func:`~mgpu_dask.kernels.blocks.last_block`), the
     decision (:func:`_decide`).
+
+    With an L1 part (``l1 > 0``, OWL-QN; ``pg``: the pseudo-gradient at ``x``): the trial
+    point is projected on the orthant of ``x`` (as :func:`.cuda.trial` made it), the
+    objective has ``l1 |coef|_1``, the slope is ``pg``'s product with the step taken, and
+    the gradient's norm and largest entry are the pseudo-gradient's at the trial point.
 
     ``parts[s]``: shard ``s``'s coefficient gradient (rows x classes, flat,
     float32, unscaled); ``psums[s]``: its intercept gradient and, last, its
@@ -98,29 +105,41 @@ def assemble(parts, psums, x, p, g, gt, rho, scal, fparts, count, inv_n, penalty
     top = float64(0.0)
     sy = float64(0.0)
     yy = float64(0.0)
+    a1 = float64(0.0)
     for j in range(c * nt + tid, m, chunks * nt):
         pj = p[j]
+        xj = x[j]
+        lj = l1 if j < dk else 0.0
+        xt = moved_entry(xj, pj, pg[j], step, lj)
         if mode == COMMIT:
             v = gt[j]
         else:
-            xt = x[j] + step * pj
             total = float64(0.0)
             if j < dk:
                 for s in range(n_parts):
                     total += float64(parts[s, j])
                 v = total * inv_n + penalty * xt
                 w2 += xt * xt
+                a1 += abs(xt)
             else:
                 for s in range(n_parts):
                     total += psums[s, j - dk]
                 v = total * inv_n
             gt[j] = v
-        gtp += v * pj
-        gg += v * v
-        top = max(top, abs(v))
+        if l1 > 0.0:
+            q = pseudo_entry(xt, v, lj)
+            s_j = xt - xj
+            gtp += pg[j] * s_j
+        else:
+            q = v
+            s_j = step * pj
+            gtp += v * pj
+        gg += q * q
+        top = max(top, abs(q))
         y_j = v - g[j]
-        sy += step * pj * y_j
+        sy += s_j * y_j
         yy += y_j * y_j
+    sh[L1, tid] = a1
     sh[W2, tid] = w2
     sh[GTP, tid] = gtp
     sh[GG, tid] = gg
@@ -129,7 +148,7 @@ def assemble(parts, psums, x, p, g, gt, rho, scal, fparts, count, inv_n, penalty
     sh[YY, tid] = yy
     _block_parts(sh, fparts, c)
     if last_block(count, COUNT_END, chunks):
-        _decide(psums, rho, scal, fparts, inv_n, penalty, mode)
+        _decide(psums, rho, scal, fparts, inv_n, penalty, mode, l1)
 
 
 @inlined_device
@@ -143,7 +162,7 @@ _totals = row_reduce(_sum_or_top)
 
 
 @inlined_device
-def _decide(psums, rho, scal, fparts, inv_n, penalty, mode):
+def _decide(psums, rho, scal, fparts, inv_n, penalty, mode, l1):
     """The objective and slope at the trial point from ``assemble``'s parts, and what
     ``mode`` makes of them (one block, every block's parts written; ``apply`` carries it
     out over the vectors).  The scalars and the shards' losses are read into shared
@@ -174,11 +193,14 @@ def _decide(psums, rho, scal, fparts, inv_n, penalty, mode):
     value = sc[VALUE]
     slope = sc[SLOPE]
     if mode != COMMIT:
-        value = summed[0] * inv_n + 0.5 * penalty * sums[W2]
+        value = summed[0] * inv_n + 0.5 * penalty * sums[W2] + l1 * sums[L1]
         slope = sums[GTP]
     descent = slope0 < 0
-    keep = mode == INIT or mode == COMMIT or (
-        mode == AUTO and descent and acceptable(value, slope, step, f, slope0))
+    if l1 > 0.0:
+        fits = sufficient_decrease(value, slope, f)
+    else:
+        fits = acceptable(value, slope, step, f, slope0)
+    keep = mode == INIT or mode == COMMIT or (mode == AUTO and descent and fits)
     status = ACCEPTED if keep else (NOT_DESCENT if mode == AUTO and not descent else SEARCH)
     todo = NOTHING
     if keep and mode == INIT:
@@ -199,6 +221,11 @@ def _decide(psums, rho, scal, fparts, inv_n, penalty, mode):
             scal[PAIRS] = min(pairs + 1, memory)
         top = sums[TOP]
         decrease = (f - value) / max(abs(f), abs(value), 1.0)
+        if l1 > 0.0:  # the best of the last rules.STALLED steps
+            last = decrease
+            decrease = max(decrease, max(sc[DECREASE_1], sc[DECREASE_2]))
+            scal[DECREASE_2] = sc[DECREASE_1]
+            scal[DECREASE_1] = last
         scal[F_PREV] = f
         scal[F] = value
         scal[GMAX] = top
@@ -215,21 +242,32 @@ def _decide(psums, rho, scal, fparts, inv_n, penalty, mode):
 
 
 @cuda.jit(cache=True)
-def apply(x, p, g, gt, S, Y, scal):
+def apply(x, p, g, gt, S, Y, scal, pg, l1, dk):
     """What ``assemble``'s last block decided, over the vectors (any grid): ``g = gt``;
     for a step kept ``x += step p``; for a stored pair ``S[slot] = step p``,
-    ``Y[slot] = gt - g``."""
+    ``Y[slot] = gt - g``; ``pg``: the pseudo-gradient at the new ``x`` (``g`` itself
+    without an L1 part).  With one (``l1 > 0``) the step is the one to the projected
+    point, which ``x`` becomes."""
     todo = scal[APPLY]  # the scalars loaded together, before the test
     step = scal[STEP]
     slot = int32(scal[SLOT])
     if todo == NOTHING:
         return
     for j in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+        lj = l1 if j < dk else 0.0
         if todo >= STEP_KEPT:
-            s_j = step * p[j]
+            if l1 > 0.0:
+                xt = moved_entry(x[j], p[j], pg[j], step, lj)
+                s_j = xt - x[j]
+            else:
+                s_j = step * p[j]
             if todo == PAIR_STORED:
                 S[slot, j] = s_j
                 Y[slot, j] = gt[j] - g[j]
-            x[j] += s_j
+            if l1 > 0.0:
+                x[j] = xt
+            else:
+                x[j] += s_j
         g[j] = gt[j]
+        pg[j] = pseudo_entry(x[j], gt[j], lj)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..jitable import both_targets
 
 C1, C2 = 1e-4, 0.9  # sufficient decrease, curvature (the usual quasi-Newton choice)
+STALLED = 3  # OWL-QN: the decrease the stopping rule reads is the best of this many last steps
 
 
 @both_targets
@@ -18,6 +19,52 @@ def first_step(f, f_prev, slope0):
 
 
 @both_targets
+def first_owlqn_step(f, f_prev, slope0, pairs):
+    """OWL-QN's first trial step: 1 once there are curvature pairs (its backtracking only
+    shrinks, so a short step would make the next one short too), else :func:`first_step`."""
+    if pairs > 0:
+        return 1.0
+    return first_step(f, f_prev, slope0)
+
+
+@both_targets
 def acceptable(value, slope, step, f0, slope0):
     """Both strong-Wolfe conditions at ``step`` (a NaN value is never acceptable)."""
     return value <= f0 + C1 * step * slope0 and abs(slope) <= -C2 * slope0
+
+
+@both_targets
+def sufficient_decrease(value, change, f0):
+    """OWL-QN's step rule (Armijo alone): ``value <= f0 + C1 * change``, ``change`` being
+    the pseudo-gradient's product with the step actually taken (after the projection on
+    the orthant); a NaN value is never acceptable."""
+    return value <= f0 + C1 * change
+
+
+@both_targets
+def pseudo_entry(x, g, l1):
+    """One entry of the pseudo-gradient of ``f + l1 |x|`` (OWL-QN, Andrew and Gao 2007):
+    ``g + l1 sign(x)``, or at ``x = 0`` the one-sided derivative that decreases the
+    objective, zero where neither does.  ``l1 = 0``: ``g`` itself."""
+    if x > 0.0:
+        return g + l1
+    if x < 0.0:
+        return g - l1
+    if g - l1 > 0.0:
+        return g - l1
+    if g + l1 < 0.0:
+        return g + l1
+    return 0.0
+
+
+@both_targets
+def moved_entry(x, p, pg, step, l1):
+    """``x + step p`` projected on the orthant of ``x`` (OWL-QN): an entry that would
+    change sign, or leave zero other than against the pseudo-gradient ``pg``, is zero.
+    ``l1 = 0`` (an entry without L1 weight): the step as it is."""
+    t = x + step * p
+    if l1 > 0.0:
+        side = x if x != 0.0 else -pg
+        if not ((t > 0.0 and side > 0.0) or (t < 0.0 and side < 0.0)):
+            t = 0.0
+    return t

@@ -28,8 +28,9 @@ def ready(backend: Any, shards: list[tuple[Any, Any]]) -> bool:
     objectives = backend.objectives
     if not objectives or len(shards) != len(objectives):
         return False
-    for o, (X, labels) in zip(objectives, shards):
-        if _rows(o.X) is not _rows(X) or labels.shape != o.labels.shape:
+    for o, (X, labels, *weights) in zip(objectives, shards):
+        if (_rows(o.X) is not _rows(X) or labels.shape != o.labels.shape
+                or weights or o.weights is not None):  # weighted rows: never kept
             return False
     for o, (_, labels) in zip(objectives, shards):
         o.relabel(labels)

@@ -69,7 +69,7 @@ SIMULATOR_THREADS = 8  # the simulator runs one Python thread per CUDA thread: f
 
 def usable(arrays: list[tuple[Any, Any]]) -> bool:
     """Whether these shards can be fitted by the device backend (all CuPy, on GPUs)."""
-    return bool(arrays) and all(rows_on_gpu(X) for X, _ in arrays)
+    return bool(arrays) and all(rows_on_gpu(a[0]) for a in arrays)
 
 
 class DeviceBackend:
@@ -77,12 +77,12 @@ class DeviceBackend:
 
     Parameters
     ----------
-    shards : list of (X, labels)
-        Row blocks (float32 or uint8, n_i x d, or ``kernels.logreg.Levels``) and their
-        class indices (int32), CuPy arrays on any GPUs this process sees -- or
-        NumPy arrays under the CUDA simulator.
-    n_classes, n_rows : int
-        Classes; rows over all shards (the objective is the mean cross-entropy).
+    shards : list of (X, labels) or (X, labels, weights)
+        Row blocks (float32 or uint8, n_i x d, or ``kernels.logreg.Levels``), class
+        indices (int32), row weights (float32): CuPy arrays on any GPUs this process
+        sees -- or NumPy arrays under the CUDA simulator.
+    n_classes, n_rows : int, float
+        Classes; rows over all shards or their weights' sum (the cross-entropy's mean).
     penalty : float
         ``1 / (C n)``: the L2 weight on the coefficients.
     memory : int
@@ -105,6 +105,8 @@ class DeviceBackend:
     fit_intercept : bool
         False: the intercept's gradient is held at zero after each evaluation, so the
         intercept stays at its start, zero (scikit-learn's ``fit_intercept=False``).
+    l1 : float
+        The L1 weight on the coefficients; above 0: OWL-QN (:mod:`.owlqn`), same graph.
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
@@ -112,11 +114,11 @@ class DeviceBackend:
                  precision: Precision | str = Precision.FP32,
                  run_ahead: int | None = None, graph: bool = True,
                  scale: float | None = None, bridge: int | None = None,
-                 fit_intercept: bool = True) -> None:
+                 fit_intercept: bool = True, l1: float = 0.0) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
         self._run_ahead, self._bridge = run_ahead, bridge
-        self.fit_intercept = bool(fit_intercept)
+        self.fit_intercept, self.owlqn = bool(fit_intercept), l1 > 0
         self.gpu = usable(shards)
         self._graph: Any = None
         self.graph_seconds: float | None = None  # host time of the capture
@@ -145,6 +147,7 @@ class DeviceBackend:
         with self._leader():
             z = lambda *shape, dtype=np.float64: xp.zeros(shape, dtype=dtype)  # noqa: E731
             self.x, self.g, self.gt, self.p = z(m), z(m), z(m), z(m)
+            self.pg = z(m)  # the pseudo-gradient (OWL-QN; a copy of g without an L1 part)
             self.S, self.Y, self.rho = z(memory, m), z(memory, m), z(memory)
             self.scal = z(K.N_SCALARS)
             self.params = z(m, dtype=np.float32)
@@ -159,9 +162,10 @@ class DeviceBackend:
             self.count = z(K.N_COUNTS, dtype=np.int32)  # blocks.last_block's, zero between launches
             self.state = (self.x, self.g, self.gt, self.p, self.S, self.Y, self.rho, self.scal,
                           self.params, self.parts, self.psums, self.SY, self.YY, self.dparts,
-                          self.pparts, self.gparts, self.fparts, self.count)
+                          self.pparts, self.gparts, self.fparts, self.count, self.pg)
             (self._propose_launches, self._finish_launches, self._k_trial, self._k_forget,
-             self._k_arm) = launches(self, memory, chunks, sweep, 1.0 / n_rows, float(penalty))
+             self._k_arm) = launches(self, memory, chunks, sweep, 1.0 / n_rows, float(penalty),
+                                     float(l1), d * k)
             self._trial_blocks = -(-m // 256)
             if self.gpu:
                 self._ready = cupy.cuda.Event(disable_timing=True)
@@ -170,11 +174,12 @@ class DeviceBackend:
                 cupy.cuda.Stream.null.synchronize()
         self.scalars = Scalars(self.scal, self.device, self.stream)
         self.fresh_counts()
-        near = peers.enable(self.device.id, [X.device.id for X, _ in shards]) if self.gpu else ()
+        near = peers.enable(self.device.id, [a[0].device.id for a in shards]) if self.gpu else ()
         self.objectives = [ShardObjective(X, labels, k, precision, scale,
                                           out=(self.params, self.parts[i], self.psums[i])
-                                          if self.gpu and X.device.id in near else None)
-                           for i, (X, labels) in enumerate(shards)]
+                                          if self.gpu and X.device.id in near else None,
+                                          weights=weights[0] if weights else None)
+                           for i, (X, labels, *weights) in enumerate(shards)]
         self._done = []
         for o in self.objectives if self.gpu else ():
             with o.device:
@@ -300,9 +305,8 @@ class DeviceBackend:
 
             for o in self.objectives:  # their set-up (levels, buffers) is not the evaluation's
                 o.stream.synchronize()
-            # Nor is a first touch: the first kernels to read another process's rows (CUDA
-            # IPC) take many times an evaluation, which would make run_ahead 1.  One
-            # evaluation at zero beforehand, not counted.
+            # Nor is a first touch: the first kernels to read another process's rows (CUDA IPC)
+            # take many times an evaluation (run_ahead 1).  One at zero first, not counted.
             self._evaluate(counted=False)
             with self.device:
                 self._timed = (cupy.cuda.Event(), cupy.cuda.Event())

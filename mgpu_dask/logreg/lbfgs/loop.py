@@ -30,7 +30,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 from scipy.linalg.blas import daxpy, ddot
 
-from . import line_search
+from . import line_search, owlqn
 
 Objective = Callable[[np.ndarray], "tuple[float, np.ndarray]"]
 
@@ -55,6 +55,7 @@ class Backend(Protocol):
     evaluations: int
     pairs: int
     run_ahead: int                            # iterations one ``advance`` may make
+    owlqn: bool                               # an L1 part (:mod:`.owlqn`)
 
     def start(self) -> Step: ...              # evaluate at the start point
     # Up to ``ahead`` proposals while they are kept and no stopping rule holds:
@@ -124,8 +125,12 @@ def _iterate(backend: Backend, maxls: int, ahead: int, gtol: float,
     trial, done = backend.advance(ahead, gtol, ftol, more)
     if trial.status != SEARCH:
         return trial, done, 0
-    step = line_search.strong_wolfe(backend.probe, trial.f, trial.slope0, trial.step,
-                                    first=(trial.value, trial.slope), maxiter=maxls)
+    if backend.owlqn:  # the trial's slope is the pseudo-gradient's product with the step
+        step = owlqn.backtracking(backend.probe, trial.f, trial.step,
+                                  first=(trial.value, trial.slope), maxiter=maxls)
+    else:
+        step = line_search.strong_wolfe(backend.probe, trial.f, trial.slope0, trial.step,
+                                        first=(trial.value, trial.slope), maxiter=maxls)
     return (trial, done, 1) if step is None else (backend.commit(), done + 1, 1)
 
 
@@ -134,45 +139,64 @@ def relative_decrease(f_old: float, f_new: float) -> float:
 
 
 class HostBackend:
-    """L-BFGS vectors in NumPy (float64) for any ``fun(x) -> (value, gradient)``."""
+    """L-BFGS vectors in NumPy (float64) for any ``fun(x) -> (value, gradient)``; with
+    ``l1`` (one weight per entry) OWL-QN on ``fun(x) + sum(l1 |x|)``."""
 
     run_ahead = 1  # nothing to gain: the host decides each step anyway
 
-    def __init__(self, fun: Objective, x0: np.ndarray, memory: int = 10) -> None:
+    def __init__(self, fun: Objective, x0: np.ndarray, memory: int = 10,
+                 l1: np.ndarray | None = None) -> None:
         self.fun, self.memory = fun, memory
         self.x = np.asarray(x0, dtype=np.float64).copy()
+        self.owlqn = l1 is not None and bool(np.any(l1))
+        self.l1 = np.asarray(l1, dtype=np.float64) if self.owlqn else None
+        self.penalised = self.l1 > 0 if self.owlqn else None
         self.history: list[tuple[np.ndarray, np.ndarray, float]] = []
         self.evaluations = 0
         self.f = self.f_prev = 0.0
-        self.g = self.p = np.empty(0)
-        self._trial: tuple[float, float, np.ndarray] | None = None  # step, value, gradient
+        self.g = self.pg = self.p = np.empty(0)
+        self._trial: tuple[float, np.ndarray, float, np.ndarray] | None = None
+        self._decreases: list[float] = []  # OWL-QN: the last few steps' relative decreases
 
     @property
     def pairs(self) -> int:
         return len(self.history)
 
     def _evaluate(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        """The whole objective (with its L1 part) and the smooth part's gradient."""
         self.evaluations += 1
         f, g = self.fun(x)
+        if self.owlqn:
+            f = float(f) + float(np.abs(x) @ self.l1)
         return float(f), np.asarray(g, dtype=np.float64)
+
+    def _pseudo(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return owlqn.pseudo_gradient(x, g, self.l1) if self.owlqn else g
+
+    def _gmax(self) -> float:
+        return float(np.max(np.abs(self.pg))) if self.pg.size else 0.0
 
     def start(self) -> Step:
         self.f, self.g = self._evaluate(self.x)
+        self.pg = self._pseudo(self.x, self.g)
         # First trial step of about unit length, as SciPy's BFGS.
-        self.f_prev = self.f + float(np.linalg.norm(self.g)) / 2
-        return Step(ACCEPTED, self.f, float(np.max(np.abs(self.g))), np.inf)
+        self.f_prev = self.f + float(np.linalg.norm(self.pg)) / 2
+        return Step(ACCEPTED, self.f, self._gmax(), np.inf)
 
     def propose(self) -> Step:
-        self.p = -_two_loop(self.g, self.history)
-        slope0 = float(self.g @ self.p)
+        self.p = -_two_loop(self.pg, self.history)
+        if self.owlqn:
+            owlqn.agreeing(self.p, self.pg, self.penalised)
+        slope0 = float(self.pg @ self.p)
         if not slope0 < 0:
-            return Step(NOT_DESCENT, self.f, float(np.max(np.abs(self.g))), np.inf, slope0)
-        step = line_search.first_step(self.f, self.f_prev, slope0)
+            return Step(NOT_DESCENT, self.f, self._gmax(), np.inf, slope0)
+        step = (owlqn.first_owlqn_step(self.f, self.f_prev, slope0, self.pairs) if self.owlqn
+                else line_search.first_step(self.f, self.f_prev, slope0))
         value, slope = self.probe(step)
-        if line_search.acceptable(value, slope, step, self.f, slope0):
+        if (owlqn.sufficient_decrease(value, slope, self.f) if self.owlqn
+                else line_search.acceptable(value, slope, step, self.f, slope0)):
             return self.commit()
-        return Step(SEARCH, self.f, float(np.max(np.abs(self.g))), np.inf, slope0, step,
-                    value, slope)
+        return Step(SEARCH, self.f, self._gmax(), np.inf, slope0, step, value, slope)
 
     def advance(self, ahead: int, gtol: float, ftol: float,
                 more: int = 0) -> tuple[Step, int]:
@@ -186,22 +210,35 @@ class HostBackend:
                 return step, done
 
     def probe(self, step: float) -> tuple[float, float]:
-        value, grad = self._evaluate(self.x + step * self.p)
-        self._trial = (step, value, grad)
+        """Value at the trial step and the slope along the direction (OWL-QN: the
+        pseudo-gradient's product with the step taken to the projected point)."""
+        if self.owlqn:
+            point = owlqn.projected(self.x, self.p, self.pg, step, self.penalised)
+        else:
+            point = self.x + step * self.p
+        value, grad = self._evaluate(point)
+        self._trial = (step, point, value, grad)
+        if self.owlqn:
+            return value, float(self.pg @ (point - self.x))
         return value, float(grad @ self.p)
 
     def commit(self) -> Step:
-        step, value, grad = self._trial
-        s, y = step * self.p, grad - self.g
+        step, point, value, grad = self._trial
+        s = point - self.x if self.owlqn else step * self.p
+        y = grad - self.g
         sy = float(s @ y)
         if sy > 1e-10 * float(y @ y):
             self.history.append((s, y, 1.0 / sy))
             if len(self.history) > self.memory:
                 self.history.pop(0)
         decrease = relative_decrease(self.f, value)
-        self.x = self.x + s
+        if self.owlqn:  # a backtracked step alone may gain little: the last few's best
+            self._decreases = (self._decreases + [decrease])[-owlqn.STALLED:]
+            decrease = max(self._decreases)
+        self.x = point if self.owlqn else self.x + s
         self.f_prev, self.f, self.g = self.f, value, grad
-        return Step(ACCEPTED, self.f, float(np.max(np.abs(self.g))), decrease)
+        self.pg = self._pseudo(self.x, self.g)
+        return Step(ACCEPTED, self.f, self._gmax(), decrease)
 
     def forget(self) -> None:
         self.history.clear()
@@ -212,12 +249,15 @@ class HostBackend:
 
 def minimize_lbfgs(fun: Objective, x0: np.ndarray, *, maxiter: int = 100, gtol: float = 1e-4,
                    ftol: float = 64 * np.finfo(float).eps, memory: int = 10,
-                   maxls: int = 50) -> dict[str, Any]:
-    """Minimise ``fun`` (returning value and gradient) from ``x0`` on the host.
+                   maxls: int = 50, l1: np.ndarray | None = None) -> dict[str, Any]:
+    """Minimise ``fun`` (returning value and gradient) from ``x0`` on the host; with
+    ``l1`` (a weight per entry), ``fun(x)[0] + sum(l1 |x|)`` by OWL-QN.
 
-    See :func:`run` for the stopping rules and what is returned.
+    See :func:`run` for the stopping rules and what is returned (``fun``: the whole
+    objective; ``grad_max``: the pseudo-gradient's largest entry with an L1 part).
     """
-    return run(HostBackend(fun, x0, memory), maxiter=maxiter, gtol=gtol, ftol=ftol, maxls=maxls)
+    return run(HostBackend(fun, x0, memory, l1), maxiter=maxiter, gtol=gtol, ftol=ftol,
+               maxls=maxls)
 
 
 def _two_loop(g: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:

@@ -1,32 +1,43 @@
 """OWL-QN: L-BFGS for a smooth objective plus an L1 penalty (Andrew and Gao, 2007).
 
 ``F(x) = f(x) + sum_j l1[j] |x_j|`` with ``f`` smooth: the L1 and elastic-net logistic
-regression (``l1_ratio > 0``; the intercept has no L1 weight).  Each iteration takes the
-*pseudo-gradient* of ``F`` (the gradient of ``f`` plus ``l1 sign(x)``, or at ``x_j = 0`` the
-one-sided derivative that decreases ``F``, zero where neither does), the L-BFGS direction
-from it with the curvature pairs of ``f``'s gradient, keeps of that direction only the
-entries that agree in sign with the steepest descent, and searches along it by
-backtracking, each trial point projected on the orthant of the current point (entries
-that would change sign are set to zero).  Entries leave zero only where the
-pseudo-gradient pushes them out, so the L1 solution's zeros are exact zeros.
+regression (``l1_ratio > 0``; the intercept has no L1 weight).  The L-BFGS loop
+(:func:`.loop.run`) runs it on either backend, host or device, with four changes
+that this module and :mod:`mgpu_dask.kernels.lbfgs.rules` hold:
+
+* the *pseudo-gradient* of ``F`` stands in for the gradient (the gradient of ``f``
+  plus ``l1 sign(x)``, or at ``x_j = 0`` the one-sided derivative that decreases
+  ``F``, zero where neither does) in the two-loop recursion, the slope and the
+  stopping rule; the curvature pairs stay those of ``f``'s gradient;
+* of the direction only the entries that agree in sign with the steepest descent
+  are kept;
+* each trial point is projected on the orthant of the current point (entries
+  that would change sign are set to zero), so the L1 solution's zeros are exact;
+* the first trial step is 1 once there are curvature pairs, and a step is kept on
+  sufficient decrease alone (Armijo, against the step actually
+  taken), and the host's search backtracks (:func:`backtracking`);
+* the relative decrease that the stopping rule reads is the best of the last
+  ``STALLED`` steps': a backtracked step alone may gain little.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import math
+from typing import Callable
 
 import numpy as np
 
-from .loop import _two_loop
+from ...kernels.lbfgs.rules import STALLED, first_owlqn_step, sufficient_decrease
 
-Objective = Callable[[np.ndarray], "tuple[float, np.ndarray]"]
-ARMIJO = 1e-4
-SHRINK = 0.5
-STALLED = 3  # iterations in a row that decrease the objective by less than ftol
+__all__ = ["STALLED", "first_owlqn_step", "sufficient_decrease", "pseudo_gradient", "agreeing",
+           "projected", "backtracking"]
+
+SHRINK = 0.5  # the backtracking's factor
 
 
 def pseudo_gradient(x: np.ndarray, g: np.ndarray, l1: np.ndarray) -> np.ndarray:
-    """The steepest-descent direction's negative for ``f + l1 |x|`` at ``x``."""
+    """The steepest-descent direction's negative for ``f + l1 |x|`` at ``x``
+    (``rules.pseudo_entry`` over whole vectors)."""
     out = g + l1 * np.sign(x)
     zero = x == 0
     right, left = g + l1, g - l1  # one-sided derivatives at 0
@@ -34,62 +45,36 @@ def pseudo_gradient(x: np.ndarray, g: np.ndarray, l1: np.ndarray) -> np.ndarray:
     return out
 
 
-def minimize_owlqn(fun: Objective, x0: np.ndarray, l1: np.ndarray, *, maxiter: int = 100,
-                   gtol: float = 1e-4, ftol: float = 64 * np.finfo(float).eps,
-                   memory: int = 10, maxls: int = 60) -> dict[str, Any]:
-    """Minimise ``fun(x)[0] + sum(l1 * |x|)`` from ``x0`` (``fun`` returns the smooth part's
-    value and gradient).
+def agreeing(p: np.ndarray, pg: np.ndarray, penalised: np.ndarray) -> np.ndarray:
+    """Direction ``p`` with the penalised entries that do not point against the
+    pseudo-gradient ``pg`` set to zero."""
+    p[penalised & (p * pg >= 0)] = 0.0
+    return p
 
-    Stops where the largest pseudo-gradient entry is below ``gtol``, where the objective
-    decreased by less than ``ftol`` relative, or after ``maxiter`` iterations.  Returns
-    what :func:`.loop.run` returns (``x``, ``fun`` of the whole objective, ``nit``,
-    ``nfev``, ``success``, ``message``, ``grad_max``, ``searches``).
+
+def projected(x: np.ndarray, p: np.ndarray, pg: np.ndarray, step: float,
+              penalised: np.ndarray) -> np.ndarray:
+    """``x + step p`` on the orthant of ``x`` (``rules.moved_entry`` over whole vectors)."""
+    trial = x + step * p
+    orthant = np.where(x != 0, np.sign(x), -np.sign(pg))
+    trial[penalised & (np.sign(trial) != orthant)] = 0.0
+    return trial
+
+
+def backtracking(probe: Callable[[float], "tuple[float, float]"], f0: float, step: float, *,
+                 first: tuple[float, float], maxiter: int = 50) -> float | None:
+    """The first of ``step``, ``step / 2``, ... with sufficient decrease, or None.
+
+    ``probe(step) -> (value, change)``: the objective at the projected trial point and
+    the pseudo-gradient's product with the step taken; ``first``: ``probe(step)``
+    already made.  The step returned is always the last one probed.
     """
-    x = np.array(x0, dtype=np.float64)
-    penalised = l1 > 0  # the others (the intercept) move freely, as in L-BFGS
-    f, g = fun(x)
-    F = f + float(np.abs(x) @ l1)
-    nfev, pairs, searches, stalled = 1, [], 0, 0
-    message, success = "maximum number of iterations reached", False
-    nit = 0
-    for nit in range(1, maxiter + 1):
-        pg = pseudo_gradient(x, g, l1)
-        gmax = float(np.abs(pg).max()) if pg.size else 0.0
-        if gmax < gtol:
-            message, success, nit = "gradient below gtol", True, nit - 1
-            break
-        d = -_two_loop(pg, pairs)
-        d[penalised & (d * pg >= 0)] = 0.0  # keep what agrees with steepest descent
-        if not d.any():
-            d = -pg
-        orthant = np.where(x != 0, np.sign(x), -np.sign(pg))
-        step = 1.0 if pairs else min(1.0, 1.0 / max(gmax, 1e-300))
-        for _ in range(maxls):
-            trial = x + step * d
-            trial[penalised & (np.sign(trial) != orthant)] = 0.0  # the orthant of x
-            f_new, g_new = fun(trial)
-            nfev += 1
-            F_new = f_new + float(np.abs(trial) @ l1)
-            if F_new <= F + ARMIJO * float(pg @ (trial - x)):
-                break
-            step *= SHRINK
-            searches += 1
-        else:
-            message, success = "no step decreases the objective", True
-            break
-        s, y = trial - x, g_new - g
-        sy = float(s @ y)
-        if sy > 1e-12 * float(y @ y):
-            pairs.append((s, y, 1.0 / sy))
-            if len(pairs) > memory:
-                pairs.pop(0)
-        decrease = (F - F_new) / max(abs(F), abs(F_new), 1.0)
-        x, f, g, F = trial, f_new, g_new, F_new
-        stalled = stalled + 1 if decrease <= ftol else 0
-        if stalled >= STALLED:  # a backtracked step alone may gain little: a few in a row
-            message, success = "objective stopped decreasing", True
-            break
-    pg = pseudo_gradient(x, g, l1)
-    return {"x": x, "fun": F, "nit": nit, "nfev": nfev, "success": success,
-            "message": message, "grad_max": float(np.abs(pg).max()) if pg.size else 0.0,
-            "searches": searches}
+    value, change = first
+    for _ in range(maxiter):
+        if sufficient_decrease(value, change, f0):
+            return step
+        step *= SHRINK
+        if not (step > 0 and math.isfinite(step)):
+            return None
+        value, change = probe(step)
+    return None
