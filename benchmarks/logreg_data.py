@@ -97,7 +97,8 @@ def _ours(X: Any, y: Any, case: Case, iterations: int) -> dict:
     fit = float(np.median(times))
     return {"backend": "ours", "first_fit_s": first, "fit_s": fit, "iterations": model.n_iter_,
             "evaluations": model.n_evaluations_, "per_iteration_ms": 1e3 * fit / model.n_iter_,
-            "loss": model.loss_, "graph": model.graph_, "notes": model.notes_,
+            "loss": model.loss_, "graph": model.graph_, "optimizer": model.optimizer_,
+            "notes": model.notes_,
             "precision": model.precision_, "profile": _profile(model.fit_profile_)}
 
 
