@@ -243,7 +243,7 @@ def _cuml(Xh: np.ndarray, Qh: np.ndarray, metric: str, repeats: int) -> list[dic
              "predict_s": warm, "neighbours": np.asarray(ind)[:CHECKED]}]
 
 
-def run_case(client: Any, case: Case, repeats: int, peers: bool,
+def run_case(client: Any, case: Case, repeats: int, peers: list[str],
              margin: int | None = None, plan: str = "auto") -> dict:
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((CLUSTERS, case.features)).astype(np.float32)
@@ -255,9 +255,8 @@ def run_case(client: Any, case: Case, repeats: int, peers: bool,
     rows = [dict(ours, backend="ours")]
     Xh = X.compute().get() if peers else None
     Qh = Q.compute().get()
-    if peers:
-        for peer in (_faiss, _torch, _cuml):
-            rows += peer(Xh, Qh, case.metric, repeats)
+    for peer in peers:
+        rows += PEERS[peer](Xh, Qh, case.metric, repeats)
     truth = _exact(Xh if Xh is not None else X.compute().get(), Qh[:CHECKED], case.metric)
     for row in rows:
         found = row.pop("neighbours", None)
@@ -337,12 +336,18 @@ def recorded(out: str, scheduler_address: str | None) -> Iterator[tuple[Any, dic
             save()
 
 
+PEERS = {"faiss": _faiss, "torch": _torch, "cuml": _cuml}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--peers", default="faiss,torch,cuml",
+                        help="which peers run beside ours (FAISS's cuVS wheel and RAPIDS "
+                             "bring two RMMs: FAISS may need a process of its own)")
     parser.add_argument("--scheduler-address")
     parser.add_argument("--plan", choices=("auto", "replicate", "shard"), default="auto",
                         help="our training rows replicated on every worker or sharded "
@@ -354,8 +359,8 @@ def main(argv: list[str]) -> int:
     cases = [CASES[c] for c in args.cases.split(",")]
     with recorded(args.out, args.scheduler_address) as (client, results, save):
         for case in cases:
-            row = run_case(client, case, args.repeats, not args.no_peers, args.margin,
-                           args.plan)
+            peers = [] if args.no_peers else [p for p in args.peers.split(",") if p]
+            row = run_case(client, case, args.repeats, peers, args.margin, args.plan)
             results["cases"].append(row)
             save()
             summary = ", ".join(f"{r['backend']} "
