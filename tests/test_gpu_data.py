@@ -146,6 +146,16 @@ def test_logistic_regression_keeps_its_graph_in_the_users_local_cuda_cluster():
             Xd, da.from_array(y, chunks=25_000))
         assert (elastic.optimizer_, elastic.graph_) == ("device", True), elastic.notes_
         assert (elastic.coef_ == 0).any()
+        # Weighted rows: single-host on the device too, the solution of the fit here
+        w = rng.uniform(0.2, 3.0, len(y))
+        weighted = LogisticRegression(max_iter=50, class_weight="balanced").fit(
+            Xd, da.from_array(y, chunks=25_000), sample_weight=w)
+        assert (weighted.comm_, weighted.optimizer_) == ("single-host", "device"), \
+            weighted.comm_note_
+        here = LogisticRegression(max_iter=50, class_weight="balanced").fit(
+            cupy.asarray(X), y, sample_weight=w)
+        assert here.optimizer_ == "device"
+        np.testing.assert_allclose(weighted.coef_, here.coef_, rtol=1e-3, atol=1e-5)
     sk = SklearnLR(max_iter=50).fit(X, y)
     assert (pred == sk.predict(X)).mean() > 0.999
 
