@@ -4,6 +4,7 @@ import importlib
 import inspect
 import json
 import os
+import types
 
 import pytest
 
@@ -311,3 +312,48 @@ def test_only_deformed_mnist_warms_up_the_large_shards_evaluation():
     assert deformed.pop("large_shards") is True and deformed == mnist
     assert "large_shards" not in logreg_spec(dataset=None, **common)
     assert ahead.key({**mnist, "large_shards": True}) in {ahead.key(s) for s in ahead.usual_specs()}
+
+
+def test_the_device_loops_kernels_compiled_ahead_are_the_ones_its_fits_compile():
+    """A first device fit has side processes compile the L-BFGS loop's kernels
+    (``launches.compile_ahead``): typed from stand-ins of the loop's buffers, they are
+    the very kernels and signatures a logistic-regression run on a GPU compiled when
+    ``ahead.json`` was recorded, every one of them."""
+    from mgpu_dask.logreg.lbfgs import launches
+
+    items = launches.loop_items()
+    listed = json.loads(ahead.LIST.read_text())
+    recorded = {(i["numba"], tuple(i["signature"])) for items_ in listed["runs"].values()
+                for i in items_ if "numba" in i and ".lbfgs." in i["numba"]}
+    assert {(i["numba"], tuple(i["signature"])) for i in items} == recorded
+    assert len(items) == 8
+
+
+def test_a_fit_waits_for_the_loops_kernels_compiled_ahead(monkeypatch):
+    """The launches of a device L-BFGS wait for kernels being compiled ahead (then load
+    them), once; without a GPU nothing is started."""
+    from mgpu_dask.logreg.lbfgs import launches
+
+    waited = []
+
+    class Started:
+        def wait(self, timeout):
+            waited.append(timeout)
+            return {}
+
+    monkeypatch.setattr(launches, "_AHEAD", [Started()])
+    b = types.SimpleNamespace(**{name: None for name in (
+        "x", "g", "gt", "p", "pg", "rho", "scal", "S", "Y", "SY", "YY", "psums", "dparts",
+        "pparts", "gparts", "fparts", "params", "parts", "count", "stream")})
+    monkeypatch.setattr(launches, "Launcher", lambda *args: args)
+    propose, finish, *_ = launches.launches(b, 3, 2, 8, 0.1, 0.0, 0.0, 4)
+    assert waited == [launches.AHEAD_SECONDS] and launches._AHEAD == []
+    assert [launcher[0] for launcher, _ in propose + finish] == [
+        launches.K.products, launches.K.direction, launches.K.trial, launches.Fin.assemble,
+        launches.Fin.apply]
+    launches.launches(b, 3, 2, 8, 0.1, 0.0, 0.0, 4)
+    assert len(waited) == 1
+    from numba import config
+
+    if config.ENABLE_CUDASIM:  # (CI's CPU runs: no GPU to compile for)
+        assert launches.compile_ahead() is False and launches._AHEAD == []

@@ -29,6 +29,7 @@ from ..kernels.precision import Precision
 from ..parallel import direct, kept_with_blocks, peer_views
 from ..parallel import labels as labels_mod
 from . import joined, kept_peers
+from .lbfgs.launches import compile_ahead
 from .problem import HeldLabels, Problem, products, sum_parts
 from .solvers import fit_on_device, lbfgs_on_host, on_device
 
@@ -48,36 +49,35 @@ def fit_on_leader(shards: list[dict[str, Any]], problem: Problem,
                   worker: Any = None) -> dict[str, Any]:
     """Runs on one worker: map every shard of the host and run the whole L-BFGS here.
 
-    The leader asks every other holder for its export straight away (one
-    message each way, no scheduler in between, :func:`.direct.from_worker`; they
-    convert and export at the same time as the leader prepares its own rows,
-    which it exports in place), maps them all and, with every shard on a
-    GPU, keeps the optimiser's vectors on this worker's GPU
-    (:mod:`.lbfgs.device`); otherwise each evaluation queues every shard's work
-    on its own GPU first and then waits for them all, so the GPUs compute at
-    the same time.  Shards that share this worker's GPU are first copied
-    into one (:mod:`.joined`) and fitted as one worker's rows.  Once it no
-    longer maps their rows -- after that copy, else after the fit -- it
-    closes its mappings and tells the holders to release their exports,
-    and it waits for their answers before returning, so the client has
+    The leader asks every other holder for its export straight away (one message each
+    way, no scheduler in between, :func:`.direct.from_worker`; they convert and export
+    at the same time as the leader prepares its own rows, which it exports in place),
+    maps them all and, with every shard on a GPU, keeps the optimiser's vectors on this
+    worker's GPU (:mod:`.lbfgs.device`); otherwise each evaluation queues every shard's work
+    on its own GPU first and then waits for them all, so the GPUs compute at the same
+    time.  Shards that share this worker's GPU are first copied into one (:mod:`.joined`)
+    and fitted as one worker's rows.  Once it no longer maps their rows -- after that
+    copy, else after the fit -- it closes its mappings and tells the holders to release
+    their exports, and waits for their answers before returning, so the client has
     nothing left to do; on the device, with every shard's keys given, it
-    keeps other processes' shards mapped instead, for the next fit of the
-    same rows (:mod:`.kept_peers`), and lets them go with its own rows.  Shards come as
-    ``{"own rows", "labels", "token"}`` (this worker's, the blocks
-    themselves) or ``{"address", "keys", "labels", "token"}`` (another
-    worker's: the keys of its blocks there).  ``labels`` are the shard's
-    class indices (NumPy, sent by the client), or its label blocks
-    themselves (the leader's own, a list) or by their keys (a holder's,
-    :class:`HeldLabels`); with ``problem.n_classes`` None the leader finds
-    the classes from what every shard holds and returns them as
-    ``"classes"``.  Shards this worker joined for an earlier fit on the same
-    blocks are fitted from that join (:func:`.joined.kept`), no holder asked;
+    keeps other processes' shards mapped instead, for the next fit of the same rows
+    (:mod:`.kept_peers`), and lets them go with its own rows.  Shards come as ``{"own
+    rows", "labels", "token"}`` (this worker's, the blocks themselves) or ``{"address",
+    "keys", "labels", "token"}`` (another worker's: the keys of its blocks there).
+    ``labels`` are the shard's class indices (NumPy, sent by the client), or its label
+    blocks themselves (the leader's own, a list) or by their keys (a holder's,
+    :class:`HeldLabels`); with ``problem.n_classes`` None the leader finds the classes
+    from what every shard holds and returns them as ``"classes"``.  Shards this worker
+    joined for an earlier fit on the same blocks are fitted from that join
+    (:func:`.joined.kept`), no holder asked;
     shards of other GPUs it mapped for such a fit stay mapped, and are fitted
     again as they are (:mod:`.kept_peers`).
     ``worker``: this process's Dask worker (by default the one whose task
     runs this).
     """
     began = time.time()
+    if problem.optimizer != "host":  # a first fit's loop kernels, side by side (GPU only)
+        compile_ahead()
     weighted = any("weights" in s for s in shards)  # nothing kept from or for such a fit
     levels = levels_wanted(problem) and not weighted
     discover = problem.n_classes is None

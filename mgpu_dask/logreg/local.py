@@ -14,6 +14,7 @@ from ..kernels.allocator import pooled
 from ..kernels.logreg import ShardObjective
 from ..kernels.precision import Precision
 from ..parallel.inputs import all_finite, device_of
+from .lbfgs.launches import compile_ahead
 from .problem import NOT_FINITE, Problem, sum_parts
 from .solvers import fit_on_device
 
@@ -26,6 +27,7 @@ def fit_here_on_device(X: Any, y: Any, problem: Problem,
     it does not apply (host rows, ``optimizer="host"``)."""
     if problem.optimizer == "host" or device_of(X) != "gpu":
         return None
+    compile_ahead()  # a first fit's loop kernels, side by side while the rows come
     X_blocks = dask.compute(*X.to_delayed().ravel())
     if not all(all_finite(b) for b in X_blocks):
         raise DataError(NOT_FINITE)

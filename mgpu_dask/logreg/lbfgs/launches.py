@@ -4,15 +4,53 @@ Each is a :class:`~mgpu_dask.kernels.launch.Launcher`, laid out once and launche
 every iteration (or captured into its CUDA graph) with the grid beside it:
 the proposal (:mod:`mgpu_dask.kernels.lbfgs.cuda`) and the end of an iteration
 (:mod:`mgpu_dask.kernels.lbfgs.finish`).
+
+A fit on a machine whose kernel cache lacks them would compile these kernels one
+after another (seconds, most of a first fit).  :func:`compile_ahead`, called where a
+fit begins, has a few side processes compile them at once
+(:class:`~mgpu_dask.kernels.ahead.Compiling`) while the fit maps its rows and builds its
+evaluations; :func:`launches` waits for them and then loads them from the cache.
 """
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
 from typing import Any
+
+import numpy as np
 
 from ...kernels.launch import Launcher
 from ...kernels.lbfgs import cuda as K
 from ...kernels.lbfgs import finish as Fin
+
+AHEAD_PROCESSES = 4
+"""Side processes that compile the loop's eight kernels (each imports Numba and CuPy)."""
+AHEAD_SECONDS = 120.0
+"""How long :func:`launches` waits for them; what is not done by then compiles here."""
+_AHEAD: list[Any] = []  # the Compiling started by compile_ahead, until launches waits
+_LOCK = threading.Lock()
+
+
+def _laid_out(b: Any, memory: int, chunks: int, sweep: int, inv_n: float, penalty: float,
+              l1: float, dk: int) -> dict[str, tuple[Any, list, int, int | None]]:
+    """Each launch as ``(kernel, arguments, threads, grid)`` over the buffers of ``b``
+    (grid None: given at each call); the longest compiles first."""
+    l1, dk = float(l1), int(dk)
+    return {
+        "products": (K.products, [b.S, b.Y, b.pg, b.scal, b.dparts, b.gparts, b.SY, b.YY,
+                                  b.count], sweep, (2 * memory + 1 + 3 * memory) * chunks),
+        "direction": (K.direction, [b.S, b.Y, b.pg, b.rho, b.SY, b.YY, b.scal, b.dparts, b.p,
+                                    b.pparts, l1, dk], sweep, chunks),
+        "assemble": (Fin.assemble, [b.parts, b.psums, b.x, b.p, b.g, b.gt, b.rho, b.scal,
+                                    b.fparts, b.count, inv_n, penalty, K.INIT, b.pg, l1],
+                     sweep, chunks),
+        "apply": (Fin.apply, [b.x, b.p, b.g, b.gt, b.S, b.Y, b.scal, b.pg, l1, dk], sweep,
+                  chunks),
+        "trial": (K.trial, [b.x, b.p, b.scal, b.pparts, b.params, b.pg, l1, dk], sweep, chunks),
+        "set_trial": (K.set_trial, [b.x, b.p, b.scal, b.params, 0.0, b.pg, l1, dk], 256, None),
+        "forget": (K.forget, [b.scal], 1, None),
+        "arm": (K.arm, [b.scal, 0.0, 0.0], 1, None)}
 
 
 def launches(b: Any, memory: int, chunks: int, sweep: int, inv_n: float, penalty: float,
@@ -22,27 +60,75 @@ def launches(b: Any, memory: int, chunks: int, sweep: int, inv_n: float, penalty
     ``chunks`` blocks of ``sweep`` threads run the sweeps over the vectors (``products``:
     that many for each of its vectors).  ``l1``: the L1 weight on the first ``dk``
     entries (0: none); the recursion runs on the pseudo-gradient ``b.pg``, a copy of
-    ``b.g`` without one."""
-    l1, dk = float(l1), int(dk)
-    propose = [
-        (Launcher(K.products, [b.S, b.Y, b.pg, b.scal, b.dparts, b.gparts, b.SY, b.YY,
-                               b.count], sweep, b.stream),
-         (2 * memory + 1 + 3 * memory) * chunks),
-        (Launcher(K.direction, [b.S, b.Y, b.pg, b.rho, b.SY, b.YY, b.scal, b.dparts, b.p,
-                                b.pparts, l1, dk], sweep, b.stream), chunks),
-        (Launcher(K.trial, [b.x, b.p, b.scal, b.pparts, b.params, b.pg, l1, dk], sweep,
-                  b.stream), chunks)]
-    finish = [
-        (Launcher(Fin.assemble, [b.parts, b.psums, b.x, b.p, b.g, b.gt, b.rho, b.scal,
-                                 b.fparts, b.count, inv_n, penalty, K.INIT, b.pg, l1],
-                  sweep, b.stream), chunks),
-        (Launcher(Fin.apply, [b.x, b.p, b.g, b.gt, b.S, b.Y, b.scal, b.pg, l1, dk], sweep,
-                  b.stream), chunks)]
-    trial = Launcher(K.set_trial, [b.x, b.p, b.scal, b.params, 0.0, b.pg, l1, dk], 256,
-                     b.stream)
-    forget = Launcher(K.forget, [b.scal], 1, b.stream)
-    arm = Launcher(K.arm, [b.scal, 0.0, 0.0], 1, b.stream)
-    return propose, finish, trial, forget, arm
+    ``b.g`` without one.  Kernels being compiled ahead are waited for first."""
+    with _LOCK:
+        pending, _AHEAD[:] = list(_AHEAD), []
+    for compiling in pending:
+        compiling.wait(AHEAD_SECONDS)
+    laid = _laid_out(b, memory, chunks, sweep, inv_n, penalty, l1, dk)
+    made = {name: (Launcher(kernel, args, threads, b.stream), grid)
+            for name, (kernel, args, threads, grid) in laid.items()}
+    return ([made["products"], made["direction"], made["trial"]],
+            [made["assemble"], made["apply"]],
+            made["set_trial"][0], made["forget"][0], made["arm"][0])
+
+
+def loop_items() -> list[dict[str, Any]]:
+    """The loop's kernels as :mod:`mgpu_dask.kernels.ahead` lists them (``module:name`` and
+    argument types), typed from stand-ins of the backend's buffers: their dtypes and
+    dimensions, which are all a kernel's signature depends on."""
+    return [item for _, item in _typed()]
+
+
+def _typed() -> list[tuple[Any, dict[str, Any]]]:
+    """Each of the loop's kernels and its :func:`loop_items` item."""
+    import numba
+
+    from ...kernels.ahead import encode
+
+    f64 = lambda *shape: np.zeros(shape)  # noqa: E731
+    b = SimpleNamespace(x=f64(1), g=f64(1), gt=f64(1), p=f64(1), pg=f64(1), rho=f64(1),
+                        scal=f64(1), S=f64(1, 1), Y=f64(1, 1), SY=f64(1, 1), YY=f64(1, 1),
+                        psums=f64(1, 1), dparts=f64(1, 1), pparts=f64(1, 1),
+                        gparts=f64(1, 1), fparts=f64(1, 1),
+                        params=np.zeros(1, np.float32), parts=np.zeros((1, 1), np.float32),
+                        count=np.zeros(1, np.int32))
+    items = []
+    for kernel, args, _, _ in _laid_out(b, 1, 1, 256, 1.0, 0.0, 0.0, 1).values():
+        fn = getattr(kernel, "py_func", None) or kernel.fn  # the simulator's keeps ``fn``
+        values = [np.int64(a) if isinstance(a, int) else np.float64(a) if isinstance(a, float)
+                  else a for a in args]  # as Launcher passes them
+        items.append((kernel, {"numba": f"{fn.__module__}:{fn.__qualname__}",
+                               "signature": encode(tuple(numba.typeof(v) for v in values))}))
+    return items
+
+
+def compile_ahead() -> bool:
+    """Start compiling the loop's kernels in side processes where this process has a GPU
+    and Numba's cache lacks one of them (a machine's first device fit); the next
+    :func:`launches` waits for them.  Returns whether it started them."""
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        return False
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return False
+    except Exception:  # noqa: BLE001 - no CuPy or no GPU: nothing to compile for
+        return False
+    from ...kernels.ahead import Compiling
+    from ...kernels.compiled import in_cache
+
+    with _LOCK:
+        if _AHEAD:
+            return False
+        typed = _typed()
+        if in_cache([kernel for kernel, _ in typed]):
+            return False
+        _AHEAD.append(Compiling([item for _, item in typed], AHEAD_PROCESSES))
+    return True
 
 
 def launch_note(b: Any) -> str | None:
