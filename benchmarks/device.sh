@@ -48,6 +48,8 @@
 #   knn-data benchmarks/knn_data.py (own data: ours, FAISS, PyTorch, cuML) for CASES (all),
 #            then CASE (1m-128) with NWORKERS (2 4) workers sharing GPU 0, ours only, the
 #            training rows sharded over them (PLAN, default shard)
+#   first-data-ab  own data's first logistic-regression fit (CASE, 1m-128) with empty
+#            caches, .ab's package and the working tree alternating (ROUNDS, ORDER)
 #   logreg-data  benchmarks/logreg_data.py (own data: ours, PyTorch, cuML) for CASES (all)
 #   first-data   own data's first calls: knn_data.py and logreg_data.py (CASE, 1m-128, ours)
 #            in new processes, NUMBA_CACHE_DIR and CUPY_CACHE_DIR empty, then filled by
@@ -343,6 +345,21 @@ first-data)
       | tee -a "$OUT/summary.log"
   done
   unset NUMBA_CACHE_DIR CUPY_CACHE_DIR
+  ;;
+first-data-ab)
+  # Own data's first logistic-regression fit with empty kernel caches, .ab's package and
+  # the working tree's alternating (ROUNDS, default 2): first_logreg_CODE_I
+  top=$PWD; base=$PYTHONPATH
+  for i in $(seq ${ROUNDS:-2}); do for code in ${ORDER:-old new}; do
+    where=$top; [ "$code" = old ] && where=$top/.ab
+    export NUMBA_CACHE_DIR=/tmp/fa-nc-$code-$i CUPY_CACHE_DIR=/tmp/fa-cc-$code-$i
+    rm -rf "$NUMBA_CACHE_DIR" "$CUPY_CACHE_DIR"; mkdir -p "$NUMBA_CACHE_DIR" "$CUPY_CACHE_DIR"
+    log "first_logreg_${code}_$i: logreg_data.py --cases ${CASE:-1m-128} --no-peers ($where)"
+    (cd "$where" && PYTHONPATH=$where:$base timeout 150 python3 "$top/benchmarks/logreg_data.py" \
+      "$R/first_logreg_${code}_$i.json" --cases ${CASE:-1m-128} --no-peers \
+      > "$R/first_logreg_${code}_$i.log" 2>&1)
+    unset NUMBA_CACHE_DIR CUPY_CACHE_DIR
+  done; done
   ;;
 logreg-data)
   log "logreg_data: python benchmarks/logreg_data.py OUT --cases ${CASES:-all}"
