@@ -29,6 +29,7 @@ AHEAD_PROCESSES = 4
 AHEAD_SECONDS = 120.0
 """How long :func:`launches` waits for them; what is not done by then compiles here."""
 _AHEAD: list[Any] = []  # the Compiling started by compile_ahead, until launches waits
+_SETTLED: list[bool] = []  # compile_ahead found the kernels cached, or started them: once
 _LOCK = threading.Lock()
 
 
@@ -106,24 +107,28 @@ def _typed() -> list[tuple[Any, dict[str, Any]]]:
 def compile_ahead() -> bool:
     """Start compiling the loop's kernels in side processes where this process has a GPU
     and Numba's cache lacks one of them (a machine's first device fit); the next
-    :func:`launches` waits for them.  Returns whether it started them."""
+    :func:`launches` waits for them.  Returns whether it started them.  Once it found them cached
+    or started them, a process asks no more (a warm fit pays nothing for it)."""
     from numba import config
 
-    if config.ENABLE_CUDASIM:
+    if _SETTLED or config.ENABLE_CUDASIM:
         return False
     try:
         import cupy
 
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return False
+        gpus = cupy.cuda.runtime.getDeviceCount()
     except Exception:  # noqa: BLE001 - no CuPy or no GPU: nothing to compile for
+        gpus = 0
+    if gpus < 1:
+        _SETTLED.append(True)
         return False
     from ...kernels.ahead import Compiling
     from ...kernels.compiled import in_cache
 
     with _LOCK:
-        if _AHEAD:
+        if _SETTLED:
             return False
+        _SETTLED.append(True)
         typed = _typed()
         if in_cache([kernel for kernel, _ in typed]):
             return False
