@@ -197,6 +197,29 @@ def test_single_host_fit_maps_other_processes_shards(process_client):
     assert set(process_client.run(exports_held).values()) == {0}, "exports not released"
 
 
+def test_weighted_rows_fit_single_host_over_other_processes_shards(process_client):
+    """Sample and class weights on a cluster of processes: one round trip, the leader
+    mapping the others' shards with each shard's weights sent beside its labels; the
+    solution of the same weighted fit by messages, nothing left exported."""
+    s = split(*digits_xy(), seed=5)
+    X = shard(s.X_train, process_client, dtype=np.float32, scale=1 / 16)
+    w = np.random.default_rng(2).uniform(0.2, 3.0, len(s.y_train))
+    before = shm_segments()
+    params = dict(C=0.5, max_iter=300, tol=1e-7, class_weight="balanced")
+    one = LogisticRegression(comm="single-host", **params).fit(X, s.y_train, sample_weight=w)
+    by_messages = LogisticRegression(comm="actors", **params).fit(X, s.y_train,
+                                                                  sample_weight=w)
+    assert (one.comm_, one.n_round_trips_, one.comm_note_) == ("single-host", 1, None)
+    assert by_messages.comm_ == "actors"
+    assert abs(one.loss_ - by_messages.loss_) / by_messages.loss_ < 1e-6
+    np.testing.assert_allclose(one.coef_, by_messages.coef_, atol=1e-3)
+    plain = LogisticRegression(comm="single-host", C=0.5, max_iter=300, tol=1e-7).fit(
+        X, s.y_train)
+    assert np.abs(plain.coef_ - one.coef_).max() > 1e-2  # the weights changed the solution
+    assert shm_segments() <= before, "shared segments left behind"
+    assert set(process_client.run(exports_held).values()) == {0}, "exports not released"
+
+
 def test_a_holder_without_the_blocks_says_so():
     """The leader asks a holder for blocks by key; one that no longer has them answers
     PeerUnavailable (the client then fits by actors), not a KeyError."""
