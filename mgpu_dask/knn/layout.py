@@ -187,7 +187,7 @@ def shard_train(X: Any, y: np.ndarray, client: Client | None, device: str,
         Xd = placed_rows(client, X.rechunk({1: -1}), timeout)[0]
     name = placement.fresh_name("knn-train")
     meta = meta_for(device, 2, np.float32)
-    found = placement.locate(client, Xd)
+    found = placement.locate(client, Xd, remembered=True)  # (map_blocks asks no more)
     runs = None if found is None else gpu_runs(client, Xd, found[1])
     if runs is None:  # one shard per block, prepared where it lies
         blocks = placement.map_blocks(client, _prepare_block, Xd, prep, device, name=name,
