@@ -23,6 +23,17 @@ def on_gpu(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
+def beside(values: Any, rows: Any, dtype: Any = None) -> Any:
+    """``values`` as an array where ``rows`` are: CuPy on their GPU, else NumPy (``dtype``:
+    the array's, None: as it comes)."""
+    if not on_gpu(rows):
+        return np.asarray(values, dtype=dtype)
+    import cupy
+
+    with cupy.cuda.Device(rows.device.id):
+        return cupy.asarray(values, dtype=dtype)
+
+
 def as_numpy(block: Any) -> np.ndarray:
     """A NumPy copy of a CuPy block (the block itself if it already is NumPy)."""
     return block.get() if hasattr(block, "get") else np.asarray(block)

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..exceptions import DataError
 from ..kernels.allocator import pooled
-from ..kernels.launch import array_module, as_numpy, on_gpu
+from ..kernels.launch import array_module, as_numpy, beside, on_gpu
 from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import direct, kept_with_blocks, peer_views
@@ -216,16 +216,6 @@ def _shard_arrays(desc: dict[str, Any], arrays: list[Any],
     return X, labels_mod.codes(labels, classes)
 
 
-def _beside(weights: np.ndarray, X: Any) -> Any:
-    """Row weights where rows ``X`` are: a float32 CuPy array on their GPU, or NumPy."""
-    if not on_gpu(X):  # (weighted fits export rows, never int8 levels)
-        return np.asarray(weights, dtype=np.float32)
-    import cupy
-
-    with cupy.cuda.Device(X.device.id):
-        return cupy.asarray(weights, dtype=np.float32)
-
-
 def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
                 release_holders: Callable[[], None],
                 keep_join: Callable[[tuple[Any, Any], list[Any] | None, Any], None],
@@ -262,7 +252,8 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
         arrays = [_shard_arrays(desc, a, found.get("classes")) for desc, a in zip(shards, opened)]
         weighted = weights is not None and any(w is not None for w in weights)
         if weighted:
-            arrays = [(X, y, _beside(w, X)) for (X, y), w in zip(arrays, weights)]
+            # (weighted fits export rows, never int8 levels: X is CuPy or NumPy)
+            arrays = [(X, y, beside(w, X, np.float32)) for (X, y), w in zip(arrays, weights)]
         if on_device(arrays, problem):
             one = None if weighted else joined.on_leader(arrays)
             parts = [s["info"]["classes"] for s in shards] if found else None

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..exceptions import DataError
 from ..kernels.allocator import pooled
+from ..kernels.launch import beside
 from ..kernels.logreg import ShardObjective
 from ..kernels.precision import Precision
 from ..parallel.inputs import all_finite, device_of
@@ -35,11 +36,9 @@ def fit_here_on_device(X: Any, y: Any, problem: Problem,
     w_blocks = dask.compute(*weights.to_delayed().ravel()) if weights is not None else None
     import cupy
 
-    arrays = []
-    for i, (b, yb) in enumerate(zip(X_blocks, y_blocks)):
-        with cupy.cuda.Device(b.device.id):  # labels and weights beside their rows
-            arrays.append((b, cupy.asarray(yb)) if w_blocks is None else
-                          (b, cupy.asarray(yb), cupy.asarray(w_blocks[i], dtype=np.float32)))
+    arrays = [(b, beside(yb, b)) if w_blocks is None else
+              (b, beside(yb, b), beside(w_blocks[i], b, np.float32))
+              for i, (b, yb) in enumerate(zip(X_blocks, y_blocks))]
     with cupy.cuda.Device(X_blocks[0].device.id):
         result = fit_on_device(arrays, problem)
     return {**result, "round_trips": 0, "comm": "graph"}

@@ -36,12 +36,14 @@ def announce(X: Any, problem: Problem, client: Any) -> None:
         "scale": problem.scale}, client, stacklevel=3)  # here, fit, the caller
 
 
-def here(X: Any, y: Any, problem: Problem) -> dict[str, Any]:
-    """No client: the device L-BFGS over CuPy blocks, else a graph per evaluation."""
+def here(X: Any, y: Any, problem: Problem, weights: Any = None) -> dict[str, Any]:
+    """No client: the device L-BFGS over CuPy blocks, else a graph per evaluation;
+    ``weights``: each row's weight, chunked as ``X``'s rows, or None."""
     from .local import fit_here_on_device  # the L-BFGS's kernels: only where a fit runs here
 
-    result = fit_here_on_device(X, y, problem)
-    return result if result is not None else by_messages(X, y, None, 0.0, problem)
+    result = fit_here_on_device(X, y, problem, weights=weights)
+    return result if result is not None else by_messages(X, y, None, 0.0, problem,
+                                                         weights=weights)
 
 
 def _persisted(X: Any, rows: Any, client: Any, timeout: float) -> tuple[Any, Any]:
@@ -96,13 +98,9 @@ def weighted(X: Any, rows: Any, codes: np.ndarray, weights: np.ndarray, client: 
     its labels; else by messages, the labels and each row's weight placed beside its row
     block (``comm_note`` says why).  ``rows`` as for :func:`on_cluster`."""
     if client is None:
-        from .local import fit_here_on_device  # the L-BFGS's kernels: only where a fit runs
-
         chunks = (X.chunks[0],)
-        y, w = da.from_array(codes, chunks=chunks), da.from_array(weights, chunks=chunks)
-        result = fit_here_on_device(X, y, problem, weights=w)
-        return result if result is not None else by_messages(X, y, None, 0.0, problem,
-                                                             weights=w)
+        return here(X, da.from_array(codes, chunks=chunks), problem,
+                    weights=da.from_array(weights, chunks=chunks))
     X, rows = _persisted(X, rows, client, timeout)
     note = None
     if comm != "actors":

@@ -55,11 +55,10 @@ import numpy as np
 from ...kernels import peers
 from ...kernels.launch import capture_allowed
 from ...kernels.lbfgs import cuda as K
-from ...kernels.lbfgs import finish as Fin
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
 from . import again
-from .launches import launch_note, launches
+from .launches import buffers, launch_note, launches
 from .loop import Step
 from .pace import RunAhead, elapsed
 from .scalars import Scalars
@@ -134,7 +133,7 @@ class DeviceBackend:
                 raise ValueError("the device L-BFGS needs CuPy shards (or the CUDA simulator)")
         k = int(n_classes)
         d = int(shards[0][0].shape[1])
-        m, dk = d * k + k, d * k
+        m = d * k + k
         self.shape = (d, k)
         if self.gpu:
             import cupy
@@ -145,24 +144,12 @@ class DeviceBackend:
         else:
             xp, self.device, self.stream = np, None, None
         with self._leader():
-            z = lambda *shape, dtype=np.float64: xp.zeros(shape, dtype=dtype)  # noqa: E731
-            self.x, self.g, self.gt, self.p = z(m), z(m), z(m), z(m)
-            self.pg = z(m)  # the pseudo-gradient (OWL-QN; a copy of g without an L1 part)
-            self.S, self.Y, self.rho = z(memory, m), z(memory, m), z(memory)
-            self.scal = z(K.N_SCALARS)
-            self.params = z(m, dtype=np.float32)
-            self.parts = z(len(shards), dk, dtype=np.float32)
-            self.psums = z(len(shards), k + 1)
             sweep = K.SWEEP if self.gpu else SIMULATOR_THREADS
             # One entry per thread: the sweeps wait on memory side by side, not in a chain
             chunks = max(1, min(K.MAX_CHUNKS, -(-m // sweep)))
-            self.SY, self.YY = z(memory, memory), z(memory, memory)
-            self.dparts, self.pparts = z(2 * memory + 1, chunks), z(1, chunks)
-            self.gparts, self.fparts = z(3 * memory, chunks), z(Fin.N_PARTS, chunks)
-            self.count = z(K.N_COUNTS, dtype=np.int32)  # blocks.last_block's, zero between launches
-            self.state = (self.x, self.g, self.gt, self.p, self.S, self.Y, self.rho, self.scal,
-                          self.params, self.parts, self.psums, self.SY, self.YY, self.dparts,
-                          self.pparts, self.gparts, self.fparts, self.count, self.pg)
+            made = buffers(xp, d, k, len(shards), memory, chunks)
+            vars(self).update(made)  # self.x, self.g, ... as launches.buffers names them
+            self.state = tuple(made.values())
             (self._propose_launches, self._finish_launches, self._k_trial, self._k_forget,
              self._k_arm) = launches(self, memory, chunks, sweep, 1.0 / n_rows, float(penalty),
                                      float(l1), d * k)

@@ -33,6 +33,28 @@ _SETTLED: list[bool] = []  # compile_ahead found the kernels cached, or started 
 _LOCK = threading.Lock()
 
 
+def buffers(xp: Any, d: int, k: int, shards: int, memory: int,
+            chunks: int) -> dict[str, Any]:
+    """The device L-BFGS's buffers, zeroed (``xp``: CuPy, or NumPy under the simulator),
+    for ``d`` features, ``k`` classes, ``shards`` shards, ``memory`` curvature pairs and
+    sweeps of ``chunks`` blocks: the point, gradients, direction and pairs (float64), the
+    scalars the host reads, the trial parameters and the shards' sums they land in, and
+    the sweeps' parts."""
+    m = d * k + k
+
+    def z(*shape: int, dtype: Any = np.float64) -> Any:
+        return xp.zeros(shape, dtype=dtype)
+
+    return {"x": z(m), "g": z(m), "gt": z(m), "p": z(m),
+            "pg": z(m),  # the pseudo-gradient (OWL-QN; a copy of g without an L1 part)
+            "S": z(memory, m), "Y": z(memory, m), "rho": z(memory), "scal": z(K.N_SCALARS),
+            "params": z(m, dtype=np.float32), "parts": z(shards, d * k, dtype=np.float32),
+            "psums": z(shards, k + 1), "SY": z(memory, memory), "YY": z(memory, memory),
+            "dparts": z(2 * memory + 1, chunks), "pparts": z(1, chunks),
+            "gparts": z(3 * memory, chunks), "fparts": z(Fin.N_PARTS, chunks),
+            "count": z(K.N_COUNTS, dtype=np.int32)}  # blocks.last_block's, zero between launches
+
+
 def _laid_out(b: Any, memory: int, chunks: int, sweep: int, inv_n: float, penalty: float,
               l1: float, dk: int) -> dict[str, tuple[Any, list, int, int | None]]:
     """Each launch as ``(kernel, arguments, threads, grid)`` over the buffers of ``b``
@@ -76,8 +98,8 @@ def launches(b: Any, memory: int, chunks: int, sweep: int, inv_n: float, penalty
 
 def loop_items() -> list[dict[str, Any]]:
     """The loop's kernels as :mod:`mgpu_dask.kernels.ahead` lists them (``module:name`` and
-    argument types), typed from stand-ins of the backend's buffers: their dtypes and
-    dimensions, which are all a kernel's signature depends on."""
+    argument types), typed from the backend's :func:`buffers` at their smallest: their
+    dtypes and dimensions are all a kernel's signature depends on."""
     return [item for _, item in _typed()]
 
 
@@ -87,13 +109,7 @@ def _typed() -> list[tuple[Any, dict[str, Any]]]:
 
     from ...kernels.ahead import encode
 
-    f64 = lambda *shape: np.zeros(shape)  # noqa: E731
-    b = SimpleNamespace(x=f64(1), g=f64(1), gt=f64(1), p=f64(1), pg=f64(1), rho=f64(1),
-                        scal=f64(1), S=f64(1, 1), Y=f64(1, 1), SY=f64(1, 1), YY=f64(1, 1),
-                        psums=f64(1, 1), dparts=f64(1, 1), pparts=f64(1, 1),
-                        gparts=f64(1, 1), fparts=f64(1, 1),
-                        params=np.zeros(1, np.float32), parts=np.zeros((1, 1), np.float32),
-                        count=np.zeros(1, np.int32))
+    b = SimpleNamespace(**buffers(np, 1, 1, 1, 1, 1))
     items = []
     for kernel, args, _, _ in _laid_out(b, 1, 1, 256, 1.0, 0.0, 0.0, 1).values():
         fn = getattr(kernel, "py_func", None) or kernel.fn  # the simulator's keeps ``fn``
