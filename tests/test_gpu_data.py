@@ -136,6 +136,12 @@ def test_logistic_regression_keeps_its_graph_in_the_users_local_cuda_cluster():
         assert model.graph_ is True, model.notes_
         assert not [n for n in model.notes_ if "graph" in n], model.notes_
         pred = model.predict(X)
+        # Persisted rows fitted again: the device L-BFGS made for them is taken up again
+        Xp, yp = Xd.persist(), da.from_array(y, chunks=25_000).persist()
+        first = LogisticRegression(max_iter=50).fit(Xp, yp)
+        again = LogisticRegression(max_iter=50).fit(Xp, yp)
+        assert again.fit_profile_["state kept"], again.fit_profile_
+        np.testing.assert_allclose(again.coef_, first.coef_, rtol=1e-6, atol=1e-7)
         # NumPy chunks go to the GPUs of the workers computing them: the same fit, graph too
         host = LogisticRegression(max_iter=50).fit(da.from_array(X, chunks=25_000),
                                                    da.from_array(y, chunks=25_000))

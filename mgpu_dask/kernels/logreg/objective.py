@@ -77,6 +77,8 @@ class ShardObjective:
         Why our kernels go through Numba's own launch, not the bound one (GPU only).
     in_place : bool
         Whether the evaluations read and write ``out`` itself.
+    weighted : bool
+        Whether ``weights`` were given.
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int,
@@ -86,6 +88,7 @@ class ShardObjective:
         self.requested = Precision.parse(precision, (Precision.AUTO, *PRECISIONS))
         self.asked = Precision.INT8 if self.requested is Precision.AUTO else self.requested
         self.weights = weights
+        self.weighted = weights is not None  # ``weights`` becomes ones on a GPU without them
         self.fallback: str | None = None
         if weights is not None and self.asked is not Precision.FP32:
             self.asked = Precision.FP32  # the weighted rows' residuals: float32 products
@@ -195,7 +198,7 @@ class ShardObjective:
             W = self.params[: d * k].reshape(d, k)
             blocks, threads, lanes = cuda.layout(
                 n, k, self.device.attributes["MultiProcessorCount"])
-            weighted = self.weights is not None
+            weighted = self.weighted
             self.weights = (cupy.asarray(self.weights, dtype=np.float32) if weighted
                             else cupy.ones(1, dtype=np.float32))
             self._ops = [
@@ -277,7 +280,7 @@ class ShardObjective:
         from . import cpu
 
         cpu.softmax_xent_rows(self.logits, self.labels, self.b, self.resid, self.loss)
-        if self.weights is not None:  # each row's residual and cross-entropy, weighted
+        if self.weighted:  # each row's residual and cross-entropy, weighted
             w = np.asarray(self.weights)
             return self.resid * w[:, None].astype(self.resid.dtype), self.loss * w
         return self.resid, self.loss

@@ -30,7 +30,7 @@ def ready(backend: Any, shards: list[tuple[Any, Any]]) -> bool:
         return False
     for o, (X, labels, *weights) in zip(objectives, shards):
         if (_rows(o.X) is not _rows(X) or labels.shape != o.labels.shape
-                or weights or o.weights is not None):  # weighted rows: never kept
+                or weights or o.weighted):  # weighted rows: never kept
             return False
     for o, (_, labels) in zip(objectives, shards):
         o.relabel(labels)
