@@ -208,3 +208,51 @@ def test_logistic_regression_options_on_gpu_rows_are_scikit_learns(params, weigh
     if params.get("fit_intercept") is False:  # the device L-BFGS, one graph an iteration
         assert ours.graph_ is True, ours.notes_
         assert not np.any(ours.intercept_)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_float_rows_evaluate_in_one_pass_as_by_products(monkeypatch, weighted):
+    """A shard past ``ONE_PASS_FROM`` rows of 20 float32 features and 4 classes: the one-pass
+    evaluation's loss and gradients are float64 NumPy's to float32's error, as the cuBLAS
+    products' are; a fit says it ran so and reaches the products' solution."""
+    from mgpu_dask import LogisticRegression
+    from mgpu_dask.kernels.logreg import cuda_float
+    from mgpu_dask.kernels.logreg.objective import ShardObjective
+
+    rng = np.random.default_rng(3)
+    n, d, k = cuda_float.ONE_PASS_FROM + 75_000, 20, 4
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    y = rng.integers(0, k, n).astype(np.int32)
+    w = rng.uniform(0.2, 3.0, n).astype(np.float32) if weighted else None
+    W, b = rng.standard_normal((d, k)) * 0.2, rng.standard_normal(k) * 0.2
+    z = X.astype(np.float64) @ W + b
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    resid, loss = p.copy(), -np.log(p[np.arange(n), y])
+    resid[np.arange(n), y] -= 1.0
+    if weighted:
+        resid, loss = resid * w[:, None], loss * w
+    want = (loss.sum(), X.T.astype(np.float64) @ resid, resid.sum(axis=0))
+
+    def evaluated() -> tuple[bool, tuple]:
+        o = ShardObjective(cupy.asarray(X), cupy.asarray(y), k,
+                           weights=None if w is None else cupy.asarray(w))
+        return o.one_pass, o(W, b)
+
+    def fitted() -> LogisticRegression:
+        return LogisticRegression(max_iter=200, tol=1e-7).fit(cupy.asarray(X), y, sample_weight=w)
+
+    ran, one = evaluated()
+    assert ran
+    first = fitted()
+    assert first.fit_profile_["evaluation"] == "fp32 in one pass", first.fit_profile_
+    monkeypatch.setattr(cuda_float, "ONE_PASS_FROM", n + 1)
+    ran, products = evaluated()
+    assert not ran
+    again = fitted()
+    assert again.fit_profile_["evaluation"] == "fp32"
+    for got in (one, products):
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        np.testing.assert_allclose(got[1], want[1], atol=1e-4 * np.abs(want[1]).max())
+        np.testing.assert_allclose(got[2], want[2], atol=1e-4 * np.abs(want[2]).max())
+    np.testing.assert_allclose(first.coef_, again.coef_, rtol=1e-3, atol=1e-5)

@@ -138,4 +138,6 @@ def device_profile(backend: device_lbfgs.DeviceBackend, result: dict[str, Any],
             "graph": backend.graphed, "graph note": backend.graph_note,
             "launch note": backend.launch_note,
             "graph capture seconds": backend.graph_seconds,
-            "evaluation": ",".join(sorted({str(o.precision) for o in backend.objectives}))}
+            "evaluation": ",".join(sorted({str(o.precision) + (" in one pass" if o.one_pass
+                                                              else "")
+                                           for o in backend.objectives}))}

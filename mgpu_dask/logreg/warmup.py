@@ -61,7 +61,7 @@ def _kernels(fit: Fit) -> list[Any]:
         return [cpu.softmax_xent_rows]
     import cupy
 
-    from ..kernels.logreg import cuda, cuda_bf16, cuda_int8, int8
+    from ..kernels.logreg import cuda_bf16, cuda_int8, int8
 
     products = _products(fit)
     if products is Precision.INT8:
@@ -77,7 +77,7 @@ def _kernels(fit: Fit) -> list[Any]:
         used = [cuda_bf16.to_levels, cuda_bf16.split_coef, cuda_bf16.softmax_xent_split,
                 cuda_bf16.combine_split]
     else:
-        used = [cuda.softmax_xent_rows]
+        used = _float_kernels(fit)
     if fit.optimizer != "host":
         from ..kernels.lbfgs import cuda as lbfgs
         from ..kernels.lbfgs import finish
@@ -126,10 +126,20 @@ def seen(**fit: Any) -> bool:
 
         used = [cuda_int8.combine_i8]
     else:
-        from ..kernels.logreg import cuda
-
-        used = [cuda.softmax_xent_rows]
+        used = _float_kernels(f)
     return in_cache(used)
+
+
+def _float_kernels(fit: Fit) -> list[Any]:
+    """The Numba kernels of a float32 evaluation: the softmax between two cuBLAS
+    products, and for large shards of few features and classes the one pass over the
+    rows (:mod:`~mgpu_dask.kernels.logreg.cuda_float`)."""
+    from ..kernels.logreg import cuda, cuda_float
+
+    used = [cuda.softmax_xent_rows]
+    if fit.large_shards and cuda_float.fits(fit.n_features, fit.n_classes):
+        used += [cuda_float.xent_grad_tiles, cuda_float.sum_block_parts]
+    return used
 
 
 def warm_up(**fields: Any) -> dict[str, Any]:

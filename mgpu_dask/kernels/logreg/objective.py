@@ -65,6 +65,12 @@ class ShardObjective:
         ``d * k``) and the sums ``[grad_intercept, loss]`` (float64) itself: a caller
         that keeps them there (the device L-BFGS) then queues evaluations with
         :meth:`queue`, no copy in or out (``in_place``); ``launch`` is not for it.
+    weights : array of shape (n,) or None, default None
+        Each row's weight (its residual and cross-entropy are times it).
+    allow_one_pass : bool, default True
+        Whether float32 products may run as one pass over the rows where the shard is
+        large and its features and classes few (:mod:`.cuda_float`); else two cuBLAS
+        products around the softmax.
 
     Attributes
     ----------
@@ -79,12 +85,15 @@ class ShardObjective:
         Whether the evaluations read and write ``out`` itself.
     weighted : bool
         Whether ``weights`` were given.
+    one_pass : bool
+        Whether float32 products run as one pass over the rows (few features and
+        classes, :mod:`.cuda_float`) rather than two cuBLAS products around the softmax.
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int,
                  precision: Precision | str = Precision.FP32, scale: float | None = None,
                  strict: bool = False, out: tuple[Any, Any, Any] | None = None,
-                 weights: Any = None) -> None:
+                 weights: Any = None, allow_one_pass: bool = True) -> None:
         self.requested = Precision.parse(precision, (Precision.AUTO, *PRECISIONS))
         self.asked = Precision.INT8 if self.requested is Precision.AUTO else self.requested
         self.weights = weights
@@ -98,6 +107,8 @@ class ShardObjective:
         self.strict = strict
         self.launch_note: str | None = None
         self.in_place, self._bind = False, out
+        self.one_pass = False  # float32 rows evaluated in one kernel pass (cuda_float)
+        self._allow_one_pass = allow_one_pass
         self.X, self.labels, self.k = X, labels, int(n_classes)
         self.scale = None if scale is None else float(scale)
         n, d = X.shape
@@ -139,7 +150,7 @@ class ShardObjective:
         import cupy
         import cupyx
 
-        from . import bf16, cuda, int8
+        from . import bf16, cuda, cuda_float, int8
 
         strategies = {Precision.INT8: int8, Precision.BF16: bf16}
         wanted = self.asked
@@ -192,6 +203,8 @@ class ShardObjective:
                 self.params, grad, self.sums = self._bind
                 self.grad = grad.reshape(d, k)
             self._ops = strategies[wanted].ops(self, n, d, *found)
+        elif self._allow_one_pass and cuda_float.usable(n, d, k):
+            self._ops = self._one_pass(n, d, k)
         else:
             self.resid = cupy.empty((n, k), dtype=np.float32)
             self.logits = cupy.empty((n, k), dtype=np.float32)
@@ -209,6 +222,30 @@ class ShardObjective:
                              (blocks,), threads,
                              self.stream),
                 bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)]
+
+    def _one_pass(self, n: int, d: int, k: int) -> list[Any]:
+        """The float32 evaluation in one pass over the rows (:mod:`.cuda_float`): the
+        blocks' parts, then their sums into ``grad`` and every entry of ``sums``."""
+        import cupy
+
+        from . import cuda_float
+
+        blocks = cuda_float.layout(n, self.device.attributes["MultiProcessorCount"])
+        weighted = self.weighted
+        self.weights = (cupy.asarray(self.weights, dtype=np.float32) if weighted
+                        else cupy.ones(1, dtype=np.float32))
+        self._parts = (cupy.empty(blocks * d * k, dtype=np.float32),
+                       cupy.empty(blocks * (k + 1), dtype=np.float64))
+        self.sums_written = True
+        self.one_pass = True
+        outputs = d * k + k + 1
+        return [bound_launch(cuda_float.xent_grad_tiles,
+                             [self.X.ravel(), d, self.labels, self.params, k, self.weights,
+                              int(weighted), *self._parts], (blocks,), cuda_float.THREADS,
+                             self.stream),
+                bound_launch(cuda_float.sum_block_parts,
+                             [*self._parts, blocks, d * k, k, self.grad.ravel(), self.sums],
+                             (-(-outputs // 128),), 128, self.stream)]
 
     def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
         """Start one evaluation at ``coef`` (d x n_classes) and ``intercept``."""
