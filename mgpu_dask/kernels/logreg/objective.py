@@ -88,6 +88,8 @@ class ShardObjective:
     one_pass : bool
         Whether float32 products run as one pass over the rows (few features and
         classes, :mod:`.cuda_float`) rather than two cuBLAS products around the softmax.
+    allow_one_pass : bool
+        As given.
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int,
@@ -108,7 +110,7 @@ class ShardObjective:
         self.launch_note: str | None = None
         self.in_place, self._bind = False, out
         self.one_pass = False  # float32 rows evaluated in one kernel pass (cuda_float)
-        self._allow_one_pass = allow_one_pass
+        self.allow_one_pass = allow_one_pass
         self.X, self.labels, self.k = X, labels, int(n_classes)
         self.scale = None if scale is None else float(scale)
         n, d = X.shape
@@ -203,7 +205,7 @@ class ShardObjective:
                 self.params, grad, self.sums = self._bind
                 self.grad = grad.reshape(d, k)
             self._ops = strategies[wanted].ops(self, n, d, *found)
-        elif self._allow_one_pass and cuda_float.usable(n, d, k):
+        elif self.allow_one_pass and cuda_float.usable(n, d, k):
             self._ops = self._one_pass(n, d, k)
         else:
             self.resid = cupy.empty((n, k), dtype=np.float32)
