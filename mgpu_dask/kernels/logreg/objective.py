@@ -213,9 +213,7 @@ class ShardObjective:
             W = self.params[: d * k].reshape(d, k)
             blocks, threads, lanes = cuda.layout(
                 n, k, self.device.attributes["MultiProcessorCount"])
-            weighted = self.weighted
-            self.weights = (cupy.asarray(self.weights, dtype=np.float32) if weighted
-                            else cupy.ones(1, dtype=np.float32))
+            weighted = self._weights_here()
             self._ops = [
                 bound_gemm(self.logits, self.X, W, self.stream),
                 bound_launch(cuda.softmax_xent_rows,
@@ -225,6 +223,15 @@ class ShardObjective:
                              self.stream),
                 bound_gemm(self.grad, self.X, self.resid, self.stream, trans_a=True)]
 
+    def _weights_here(self) -> bool:
+        """The rows' weights as float32 on this GPU (a one for the kernels to hold where
+        none were given); whether they were."""
+        import cupy
+
+        self.weights = (cupy.asarray(self.weights, dtype=np.float32) if self.weighted
+                        else cupy.ones(1, dtype=np.float32))
+        return self.weighted
+
     def _one_pass(self, n: int, d: int, k: int) -> list[Any]:
         """The float32 evaluation in one pass over the rows (:mod:`.cuda_float`): the
         blocks' parts, then their sums into ``grad`` and every entry of ``sums``."""
@@ -233,9 +240,7 @@ class ShardObjective:
         from . import cuda_float
 
         blocks = cuda_float.layout(n, self.device.attributes["MultiProcessorCount"])
-        weighted = self.weighted
-        self.weights = (cupy.asarray(self.weights, dtype=np.float32) if weighted
-                        else cupy.ones(1, dtype=np.float32))
+        weighted = self._weights_here()
         self._parts = (cupy.empty(blocks * d * k, dtype=np.float32),
                        cupy.empty(blocks * (k + 1), dtype=np.float64))
         self.sums_written = True
