@@ -35,9 +35,9 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
                                        "warm_shard_median_ms", "predictions_equal", "accuracy")
                 if k in result}
     if "cases" in result:  # benchmarks/knn_data.py, logreg_data.py: own data, peers beside ours
-        keep = ("predict_s", "first_predict_s", "fit_s", "first_fit_s", "recall", "iterations",
-                "evaluations", "per_iteration_ms", "loss", "graph", "precision", "searches",
-                "error")
+        keep = ("predict_s", "first_predict_s", "fit_s", "first_fit_s", "fit_walls_s",
+                "route_s", "recall", "iterations", "evaluations", "per_iteration_ms", "loss",
+                "graph", "precision", "searches", "error")
         return {"workers": result.get("workers"), "cases": {
             c["case"]["name"]: {"rows": {r["backend"]: {k: r[k] for k in keep if k in r}
                                          for r in c["rows"]},
