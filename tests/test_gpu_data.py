@@ -215,6 +215,8 @@ def test_float_rows_evaluate_in_one_pass_as_by_products(monkeypatch, weighted):
     """A shard past ``ONE_PASS_FROM`` rows of 20 float32 features and 4 classes: the one-pass
     evaluation's loss and gradients are float64 NumPy's to float32's error, as the cuBLAS
     products' are; a fit says it ran so and reaches the products' solution."""
+    from conftest import softmax_reference
+
     from mgpu_dask import LogisticRegression
     from mgpu_dask.kernels.logreg import cuda_float
     from mgpu_dask.kernels.logreg.objective import ShardObjective
@@ -225,11 +227,7 @@ def test_float_rows_evaluate_in_one_pass_as_by_products(monkeypatch, weighted):
     y = rng.integers(0, k, n).astype(np.int32)
     w = rng.uniform(0.2, 3.0, n).astype(np.float32) if weighted else None
     W, b = rng.standard_normal((d, k)) * 0.2, rng.standard_normal(k) * 0.2
-    z = X.astype(np.float64) @ W + b
-    p = np.exp(z - z.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    resid, loss = p.copy(), -np.log(p[np.arange(n), y])
-    resid[np.arange(n), y] -= 1.0
+    resid, loss = softmax_reference(X.astype(np.float64) @ W + b, y)
     if weighted:
         resid, loss = resid * w[:, None], loss * w
     want = (loss.sum(), X.T.astype(np.float64) @ resid, resid.sum(axis=0))

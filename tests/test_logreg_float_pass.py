@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import softmax_reference
 from numba import config
 
 from mgpu_dask.kernels.logreg import cuda_float as F
@@ -35,18 +36,11 @@ def _evaluate(X, y, params, k, w, blocks):
 
 
 def _reference(X, y, params, k, w):
-    n, d = X.shape
+    d = X.shape[1]
     W = params[: d * k].astype(np.float64).reshape(d, k)
-    z = X.astype(np.float64) @ W + params[d * k:]
-    z -= z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
-    loss = -np.log(p[np.arange(n), y])
-    resid = p.copy()
-    resid[np.arange(n), y] -= 1.0
+    resid, loss = softmax_reference(X.astype(np.float64) @ W + params[d * k:], y)
     if w is not None:
-        resid *= w[:, None]
-        loss *= w
+        resid, loss = resid * w[:, None], loss * w
     return X.astype(np.float64).T @ resid, resid.sum(axis=0), loss.sum()
 
 
