@@ -674,26 +674,6 @@ def test_a_kept_device_lbfgs_serves_only_its_rows_and_problem():
         kept_with_blocks.forget("y0")
 
 
-def test_line_search_finds_strong_wolfe_steps():
-    from mgpu_dask.logreg.lbfgs.line_search import C1, C2, strong_wolfe
-
-    calls = []
-
-    def phi(step):  # a quartic along the direction: minimum near step 2.0
-        calls.append(step)
-        return (step - 2.0) ** 4 - 4 * step, 4 * (step - 2.0) ** 3 - 4
-
-    f0, s0 = phi(0.0)
-    calls.clear()
-    for first in (0.1, 1.0, 50.0):  # extrapolate, accept at once or nearly, zoom back
-        step = strong_wolfe(phi, f0, s0, first)
-        value, slope = phi(step)
-        assert value <= f0 + C1 * step * s0 and abs(slope) <= -C2 * s0
-        assert calls[-2] == step  # the accepted step was the last one evaluated
-    assert strong_wolfe(phi, f0, -s0, 1.0) is None  # not a descent direction
-    assert strong_wolfe(lambda a: (float("nan"), float("nan")), f0, s0, 1.0) is None
-
-
 def test_cli_logreg_device_optimizer_refused_on_cpu(capsys):
     assert main(["logreg", "--dataset", "digits", "--workers", "1", "--device", "cpu",
                  "--optimizer", "device", "--repeats", "1", "--quiet"]) != 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..jitable import both_targets
 
 C1, C2 = 1e-4, 0.9  # sufficient decrease, curvature (the usual quasi-Newton choice)
+ROUNDING = 2.0 ** -23  # float32's relative rounding: every evaluation's value is float32 rows' sums
 STALLED = 3  # OWL-QN: the decrease the stopping rule reads is the best of this many last steps
 
 
@@ -29,8 +30,21 @@ def first_owlqn_step(f, f_prev, slope0, pairs):
 
 @both_targets
 def acceptable(value, slope, step, f0, slope0):
-    """Both strong-Wolfe conditions at ``step`` (a NaN value is never acceptable)."""
-    return value <= f0 + C1 * step * slope0 and abs(slope) <= -C2 * slope0
+    """The strong-Wolfe conditions at ``step`` (a NaN value is never acceptable).
+
+    Where the decrease the step promises (``-step * slope0``) is within the rounding
+    of the value (``ROUNDING * |f0|``), the values cannot show it: there the step is
+    kept on the curvature condition and a value no worse than ``f0`` beyond that
+    rounding -- the approximate Wolfe conditions of Hager and Zhang (SIAM J. Optim.
+    16, 2005), which stop a float32 fit near its optimum from spending ten trial
+    steps on rounding noise and then stopping anyway.
+    """
+    if not abs(slope) <= -C2 * slope0:
+        return False
+    if value <= f0 + C1 * step * slope0:
+        return True
+    noise = ROUNDING * abs(f0)
+    return -step * slope0 <= noise and value <= f0 + noise
 
 
 @both_targets

@@ -54,6 +54,8 @@ def strong_wolfe(phi: Slope, f0: float, slope0: float, step: float, *,
     for i in range(maxiter):
         if step <= 0 or not math.isfinite(step):
             return None
+        if acceptable(value, slope, step, f0, slope0):
+            return step
         if not value <= f0 + C1 * step * slope0 or (i > 0 and value >= f_prev):
             return _zoom(phi, f0, slope0, (prev, f_prev, s_prev), (step, value, slope),
                          maxiter - calls)
@@ -90,6 +92,8 @@ def _zoom(phi: Slope, f0: float, slope0: float, lo: tuple[float, float, float],
         if trial is None or not (low + margin <= trial <= high - margin):
             trial = a_lo + 0.5 * width  # safeguard: bisect
         value, slope = phi(trial)
+        if acceptable(value, slope, trial, f0, slope0):
+            return trial
         if not value <= f0 + C1 * trial * slope0 or value >= lo[1]:
             hi = (trial, value, slope)
             continue
