@@ -15,7 +15,11 @@ decision on the host, so a backend may run several iterations ahead before
 the host looks (``advance``).  Otherwise the host runs the scalar line search
 (:mod:`line_search`), which asks the backend for value and slope at each
 trial step, then commits the last one.  A direction along which no step is
-found drops the curvature pairs and goes downhill instead.
+found drops the curvature pairs and goes downhill instead.  Near the optimum,
+where float32 values can no longer show the decrease a step promises, a step is
+kept on its curvature alone (:func:`line_search.acceptable`); a value that then
+rises within rounding ends the fit by ``ftol`` one evaluation later, not after
+two failed searches of ten trials each.
 
 Why not SciPy's L-BFGS-B: its bound-constrained machinery is host work on
 every iteration (what it cost: docs/performance-history.md), and our problem
