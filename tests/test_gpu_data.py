@@ -254,3 +254,27 @@ def test_float_rows_evaluate_in_one_pass_as_by_products(monkeypatch, weighted):
         np.testing.assert_allclose(got[1], want[1], atol=1e-4 * np.abs(want[1]).max())
         np.testing.assert_allclose(got[2], want[2], atol=1e-4 * np.abs(want[2]).max())
     np.testing.assert_allclose(first.coef_, again.coef_, rtol=1e-3, atol=1e-5)
+
+
+def test_a_fit_of_two_float_shards_evaluates_each_in_one_pass():
+    """Two shards past ``ONE_PASS_FROM`` rows (on two GPUs where there are two): each is
+    evaluated in one pass, and the fit reaches the solution of the same rows as one shard."""
+    from mgpu_dask.kernels.logreg import cuda_float
+    from mgpu_dask.logreg.lbfgs import loop
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
+
+    rng = np.random.default_rng(5)
+    n, d, k = cuda_float.ONE_PASS_FROM + 5_000, 16, 3
+    X = rng.standard_normal((2 * n, d)).astype(np.float32)
+    y = np.argmax(X @ rng.standard_normal((d, k)) + rng.gumbel(size=(2 * n, k)), 1).astype(np.int32)
+    second = min(1, cupy.cuda.runtime.getDeviceCount() - 1)
+    shards = []
+    for gpu, rows in ((0, slice(0, n)), (second, slice(n, 2 * n))):
+        with cupy.cuda.Device(gpu):
+            shards.append((cupy.asarray(X[rows]), cupy.asarray(y[rows])))
+    two = DeviceBackend(shards, k, 2 * n, 1.0 / (2 * n))
+    assert [o.one_pass for o in two.objectives] == [True, True]
+    one = DeviceBackend([(cupy.asarray(X), cupy.asarray(y))], k, 2 * n, 1.0 / (2 * n))
+    got, want = (loop.run(b, maxiter=300, gtol=1e-6) for b in (two, one))
+    np.testing.assert_allclose(got["fun"], want["fun"], rtol=1e-6)
+    np.testing.assert_allclose(got["x"], want["x"], rtol=1e-3, atol=1e-3 * np.abs(want["x"]).max())

@@ -92,15 +92,3 @@ def test_the_layout_takes_a_block_a_tile_up_to_its_blocks_an_sm():
     assert F.layout(F.TILE * 10 + 1, 132) == 11
     assert F.layout(10_000_000, 132) == F.BLOCKS_PER_SM * 132
 
-
-@pytest.mark.parametrize("shards", [1, 2])
-def test_only_a_fit_of_one_shard_may_evaluate_in_one_pass(shards):
-    """The device L-BFGS lets its shards' float32 evaluations run in one pass only where it
-    fits one shard (over two GPUs' shards such a fit took twice its leader's time)."""
-    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
-
-    rng = np.random.default_rng(shards)
-    parts = [(rng.standard_normal((40, 5)).astype(np.float32),
-              rng.integers(0, 3, 40).astype(np.int32)) for _ in range(shards)]
-    backend = DeviceBackend(parts, 3, 40 * shards, 1e-3)
-    assert [o.allow_one_pass for o in backend.objectives] == [shards == 1] * shards

@@ -67,10 +67,6 @@ class ShardObjective:
         :meth:`queue`, no copy in or out (``in_place``); ``launch`` is not for it.
     weights : array of shape (n,) or None, default None
         Each row's weight (its residual and cross-entropy are times it).
-    allow_one_pass : bool, default True
-        Whether float32 products may run as one pass over the rows where the shard is
-        large and its features and classes few (:mod:`.cuda_float`); else two cuBLAS
-        products around the softmax.
 
     Attributes
     ----------
@@ -88,14 +84,12 @@ class ShardObjective:
     one_pass : bool
         Whether float32 products run as one pass over the rows (few features and
         classes, :mod:`.cuda_float`) rather than two cuBLAS products around the softmax.
-    allow_one_pass : bool
-        As given.
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int,
                  precision: Precision | str = Precision.FP32, scale: float | None = None,
                  strict: bool = False, out: tuple[Any, Any, Any] | None = None,
-                 weights: Any = None, allow_one_pass: bool = True) -> None:
+                 weights: Any = None) -> None:
         self.requested = Precision.parse(precision, (Precision.AUTO, *PRECISIONS))
         self.asked = Precision.INT8 if self.requested is Precision.AUTO else self.requested
         self.weights = weights
@@ -110,7 +104,6 @@ class ShardObjective:
         self.launch_note: str | None = None
         self.in_place, self._bind = False, out
         self.one_pass = False  # float32 rows evaluated in one kernel pass (cuda_float)
-        self.allow_one_pass = allow_one_pass
         self.X, self.labels, self.k = X, labels, int(n_classes)
         self.scale = None if scale is None else float(scale)
         n, d = X.shape
@@ -205,7 +198,7 @@ class ShardObjective:
                 self.params, grad, self.sums = self._bind
                 self.grad = grad.reshape(d, k)
             self._ops = strategies[wanted].ops(self, n, d, *found)
-        elif self.allow_one_pass and cuda_float.usable(n, d, k):
+        elif cuda_float.usable(n, d, k):
             self._ops = self._one_pass(n, d, k)
         else:
             self.resid = cupy.empty((n, k), dtype=np.float32)

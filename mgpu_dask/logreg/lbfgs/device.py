@@ -162,13 +162,10 @@ class DeviceBackend:
         self.scalars = Scalars(self.scal, self.device, self.stream)
         self.fresh_counts()
         near = peers.enable(self.device.id, [a[0].device.id for a in shards]) if self.gpu else ()
-        # One pass over float rows only for a fit of one shard: over two shards on two
-        # GPUs a fit so evaluated took twice its leader's time (docs/performance-history.md).
         self.objectives = [ShardObjective(X, labels, k, precision, scale,
                                           out=(self.params, self.parts[i], self.psums[i])
                                           if self.gpu and X.device.id in near else None,
-                                          weights=weights[0] if weights else None,
-                                          allow_one_pass=len(shards) == 1)
+                                          weights=weights[0] if weights else None)
                            for i, (X, labels, *weights) in enumerate(shards)]
         self._done = []
         for o in self.objectives if self.gpu else ():
