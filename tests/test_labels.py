@@ -88,6 +88,37 @@ def test_labels_beside_their_rows_fit_the_model_of_host_labels(cluster, request,
     assert set(client.run(exports_held).values()) == {0}, "exports not released"
 
 
+def test_labels_placed_apart_from_their_rows_are_copied_beside_them_once(client, monkeypatch):
+    """Label blocks that Dask put on other workers than their rows (chunked alike) are
+    copied to the rows' holders, worker to worker, not brought to the client; the next fit
+    of the same arrays finds the copies, and the model is that of labels sent beside."""
+    from mgpu_dask.logreg import single_host
+    from mgpu_dask.parallel import placement
+
+    X, y = digits_xy()
+    workers = sorted(client.nthreads())
+    rows = shard(X.astype(np.float32) / 16, client, workers=workers)
+    apart = shard(y, client, workers=workers[::-1])
+    assert rows.chunks[0] == apart.chunks[0]
+    assert placement.locate(client, apart)[1] != placement.locate(client, rows)[1]
+    ref = LogisticRegression(max_iter=40, comm="single-host").fit(rows, shard(y, client, like=rows))
+    copies = []
+    real = placement.submit_pinned
+
+    def counted(*args, **kwargs):
+        copies.append(kwargs["worker"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(placement, "submit_pinned", counted)
+    _no_labels_on_the_client(monkeypatch, len(y))
+    for _ in range(2):
+        ours = LogisticRegression(max_iter=40, comm="single-host").fit(rows, apart)
+        np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-6, atol=1e-7)
+    assert sorted(copies) == workers  # each block copied once, to its rows' holder
+    single_host._MOVED.clear()
+    assert set(client.run(exports_held).values()) == {0}, "exports not released"
+
+
 def test_labels_beside_their_rows_when_the_fit_goes_by_actors(client, monkeypatch):
     """Shards that one worker cannot map (here: every export sees another host) fall back
     to the fit by actors, which finds the classes of the held labels in one round trip and
