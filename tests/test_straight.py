@@ -191,13 +191,49 @@ def test_a_query_block_that_cannot_be_fetched_falls_back_to_tasks(client, parts,
     want = clf.predict(Q, on_host=True)
     assert placement.blocks_in_hand(want) is not None  # straight while the blocks are had
 
-    def gone(key, dask_worker=None):  # runs on the holder, a copy of it (pickled)
+    def gone(key, name="", dask_worker=None):  # runs on the holder, a copy of it (pickled)
         raise KeyError(key)
 
     monkeypatch.setattr(blocks, "held_block", gone)
     pred = clf.predict(Q, on_host=True)
     assert placement.blocks_in_hand(pred) is None
     np.testing.assert_array_equal(to_host(pred), to_host(want))
+
+
+def test_a_query_blocks_holder_hands_it_out_before_searching_it(client, parts, monkeypatch):
+    """Shard plan, the queries in one block: its holder waits until the other shard holder
+    has fetched the block before it searches (a search holds the interpreter, so a fetch
+    asked meanwhile waits about one search), then searches; the predictions are the
+    tasks' ones."""
+    import threading
+
+    from mgpu_dask.knn import blocks
+
+    events = []  # (what, thread): the workers run in this process
+    real_search, real_handed = blocks.search, blocks._handed_out
+
+    def search(*args, **kwargs):
+        events.append(("search", threading.current_thread().name))
+        return real_search(*args, **kwargs)
+
+    def handed(out, wait):
+        done = real_handed(out, wait)
+        events.append((("handed", done), threading.current_thread().name))
+        return done
+
+    monkeypatch.setattr(blocks, "search", search)
+    monkeypatch.setattr(blocks, "_handed_out", handed)
+    workers = sorted(client.nthreads())
+    Q = shard(parts.X_test, client, dtype=np.float32, workers=workers[:1])  # one block
+    clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
+    pred = clf.predict(Q, on_host=True)
+    assert placement.blocks_in_hand(pred) is not None
+    holder = [t for what, t in events if what == ("handed", True)]
+    assert len(holder) == 1, events
+    mine = [what for what, t in events if t == holder[0]]
+    assert mine[0] == ("handed", True) and "search" in mine[1:], events
+    with _tasks_only():
+        np.testing.assert_array_equal(to_host(pred), to_host(clf.predict(Q, on_host=True)))
 
 
 def test_straight_predictions_can_be_turned_off_for_the_dashboard(client, parts):

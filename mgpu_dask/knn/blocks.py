@@ -184,17 +184,59 @@ def merged_vote(*candidates: np.ndarray, vote: tuple, gpu: bool) -> Any:
     return vote_pred(merged(list(candidates)), *vote)
 
 
-def held_block(key: Any, dask_worker: Any = None) -> np.ndarray:
-    """Run on a query block's holder, asked by another worker: the block, in host memory."""
+class HandOut(NamedTuple):
+    """A straight predict's query blocks held here that the other shard holders fetch."""
+
+    name: str                # the predict's
+    keys: tuple[Any, ...]    # the blocks held here
+    askers: int              # the other shard holders, each fetching every one of them
+
+
+HAND_OUT_WAIT = 0.5
+"""Seconds at most that a shard holder waits for the others to have fetched its query
+blocks before it searches them itself: a search holds the interpreter, so a fetch
+asked while it runs is answered about one search later, and the other holder's search
+starts only then (10,000,000 x 96 over two GPUs: 188 ms against 169 on one)."""
+
+_SERVED: "OrderedDict[tuple[str, Any], int]" = OrderedDict()  # (predict, key) -> fetches
+
+
+def held_block(key: Any, name: str = "", dask_worker: Any = None) -> np.ndarray:
+    """Run on a query block's holder, asked by another worker for predict ``name``: the
+    block, in host memory (counted for :func:`_handed_out`)."""
     block = dask_worker.data[key]
     if not hasattr(block, "get"):
-        return np.asarray(block)
-    import cupy
+        host = np.asarray(block)
+    else:
+        import cupy
 
-    with cupy.cuda.Device(block.device.id), cupy.cuda.Stream(non_blocking=True) as stream:
-        host = block.get(stream=stream)  # not behind this worker's own search
-        stream.synchronize()
+        with cupy.cuda.Device(block.device.id), cupy.cuda.Stream(non_blocking=True) as stream:
+            host = block.get(stream=stream)  # not behind this worker's own search
+            stream.synchronize()
+    with _MAIL_CHANGED:
+        _SERVED[(name, key)] = _SERVED.get((name, key), 0) + 1
+        while len(_SERVED) > _MAIL_KEPT:
+            _SERVED.popitem(last=False)
+        _MAIL_CHANGED.notify_all()
     return host
+
+
+def _handed_out(out: HandOut, wait: float) -> bool:
+    """Wait until every other shard holder has fetched each of ``out.keys`` (at most
+    ``wait`` seconds); whether they all did."""
+    deadline = time.monotonic() + wait
+    entries = [(out.name, key) for key in out.keys]
+    with _MAIL_CHANGED:
+        try:
+            while any(_SERVED.get(e, 0) < out.askers for e in entries):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                _MAIL_CHANGED.wait(left)
+            return True
+        finally:
+            for e in entries:
+                _SERVED.pop(e, None)
 
 
 class Mail(NamedTuple):
@@ -246,7 +288,8 @@ def _collected(name: str, block: int, shards: set[int], wait: float) -> dict[int
 def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tuple[int, ...],
                     remote: tuple[tuple[int, str, Any], ...], wait: float, k: int,
                     margin: int | None, tile_bytes: int | None,
-                    mail: Mail | None = None) -> dict[int, Any] | None:
+                    mail: Mail | None = None,
+                    hand_out: HandOut | None = None) -> dict[int, Any] | None:
     """On the holder of one or more training shards (``held``: each shard's rows and labels,
     at ``offsets``, then the query blocks ``local`` held here): every query block's
     candidates against each of these shards, ``{block: [per shard]}`` in host memory.
@@ -257,10 +300,15 @@ def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tu
     (:func:`deposit`), and this worker answers with the predictions of its own blocks,
     ``{block: predictions}``, merged with the others' candidates in the tasks' tree order
     and voted.  None where a block or a box could not be had in ``wait`` seconds (moved
-    on, a worker lost): the caller falls back to tasks."""
+    on, a worker lost): the caller falls back to tasks.  ``hand_out``: the predict's
+    name, and the blocks held here that the other shard holders fetch, which this worker
+    lets them have before its own search (at most :data:`HAND_OUT_WAIT` seconds)."""
     shards = [(held[2 * s], held[2 * s + 1], offset) for s, offset in enumerate(offsets)]
-    asked = [(i, direct.from_worker(holder, held_block, key, worker=worker))
+    name = hand_out.name if hand_out is not None else ""
+    asked = [(i, direct.from_worker(holder, held_block, key, name, worker=worker))
              for i, holder, key in remote]
+    if hand_out is not None and hand_out.keys and hand_out.askers:
+        _handed_out(hand_out, min(wait, HAND_OUT_WAIT))
     mergers = dict(mail.mergers) if mail else {}
     out: dict[int, Any] = {}
     sent = []

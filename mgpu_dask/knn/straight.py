@@ -193,9 +193,10 @@ def _across(client: Client, name: str, layout: TrainLayout, queries: list, where
         remote = tuple((i, h, queries[i].key) for i, h in enumerate(where) if h != w)
         box = blocks.Mail(name, mine, len(layout.X), tuple((i, h) for i, h, _ in remote),
                           vote, gpu) if mail else None
+        out = blocks.HandOut(name, tuple(queries[i].key for i in local), len(holders) - 1)
         fn = functools.partial(
             blocks.candidates_here, offsets=tuple(int(layout.offsets[p]) for p in mine),
-            local=tuple(local), remote=remote, wait=wait, mail=box, **opts)
+            local=tuple(local), remote=remote, wait=wait, mail=box, hand_out=out, **opts)
         args = (direct.Here(), *[direct.Held(layout.ref(field, p)) for p in mine
                                  for field in ("X", "y")],
                 *[direct.Held(queries[i].key) for i in local])
