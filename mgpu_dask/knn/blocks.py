@@ -196,7 +196,7 @@ HAND_OUT_WAIT = 0.5
 """Seconds at most that a shard holder waits for the others to have fetched its query
 blocks before it searches them itself: a search holds the interpreter, so a fetch
 asked while it runs is answered about one search later, and the other holder's search
-starts only then (10,000,000 x 96 over two GPUs: 188 ms against 169 on one)."""
+would start only then (docs/performance-history.md)."""
 
 _SERVED: "OrderedDict[tuple[str, Any], int]" = OrderedDict()  # (predict, key) -> fetches
 
