@@ -172,8 +172,10 @@ def main():
     with open(out.removesuffix(".json") + ".events.json", "w") as f:
         json.dump(ev, f)
     span = ev[-1]["end"] - ev[0]["start"] if ev else 0.0
+    from mgpu_dask.jobs.machine import machine
+
     summary = {"command": " ".join(["python", "benchmarks/lbfgs_timeline_gpus.py", *sys.argv[1:]]),
-               "span_us": round(span, 1), "events": len(ev), "iterations": result["nit"],
+               "machine": machine(), "span_us": round(span, 1), "events": len(ev), "iterations": result["nit"],
                "span_per_iteration_us": round(span / max(1, result["nit"]), 1),
                "per_device": per_device(ev), "crossings": crossings(ev)}
     with open(out, "w") as f:
