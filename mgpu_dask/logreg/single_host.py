@@ -85,7 +85,7 @@ def _moved_beside(client: Any, found: Holders, holders: list[str]) -> Holders:
     from distributed import wait
 
     futures, where = found
-    key = (client.scheduler.address, tuple(f.key for f in futures), tuple(holders))
+    key = (client.id, tuple(f.key for f in futures), tuple(holders))  # futures are a client's
     kept = _MOVED.get(key)
     if kept is None or any(f.status != "finished" for f in kept):
         kept = [f if w == h else placement.submit_pinned(client, labels_mod.same, f, worker=h)
