@@ -55,6 +55,10 @@
 #            in new processes, NUMBA_CACHE_DIR and CUPY_CACHE_DIR empty, then filled by
 #            the first: first_{knn,logreg}_{empty,warm}.json (fit_s, first_predict_s,
 #            first_fit_s), and the CompileWarning lines
+#   own-scaling  own data, ours only: logreg_data.py and knn_data.py (--plan shard) for CASE
+#            (10m-96) on NGPUS (1 2) GPUs, one worker each (lr_gN, knn_gN), then for
+#            SHARED_CASE (1m-128) with NWORKERS (1 2 4) workers sharing GPU 0
+#            (lr_shared_nN, knn_shared_nN)
 #   timeline benchmarks/lbfgs_timeline_gpus.py (the L-BFGS without Dask under CUPTI) at
 #            FRACTIONS (1 4) rows over each of NGPUS (1 2) GPUs, .ab's package and the
 #            working tree in ORDER: lbfgs_timeline_fF_gN_CODE (its events in .events.json)
@@ -366,6 +370,27 @@ logreg-data)
   timeout ${LIMIT:-560} python3 benchmarks/logreg_data.py "$R/logreg_data.json" \
     --cases ${CASES:-all} > "$R/logreg_data.log" 2>&1
   tail -8 "$R/logreg_data.log" | cut -c1-400 | tee -a "$OUT/summary.log"
+  ;;
+own-scaling)
+  for n in ${NGPUS:-1 2}; do
+    gpus=$(seq -s, 0 $((n - 1)))
+    log "lr_g$n, knn_g$n: CUDA_VISIBLE_DEVICES=$gpus, ${CASE:-10m-96}, ours only"
+    CUDA_VISIBLE_DEVICES=$gpus timeout 200 python3 benchmarks/logreg_data.py "$R/lr_g$n.json" \
+      --cases ${CASE:-10m-96} --no-peers > "$R/lr_g$n.log" 2>&1
+    CUDA_VISIBLE_DEVICES=$gpus timeout 200 python3 benchmarks/knn_data.py "$R/knn_g$n.json" \
+      --cases ${CASE:-10m-96} --no-peers --plan shard > "$R/knn_g$n.log" 2>&1
+    tail -1 "$R/lr_g$n.log" "$R/knn_g$n.log" | cut -c1-200 | tee -a "$OUT/summary.log"
+  done
+  for n in ${NWORKERS:-1 2 4}; do
+    log "lr_shared_n$n, knn_shared_n$n: tests/shared_gpu.py $n, ${SHARED_CASE:-1m-128}, ours only"
+    CUDA_VISIBLE_DEVICES=0 timeout 150 python3 tests/shared_gpu.py $n -- python3 \
+      benchmarks/logreg_data.py "$R/lr_shared_n$n.json" --cases ${SHARED_CASE:-1m-128} \
+      --no-peers > "$R/lr_shared_n$n.log" 2>&1
+    CUDA_VISIBLE_DEVICES=0 timeout 150 python3 tests/shared_gpu.py $n -- python3 \
+      benchmarks/knn_data.py "$R/knn_shared_n$n.json" --cases ${SHARED_CASE:-1m-128} \
+      --no-peers --plan shard > "$R/knn_shared_n$n.log" 2>&1
+    tail -1 "$R/lr_shared_n$n.log" "$R/knn_shared_n$n.log" | cut -c1-200 | tee -a "$OUT/summary.log"
+  done
   ;;
 timeline)
   top=$PWD; base=$PYTHONPATH
