@@ -59,8 +59,6 @@ def strong_wolfe(phi: Slope, f0: float, slope0: float, step: float, *,
         if not value <= f0 + C1 * step * slope0 or (i > 0 and value >= f_prev):
             return _zoom(phi, f0, slope0, (prev, f_prev, s_prev), (step, value, slope),
                          maxiter - calls)
-        if abs(slope) <= -C2 * slope0:
-            return step
         if slope >= 0:
             return _zoom(phi, f0, slope0, (step, value, slope), (prev, f_prev, s_prev),
                          maxiter - calls)
@@ -97,8 +95,6 @@ def _zoom(phi: Slope, f0: float, slope0: float, lo: tuple[float, float, float],
         if not value <= f0 + C1 * trial * slope0 or value >= lo[1]:
             hi = (trial, value, slope)
             continue
-        if abs(slope) <= -C2 * slope0:
-            return trial
         if slope * width >= 0:
             hi = lo
         lo = (trial, value, slope)
