@@ -88,7 +88,7 @@ def _moved_beside(client: Any, found: Holders, holders: list[str]) -> Holders:
     key = (client.id, tuple(f.key for f in futures), tuple(holders))  # futures are a client's
     kept = _MOVED.get(key)
     if kept is None or any(f.status != "finished" for f in kept):
-        kept = [f if w == h else placement.submit_pinned(client, labels_mod.same, f, worker=h)
+        kept = [f if w == h else placement.submit_pinned(client, placement.send, f, worker=h)
                 for f, w, h in zip(futures, where, holders)]
         wait(kept)
         _MOVED[key] = kept

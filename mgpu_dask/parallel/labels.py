@@ -24,11 +24,6 @@ int64 copy of the labels, which ``bincount`` makes, and faster for a few classes
 (by how much: docs/performance-history.md)."""
 
 
-def same(block: Any) -> Any:
-    """A label block as it is: run as a task on another worker, a copy of it there."""
-    return block
-
-
 def _small_range(labels: Any) -> int | None:
     """The largest label where every label is an integer in [0, SMALL); else None."""
     if labels.dtype.kind not in "iu" or labels.size == 0:

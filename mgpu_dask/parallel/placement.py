@@ -59,7 +59,8 @@ def send(block: Any) -> Any:
     """Identity, run on a block's holder: the block leaves under this task's key.
 
     The receiving worker then holds a replica of this throwaway key, released
-    with the graph, instead of a replica of the shard.
+    with the graph, instead of a replica of the shard.  Pinned to another worker
+    instead, it leaves a copy of the block there under its own key.
     """
     return block
 
