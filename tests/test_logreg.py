@@ -46,17 +46,22 @@ def test_softmax_xent_kernel():
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-@pytest.mark.parametrize("n, k, weighted, sms, shared", [
-    (45, 3, False, 1, None),      # one partial tile, a thread a row
-    (300, 12, True, 1, None),     # tiles in turn on one block, rows weighted
-    (700, 40, False, 1, None),    # two lanes a row, six slices of the column sums
-    (70, 900, True, 1, None),     # 32 lanes a row, a class a thread in the column sums
-    (90, 20, False, 1, 8),        # classes past the shared sums: added tile by tile
+@pytest.mark.parametrize("n, k, weighted, kernel, shared", [
+    (45, 3, False, "tiles", None),     # one partial tile, a thread a row
+    (300, 12, True, "tiles", None),    # tiles in turn on each block, rows weighted
+    (700, 40, False, "tiles", None),   # two lanes a row, each thread copying 6 rows apart
+    (300, 100, True, "tiles", None),   # four lanes a row, rows padded to no bank in common
+    (50, 300, False, "tiles", None),   # more classes than threads: some copy two classes
+    (40, 1024, True, "tiles", None),   # the most classes it takes: 32 lanes, 8 rows a tile
+    (45, 3, False, "rows", None),      # the row kernel: a thread a row
+    (700, 40, False, "rows", None),    # two lanes a row, six slices of the column sums
+    (30, 1100, True, "rows", None),    # 32 lanes a row, a class a thread in the column sums
+    (90, 20, False, "rows", 8),        # classes past the shared sums: added tile by tile
 ])
-def test_cuda_kernel_residual_and_block_sums(monkeypatch, n, k, weighted, sms, shared):
-    """The CUDA kernel (simulated) against float64 NumPy: residual, intercept gradient, loss;
-    with sample weights each row's residual and cross-entropy times its weight; in the
-    layouts :func:`layout` picks, and with a grid smaller than the tiles."""
+def test_cuda_kernel_residual_and_block_sums(monkeypatch, n, k, weighted, kernel, shared):
+    """The CUDA kernels (simulated) against float64 NumPy: residual, intercept gradient,
+    loss; with sample weights each row's residual and cross-entropy times its weight; in
+    the layouts their layout functions pick, with a grid smaller than the tiles."""
     rng = np.random.default_rng()
     z = (rng.standard_normal((n, k)) * 4).astype(np.float32)
     y = rng.integers(0, k, n).astype(np.int32)
@@ -65,17 +70,29 @@ def test_cuda_kernel_residual_and_block_sums(monkeypatch, n, k, weighted, sms, s
     from mgpu_dask.kernels.launch import launch
     from mgpu_dask.kernels.logreg import cuda as C
 
-    if shared is not None:
-        monkeypatch.setattr(C, "SHARED_CLASSES", shared)
-        kernel = C.cuda.jit(C.softmax_xent_rows.py_func)  # the constant read again
+    if kernel == "tiles":
+        assert k <= C.STAGED_CLASSES
+        blocks, threads, lanes, pitch = C.tiles_layout(n, k, 1)
+        rows = threads // lanes
+        assert lanes * C.STAGE >= k and rows * pitch <= C.TILE_VALUES
+        assert pitch >= k and (lanes == 32 or pitch % (2 * lanes) == lanes)
+        # the rows of a warp begin on distinct banks, lanes apart
+        starts = {(r * pitch) % 32 for r in range(32 // lanes)}
+        assert len(starts) == 32 // lanes and all(s % lanes == 0 for s in starts)
+        kernel, shape = C.softmax_xent_tiles, [k, pitch]
     else:
-        kernel = C.softmax_xent_rows
-    blocks, threads, lanes = C.layout(n, k, sms)
-    assert lanes * C.CLASSES_PER_LANE >= min(k, 32 * C.CLASSES_PER_LANE)
+        if shared is not None:
+            monkeypatch.setattr(C, "SHARED_CLASSES", shared)
+        kernel = (C.cuda.jit(C.softmax_xent_rows.py_func) if shared is not None  # read again
+                  else C.softmax_xent_rows)
+        blocks, threads, lanes = C.layout(n, k, 1)
+        assert lanes * C.CLASSES_PER_LANE >= min(k, 32 * C.CLASSES_PER_LANE)
+        shape = [k]
     blocks = min(blocks, 2)  # each block takes several tiles in turn
     resid = np.empty((n, k), dtype=np.float32)
     sums = np.zeros(k + 1, dtype=np.float64)
-    launch(kernel, blocks, threads, z.ravel(), k, y, b, w, int(weighted), lanes, resid.ravel(), sums)
+    launch(kernel, blocks, threads, z.ravel(), *shape, y, b, w, int(weighted), lanes,
+           resid.ravel(), sums)
     grad_b, loss = sums[:k], sums[k]
     want_resid, want_loss = softmax_reference(z.astype(np.float64) + b, y)
     if weighted:

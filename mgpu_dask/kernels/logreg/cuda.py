@@ -152,3 +152,175 @@ def layout(n_rows: int, n_classes: int, sms: int) -> tuple[int, int, int]:
         lanes *= 2
     tiles = -(-n_rows // (TILE_THREADS // lanes))
     return max(1, min(tiles, BLOCKS_PER_SM * sms)), TILE_THREADS, lanes
+
+
+
+STAGE = 32
+"""Logits of a tile of :func:`softmax_xent_tiles` per thread."""
+TILE_VALUES = TILE_THREADS * STAGE
+"""Logits a tile of :func:`softmax_xent_tiles` holds in shared memory (32 KiB; a
+constant: Numba sizes shared arrays by constants, not by expressions)."""
+STAGED_CLASSES = 1024
+"""Classes at most of :func:`softmax_xent_tiles` (:func:`tiles_layout` fits at least eight
+rows of them a tile); rows of more take :func:`softmax_xent_rows`."""
+RUN = 8
+"""Logits a thread of :func:`softmax_xent_tiles` copies at once (their loads in flight
+together), and residuals of a class it sums in float32 before adding them to its float64
+sum."""
+
+
+@bounded_kernel(TILE_THREADS, BLOCKS_PER_SM)
+def softmax_xent_tiles(logits, k, pitch, labels, bias, weights, weighted, lanes, resid, acc):
+    """:func:`softmax_xent_rows` for rows of at most :data:`STAGED_CLASSES` classes, tile
+    by tile through shared memory.  A tile's ``TILE_THREADS // lanes`` rows lie one after
+    another in ``logits``: thread ``t`` copies class ``t % k`` of rows ``t // k``, ``t // k
+    + slices``, ... (a warp's loads fall on adjacent logits; each thread's
+    :data:`RUN` loads are in flight at once) into rows ``pitch`` apart (a warp's rows on
+    distinct banks, :func:`tiles_layout`).  A row's ``lanes`` threads then take its largest
+    logit, the exponentials of the differences from it (float32, each difference rounded
+    once) and their sum, and scale them by the row's ``weight / exp-sum`` into residuals,
+    which the copying threads write out as they read them in and sum per class (float32
+    runs of :data:`RUN`, then float64).  The lanes' sums, the log-sum-exp and the
+    cross-entropy are float64.  Arguments as :func:`softmax_xent_rows`'s, ``pitch`` added."""
+    tid = cuda.threadIdx.x
+    first = tid - tid % lanes
+    lane = uint64(tid - first)
+    step = uint64(lanes)
+    width = uint64(k)
+    stride = uint64(pitch)
+    n = logits.shape[0] // k
+    rows = TILE_THREADS // lanes
+    mine = uint64(tid // lanes)  # this thread's row of a tile
+    at = mine * stride
+    vals = cuda.shared.array(TILE_VALUES, float32)
+    biases = cuda.shared.array(STAGED_CLASSES, float32)
+    tops = cuda.shared.array(TILE_THREADS, float32)
+    totals = cuda.shared.array(TILE_THREADS, float64)
+    sums = cuda.shared.array(STAGED_CLASSES, float64)
+    for c in range(tid, k, TILE_THREADS):
+        biases[c] = bias[c]
+        sums[c] = 0.0
+    # The copies: class c = e % k of rows e // k + i * slices, for e = tid, tid + threads, ...
+    slices = max(1, TILE_THREADS // k)
+    gap = uint64(slices)
+    s_gap, g_gap, last = gap * stride, gap * width, uint64(RUN - 1) * gap
+    copied = uint64(k * slices)
+    wide = k > TILE_THREADS  # then slices is 1 and e < k: class e from row 0
+    own_class, own_row = uint64(tid % k), uint64(tid // k)
+    loss = float64(0.0)
+    for tile in range(cuda.blockIdx.x, (n + rows - 1) // rows, cuda.gridDim.x):
+        row = tile * rows + tid // lanes
+        here = uint64(min(rows, n - tile * rows))
+        start = uint64(tile * rows) * width
+        e = uint64(tid)
+        while e < copied:  # (a while loop: a range with a step divides for its length)
+            r = uint64(0) if wide else own_row
+            c = e if wide else own_class
+            e += uint64(TILE_THREADS)
+            s, g = r * stride + c, start + r * width + c
+            while r < here:  # RUN rows at once: their loads in flight together
+                if r + last < here:  # all of them (no test each)
+                    for i in range(RUN):
+                        vals[s + uint64(i) * s_gap] = logits[g + uint64(i) * g_gap]
+                else:
+                    for i in range(RUN):
+                        if r + uint64(i) * gap < here:
+                            vals[s + uint64(i) * s_gap] = logits[g + uint64(i) * g_gap]
+                r, s, g = r + uint64(RUN) * gap, s + uint64(RUN) * s_gap, g + uint64(RUN) * g_gap
+        cuda.syncthreads()
+        top = float32(-math.inf)
+        if row < n:
+            c = lane
+            while c < width:
+                z = vals[at + c] + biases[c]
+                vals[at + c] = z
+                top = max(top, z)
+                c += step
+        tops[tid] = top
+        cuda.syncthreads()
+        top = tops[first]
+        j = uint64(first) + uint64(1)
+        while j < uint64(first) + step:  # (while loops: a range counts signed, with checks)
+            top = max(top, tops[j])
+            j += uint64(1)
+        total = float32(0.0)
+        if row < n:
+            c = lane
+            while c < width:
+                p = math.exp(vals[at + c] - top)
+                vals[at + c] = p
+                total += p
+                c += step
+        totals[tid] = float64(total)
+        cuda.syncthreads()
+        exp_sum = float64(0.0)
+        j = uint64(first)
+        while j < uint64(first) + step:  # every lane sums its row's parts, in one order
+            exp_sum += totals[j]
+            j += uint64(1)
+        if row < n:
+            w = weights[row] if weighted != 0 else float32(1.0)
+            scale = w / float32(exp_sum)
+            c = lane
+            while c < width:
+                vals[at + c] *= scale
+                c += step
+            target = uint64(labels[row])
+            if target & (step - 1) == lane:  # this thread scaled the true class's entry
+                vals[at + target] -= w
+            if lane == 0:
+                picked = logits[start + mine * width + target] + biases[target]
+                loss += float64(w) * (float64(top) + math.log(exp_sum) - float64(picked))
+        cuda.syncthreads()  # the tile's residuals, written, are read by other threads
+        e = uint64(tid)
+        while e < copied:
+            r = uint64(0) if wide else own_row
+            c = e if wide else own_class
+            e += uint64(TILE_THREADS)
+            s, g = r * stride + c, start + r * width + c
+            part = float64(0.0)
+            while r < here:
+                run = float32(0.0)
+                if r + last < here:
+                    for i in range(RUN):
+                        v = vals[s + uint64(i) * s_gap]
+                        resid[g + uint64(i) * g_gap] = v
+                        run += v
+                else:
+                    for i in range(RUN):
+                        if r + uint64(i) * gap < here:
+                            v = vals[s + uint64(i) * s_gap]
+                            resid[g + uint64(i) * g_gap] = v
+                            run += v
+                part += float64(run)
+                r, s, g = r + uint64(RUN) * gap, s + uint64(RUN) * s_gap, g + uint64(RUN) * g_gap
+            if slices == 1:
+                sums[c] += part  # this thread's class alone
+            else:
+                cuda.atomic.add(sums, c, part)
+        cuda.syncthreads()  # the next tile's logits replace these residuals
+    summed = block_sum(loss, totals)
+    for c in range(tid, k, TILE_THREADS):
+        cuda.atomic.add(acc, c, sums[c])
+    if tid == 0:
+        cuda.atomic.add(acc, k, summed)
+
+
+def tiles_layout(n_rows: int, n_classes: int, sms: int) -> tuple[int, int, int, int]:
+    """``(blocks, threads, lanes, pitch)`` for :func:`softmax_xent_tiles` over ``n_rows``
+    rows of ``n_classes`` (at most :data:`STAGED_CLASSES`) on a GPU of ``sms``
+    multiprocessors: the fewest lanes a row (a power of 2) whose tile of ``TILE_THREADS //
+    lanes`` rows, ``pitch`` apart, fits :data:`TILE_VALUES`; ``pitch`` the least at or
+    above ``n_classes`` that is an odd multiple of ``lanes`` (below 32), so that the rows
+    of a warp start on distinct multiples of ``lanes`` among the 32 banks; at most
+    :data:`BLOCKS_PER_SM` blocks per SM."""
+    lanes = 1
+    while True:
+        pitch = n_classes
+        while lanes < 32 and pitch % (2 * lanes) != lanes:
+            pitch += 1
+        if (TILE_THREADS // lanes) * pitch <= TILE_VALUES or lanes == 32:
+            break
+        lanes *= 2
+    tiles = -(-n_rows // (TILE_THREADS // lanes))
+    return max(1, min(tiles, BLOCKS_PER_SM * sms)), TILE_THREADS, lanes, pitch
