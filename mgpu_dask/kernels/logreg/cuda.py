@@ -1,19 +1,20 @@
-"""Numba CUDA kernel of the float32 evaluation of multinomial logistic regression, and
+"""Numba CUDA kernels of the float32 evaluation of multinomial logistic regression, and
 the row cross-entropy the tensor-core evaluations share (:mod:`.cuda_bf16`,
 :mod:`.cuda_int8`).
 
-``softmax_xent_rows``: given ``logits = X @ W``, adds the intercept, then per row the
-log-sum-exp, the cross-entropy of the true class and the residual ``softmax -
-onehot`` (which becomes the coefficient gradient after one cuBLAS product with
-``X^T``), and the residuals' sum per class (the intercept gradient) and the summed
-cross-entropy, so a whole evaluation needs no other kernel.  Up to 32 threads
-share a row, side by side along it (the loads of a warp fall on a few rows' adjacent
-entries, not on 32 rows a row apart), and a grid of a few blocks per SM walks the rows
-tile by tile: each block keeps its class sums in shared memory and adds them to the
-output once, at the end.  Its time goes to instructions, not to memory: one pass finds a
-row's largest logit and its exp-sum together, the exponentials are float32 and the
-entries are reached by unsigned offsets into flat views.  No warp shuffles: it also runs
-in the CUDA simulator.
+``softmax_xent_tiles`` (rows of up to :data:`STAGED_CLASSES` classes) and
+``softmax_xent_rows`` (any number): given ``logits = X @ W``, add the intercept, then
+per row the log-sum-exp, the cross-entropy of the true class and the residual
+``softmax - onehot`` (which becomes the coefficient gradient after one cuBLAS product
+with ``X^T``), and the residuals' sum per class (the intercept gradient) and the summed
+cross-entropy, so a whole evaluation needs no other kernel.  Threads share a row, side
+by side along it, and a grid of a few blocks per SM walks the rows tile by tile: each
+block keeps its class sums in shared memory and adds them to the output once, at the
+end.  ``softmax_xent_rows`` reads each logit from memory where it works on it, one
+load at a time per thread; ``softmax_xent_tiles`` first copies a tile's rows into
+shared memory with many loads in flight, which is what bounds such a kernel: few
+instructions per logit do not help while each thread waits on one load.  No warp
+shuffles: both also run in the CUDA simulator.
 """
 
 from __future__ import annotations
