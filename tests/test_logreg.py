@@ -88,6 +88,10 @@ def test_cuda_kernel_residual_and_block_sums(monkeypatch, n, k, weighted, kernel
         blocks, threads, lanes = C.layout(n, k, 1)
         assert lanes * C.CLASSES_PER_LANE >= min(k, 32 * C.CLASSES_PER_LANE)
         shape = [k]
+    chosen = C.softmax_launch(n, k, 1)  # what an evaluation launches for such rows
+    assert chosen[0] is (C.softmax_xent_tiles if k <= C.STAGED_CLASSES else C.softmax_xent_rows)
+    if chosen[0] is kernel:
+        assert chosen == (kernel, blocks, threads, shape, lanes)
     blocks = min(blocks, 2)  # each block takes several tiles in turn
     resid = np.empty((n, k), dtype=np.float32)
     sums = np.zeros(k + 1, dtype=np.float64)

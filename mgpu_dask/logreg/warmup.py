@@ -136,8 +136,7 @@ def _float_kernels(fit: Fit) -> list[Any]:
     rows (:mod:`~mgpu_dask.kernels.logreg.cuda_float`)."""
     from ..kernels.logreg import cuda, cuda_float
 
-    used = [cuda.softmax_xent_tiles if fit.n_classes <= cuda.STAGED_CLASSES
-            else cuda.softmax_xent_rows]
+    used = [cuda.softmax_kernel(fit.n_classes)]
     if fit.large_shards and cuda_float.fits(fit.n_features, fit.n_classes):
         used += [cuda_float.xent_grad_tiles, cuda_float.sum_block_parts]
     return used

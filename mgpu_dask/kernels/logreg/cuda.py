@@ -20,6 +20,7 @@ shuffles: both also run in the CUDA simulator.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from numba import cuda, float32, float64, uint64
 
@@ -325,3 +326,20 @@ def tiles_layout(n_rows: int, n_classes: int, sms: int) -> tuple[int, int, int, 
         lanes *= 2
     tiles = -(-n_rows // (TILE_THREADS // lanes))
     return max(1, min(tiles, BLOCKS_PER_SM * sms)), TILE_THREADS, lanes, pitch
+
+
+def softmax_kernel(n_classes: int) -> Any:
+    """The softmax kernel of rows of ``n_classes``: :func:`softmax_xent_tiles` up to
+    :data:`STAGED_CLASSES`, :func:`softmax_xent_rows` beyond."""
+    return softmax_xent_tiles if n_classes <= STAGED_CLASSES else softmax_xent_rows
+
+
+def softmax_launch(n_rows: int, n_classes: int, sms: int) -> tuple[Any, int, int, list[int], int]:
+    """``(kernel, blocks, threads, sizes, lanes)`` for :func:`softmax_kernel` over
+    ``n_rows`` rows of ``n_classes`` on a GPU of ``sms`` multiprocessors: ``sizes`` are
+    the arguments after the logits (``[k]``, or ``[k, pitch]`` for the tiles)."""
+    if n_classes <= STAGED_CLASSES:
+        blocks, threads, lanes, pitch = tiles_layout(n_rows, n_classes, sms)
+        return softmax_xent_tiles, blocks, threads, [n_classes, pitch], lanes
+    blocks, threads, lanes = layout(n_rows, n_classes, sms)
+    return softmax_xent_rows, blocks, threads, [n_classes], lanes

@@ -204,20 +204,13 @@ class ShardObjective:
             self.resid = cupy.empty((n, k), dtype=np.float32)
             self.logits = cupy.empty((n, k), dtype=np.float32)
             W = self.params[: d * k].reshape(d, k)
-            sms = self.device.attributes["MultiProcessorCount"]
-            if k <= cuda.STAGED_CLASSES:
-                kernel = cuda.softmax_xent_tiles
-                blocks, threads, lanes, pitch = cuda.tiles_layout(n, k, sms)
-                shape = [k, pitch]
-            else:
-                kernel = cuda.softmax_xent_rows
-                blocks, threads, lanes = cuda.layout(n, k, sms)
-                shape = [k]
+            kernel, blocks, threads, sizes, lanes = cuda.softmax_launch(
+                n, k, self.device.attributes["MultiProcessorCount"])
             weighted = self._weights_here()
             self._ops = [
                 bound_gemm(self.logits, self.X, W, self.stream),
                 bound_launch(kernel,
-                             [self.logits.ravel(), *shape, self.labels, self.params[d * k:],
+                             [self.logits.ravel(), *sizes, self.labels, self.params[d * k:],
                               self.weights, int(weighted), lanes, self.resid.ravel(), self.sums],
                              (blocks,), threads,
                              self.stream),
