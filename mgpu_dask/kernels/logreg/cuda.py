@@ -167,8 +167,7 @@ STAGED_CLASSES = 1024
 rows of them a tile); rows of more take :func:`softmax_xent_rows`."""
 RUN = 8
 """Logits a thread of :func:`softmax_xent_tiles` copies at once (their loads in flight
-together), and residuals of a class it sums in float32 before adding them to its float64
-sum."""
+together)."""
 
 
 @bounded_kernel(TILE_THREADS, BLOCKS_PER_SM)
@@ -180,10 +179,10 @@ def softmax_xent_tiles(logits, k, pitch, labels, bias, weights, weighted, lanes,
     :data:`RUN` loads are in flight at once) into rows ``pitch`` apart (a warp's rows on
     distinct banks, :func:`tiles_layout`).  A row's ``lanes`` threads then take its largest
     logit, the exponentials of the differences from it (float32, each difference rounded
-    once) and their sum, and scale them by the row's ``weight / exp-sum`` into residuals,
-    which the copying threads write out as they read them in and sum per class (float32
-    runs of :data:`RUN`, then float64).  The lanes' sums, the log-sum-exp and the
-    cross-entropy are float64.  Arguments as :func:`softmax_xent_rows`'s, ``pitch`` added."""
+    once) and their sum, and scale them by the row's ``weight / exp-sum`` (rounded once to
+    float32) into residuals, which the copying threads write out as they read them in and
+    sum per class.  The exponentials' sums, the log-sum-exp, the cross-entropy and the
+    class sums are float64.  Arguments as :func:`softmax_xent_rows`'s, ``pitch`` added."""
     tid = cuda.threadIdx.x
     first = tid - tid % lanes
     lane = uint64(tid - first)
@@ -245,15 +244,15 @@ def softmax_xent_tiles(logits, k, pitch, labels, bias, weights, weighted, lanes,
         while j < uint64(first) + step:  # (while loops: a range counts signed, with checks)
             top = max(top, tops[j])
             j += uint64(1)
-        total = float32(0.0)
+        total = float64(0.0)
         if row < n:
             c = lane
             while c < width:
                 p = math.exp(vals[at + c] - top)
                 vals[at + c] = p
-                total += p
+                total += float64(p)
                 c += step
-        totals[tid] = float64(total)
+        totals[tid] = total
         cuda.syncthreads()
         exp_sum = float64(0.0)
         j = uint64(first)
@@ -262,7 +261,7 @@ def softmax_xent_tiles(logits, k, pitch, labels, bias, weights, weighted, lanes,
             j += uint64(1)
         if row < n:
             w = weights[row] if weighted != 0 else float32(1.0)
-            scale = w / float32(exp_sum)
+            scale = float32(float64(w) / exp_sum)
             c = lane
             while c < width:
                 vals[at + c] *= scale
@@ -282,19 +281,17 @@ def softmax_xent_tiles(logits, k, pitch, labels, bias, weights, weighted, lanes,
             s, g = r * stride + c, start + r * width + c
             part = float64(0.0)
             while r < here:
-                run = float32(0.0)
                 if r + last < here:
                     for i in range(RUN):
                         v = vals[s + uint64(i) * s_gap]
                         resid[g + uint64(i) * g_gap] = v
-                        run += v
+                        part += float64(v)
                 else:
                     for i in range(RUN):
                         if r + uint64(i) * gap < here:
                             v = vals[s + uint64(i) * s_gap]
                             resid[g + uint64(i) * g_gap] = v
-                            run += v
-                part += float64(run)
+                            part += float64(v)
                 r, s, g = r + uint64(RUN) * gap, s + uint64(RUN) * s_gap, g + uint64(RUN) * g_gap
             if slices == 1:
                 sums[c] += part  # this thread's class alone
