@@ -88,6 +88,9 @@ def test_cuda_kernel_residual_and_block_sums(monkeypatch, n, k, weighted, kernel
         blocks, threads, lanes = C.layout(n, k, 1)
         assert lanes * C.CLASSES_PER_LANE >= min(k, 32 * C.CLASSES_PER_LANE)
         shape = [k]
+    if k > C.STAGED_CLASSES:
+        with pytest.raises(ValueError, match="softmax_launch picks softmax_xent_rows"):
+            C.tiles_layout(n, k, 1)
     chosen = C.softmax_launch(n, k, 1)  # what an evaluation launches for such rows
     assert chosen[0] is (C.softmax_xent_tiles if k <= C.STAGED_CLASSES else C.softmax_xent_rows)
     if chosen[0] is kernel:
@@ -104,6 +107,22 @@ def test_cuda_kernel_residual_and_block_sums(monkeypatch, n, k, weighted, kernel
     np.testing.assert_allclose(resid, want_resid, atol=1e-6)
     np.testing.assert_allclose(grad_b, want_resid.sum(0), atol=1e-5)
     np.testing.assert_allclose(loss, want_loss.sum(), rtol=1e-6)
+
+
+def test_tiles_layout_fits_every_class_count_on_distinct_banks():
+    """For every class count the tile kernel takes: the tile fits its shared array, each
+    thread's lane holds at most ``STAGE`` classes, and the rows of a warp start on
+    distinct banks, ``lanes`` apart; past it, the layout refuses."""
+    from mgpu_dask.kernels.logreg import cuda as C
+
+    for k in range(1, C.STAGED_CLASSES + 1):
+        blocks, threads, lanes, pitch = C.tiles_layout(10_000, k, 132)
+        assert (threads // lanes) * pitch <= C.TILE_VALUES and lanes * C.STAGE >= k <= pitch
+        starts = {(r * pitch) % 32 for r in range(32 // lanes)}
+        assert len(starts) == 32 // lanes and all(s % lanes == 0 for s in starts), k
+        assert 1 <= blocks <= C.BLOCKS_PER_SM * 132
+    with pytest.raises(ValueError, match="softmax_xent_rows"):
+        C.tiles_layout(10, C.STAGED_CLASSES + 1, 1)
 
 
 def test_loss_grad_matches_finite_differences():

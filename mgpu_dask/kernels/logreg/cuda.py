@@ -313,12 +313,15 @@ def tiles_layout(n_rows: int, n_classes: int, sms: int) -> tuple[int, int, int, 
     above ``n_classes`` that is an odd multiple of ``lanes`` (below 32), so that the rows
     of a warp start on distinct multiples of ``lanes`` among the 32 banks; at most
     :data:`BLOCKS_PER_SM` blocks per SM."""
+    if not 1 <= n_classes <= STAGED_CLASSES:
+        raise ValueError(f"softmax_xent_tiles takes 1 to {STAGED_CLASSES} classes, not "
+                         f"{n_classes}: softmax_launch picks softmax_xent_rows past that")
     lanes = 1
     while True:
         pitch = n_classes
         while lanes < 32 and pitch % (2 * lanes) != lanes:
             pitch += 1
-        if (TILE_THREADS // lanes) * pitch <= TILE_VALUES or lanes == 32:
+        if (TILE_THREADS // lanes) * pitch <= TILE_VALUES:  # by 32 lanes at the latest
             break
         lanes *= 2
     tiles = -(-n_rows // (TILE_THREADS // lanes))
