@@ -156,7 +156,6 @@ def layout(n_rows: int, n_classes: int, sms: int) -> tuple[int, int, int]:
     return max(1, min(tiles, BLOCKS_PER_SM * sms)), TILE_THREADS, lanes
 
 
-
 STAGE = 32
 """Logits of a tile of :func:`softmax_xent_tiles` per thread."""
 TILE_VALUES = TILE_THREADS * STAGE
@@ -191,7 +190,8 @@ def softmax_xent_tiles(logits, k, pitch, labels, bias, weights, weighted, lanes,
     stride = uint64(pitch)
     n = logits.shape[0] // k
     rows = TILE_THREADS // lanes
-    mine = uint64(tid // lanes)  # this thread's row of a tile
+    own = tid // lanes  # this thread's row of a tile
+    mine = uint64(own)
     at = mine * stride
     vals = cuda.shared.array(TILE_VALUES, float32)
     biases = cuda.shared.array(STAGED_CLASSES, float32)
@@ -210,7 +210,7 @@ def softmax_xent_tiles(logits, k, pitch, labels, bias, weights, weighted, lanes,
     own_class, own_row = uint64(tid % k), uint64(tid // k)
     loss = float64(0.0)
     for tile in range(cuda.blockIdx.x, (n + rows - 1) // rows, cuda.gridDim.x):
-        row = tile * rows + tid // lanes
+        row = tile * rows + own
         here = uint64(min(rows, n - tile * rows))
         start = uint64(tile * rows) * width
         e = uint64(tid)
