@@ -555,25 +555,37 @@ def test_device_lbfgs_stops_where_the_host_loop_stops(ahead, bridge):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
-@pytest.mark.parametrize("ahead", [1, 16])
-def test_device_lbfgs_run_to_its_end_follows_the_host_loop(ahead):
+@pytest.mark.parametrize("ahead, exact", [(1, False), (16, False), (16, True)])
+def test_device_lbfgs_run_to_its_end_follows_the_host_loop(ahead, exact, monkeypatch):
     """``gtol=0``: the fit runs until its float32 values stop showing decreases, where the
     device's step test keeps a step on its curvature (``rules.acceptable``'s approximate
     branch) and the rise within rounding that follows ends the fit by ``ftol``: the host
-    loop's steps, evaluations and stop, with no failed line search at the end."""
+    loop's steps, evaluations and stop, with no failed line search at the end.  With the
+    values' rounding taken as float64's (``exact``: the int8 evaluations'), which ``arm``
+    hands the device, both loops search on where float32's would have kept the step."""
+    from mgpu_dask.kernels.lbfgs import rules
     from mgpu_dask.logreg.lbfgs import loop as lbfgs
     from mgpu_dask.logreg.lbfgs.device import DeviceBackend
 
     shards, n, d, k = _two_shard_problem(scale=0.5)
     penalty = 1.0 / n
+    rounding = rules.FLOAT64_ROUNDING if exact else rules.FLOAT32_ROUNDING
+    monkeypatch.setattr(DeviceBackend, "rounding", property(lambda self: rounding))
     device = DeviceBackend(shards, k, n, penalty, memory=3, run_ahead=ahead)
     got = lbfgs.run(device, maxiter=80, gtol=0.0)
-    want = lbfgs.minimize_lbfgs(_host_objective(shards, n, d, k, penalty), np.zeros(d * k + k),
-                                maxiter=80, gtol=0.0, memory=3)
-    assert want["message"] == "relative decrease below ftol" and want["nit"] < 80
+    fun = _host_objective(shards, n, d, k, penalty)
+    want = lbfgs.minimize_lbfgs(fun, np.zeros(d * k + k), maxiter=80, gtol=0.0, memory=3,
+                                rounding=rounding)
+    assert want["nit"] < 80
     assert (got["nit"], got["nfev"], got["message"]) == (want["nit"], want["nfev"],
                                                           want["message"])
-    assert got["nfev"] <= got["nit"] + got["searches"] + 2
+    if exact:  # the other rounding takes another path: the test tells them apart
+        other = lbfgs.minimize_lbfgs(fun, np.zeros(d * k + k), maxiter=80, gtol=0.0,
+                                     memory=3)
+        assert (other["nfev"], other["message"]) != (want["nfev"], want["message"])
+    else:
+        assert want["message"] == "relative decrease below ftol"
+        assert got["nfev"] <= got["nit"] + got["searches"] + 2
     np.testing.assert_allclose(got["x"], want["x"], rtol=1e-9, atol=1e-11)
 
 

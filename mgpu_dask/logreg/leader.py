@@ -24,6 +24,7 @@ import numpy as np
 from ..exceptions import DataError
 from ..kernels.allocator import pooled
 from ..kernels.launch import array_module, as_numpy, beside, on_gpu
+from ..kernels.lbfgs.rules import rounding_of
 from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import direct, kept_with_blocks, peer_views
@@ -292,7 +293,8 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
             return sum_parts([objective.collect() for objective in objectives])
 
         try:
-            result = lbfgs_on_host(evaluate, problem)
+            result = lbfgs_on_host(evaluate, problem,
+                                   rounding_of([o.precision for o in objectives]))
         finally:
             objectives.clear()  # the mapped shards must have no users when they close
         solved = time.perf_counter()

@@ -14,16 +14,20 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..exceptions import DataError
+from ..kernels.lbfgs.rules import FLOAT32_ROUNDING
 from ..parallel import kept_with_blocks
 from .lbfgs import device as device_lbfgs
 from .lbfgs import loop
 from .problem import Problem, products
 
 
-def lbfgs_on_host(evaluate: Any, problem: Problem) -> dict[str, Any]:
+def lbfgs_on_host(evaluate: Any, problem: Problem,
+                  rounding: float = FLOAT32_ROUNDING) -> dict[str, Any]:
     """L-BFGS on the penalised mean cross-entropy (OWL-QN with an L1 part); ``evaluate``
-    sums the shards (weighted where the rows are).  Without an intercept its gradient is
-    held at zero, so the intercept stays at its start, zero."""
+    sums the shards (weighted where the rows are), its values rounded as ``rounding``
+    says (float32's unless the caller knows them more exact: :func:`.rules.rounding_of`).
+    Without an intercept its gradient is held at zero, so the intercept stays at its
+    start, zero."""
     d, k, penalty = problem.d, problem.n_classes, problem.penalty
     total = problem.weight_sum or problem.n
     keep_b = 1.0 if problem.fit_intercept else 0.0
@@ -38,7 +42,7 @@ def lbfgs_on_host(evaluate: Any, problem: Problem) -> dict[str, Any]:
 
     l1 = np.concatenate([np.full(d * k, problem.l1), np.zeros(k)]) if problem.l1 > 0 else None
     return loop.minimize_lbfgs(objective, np.zeros(d * k + k), maxiter=problem.max_iter,
-                               gtol=problem.gtol, l1=l1)
+                               gtol=problem.gtol, l1=l1, rounding=rounding)
 
 
 def on_device(arrays: list[tuple[Any, Any]], problem: Problem) -> bool:

@@ -64,8 +64,8 @@ assert VECS_LANES == VECS * LANES and PAIR_LANES == PAIR_ROWS * LANES
 
 # Indices into ``scal``.
 (F, F_PREV, SLOPE0, STEP, VALUE, SLOPE, STATUS, GMAX, DECREASE, PAIRS, HEAD,
- ACTIVE, DONE, GTOL, FTOL, STORED, APPLY, SLOT, DECREASE_1, DECREASE_2) = range(20)
-N_SCALARS = 20  # the host copies all of them once per look
+ ACTIVE, DONE, GTOL, FTOL, STORED, APPLY, SLOT, DECREASE_1, DECREASE_2, ROUNDING) = range(21)
+N_SCALARS = 21  # the host copies all of them once per look
 # DECREASE_1, DECREASE_2: OWL-QN's two steps before the last one (rules.STALLED = 3)
 # Slots of ``count`` (blocks.last_block): products' and the end's (finish.assemble).
 COUNT_PRODUCTS, COUNT_END = 0, 1
@@ -346,10 +346,12 @@ def forget(scal):
 
 
 @cuda.jit(cache=True)
-def arm(scal, gtol, ftol):
-    """Let the proposals queued next run, with the loop's stopping rules."""
+def arm(scal, gtol, ftol, rounding):
+    """Let the proposals queued next run, with the loop's stopping rules and the
+    evaluations' relative rounding (:func:`.rules.acceptable`)."""
     if cuda.grid(1) == 0:
         scal[ACTIVE] = 1.0
         scal[DONE] = 0.0
         scal[GTOL] = gtol
         scal[FTOL] = ftol
+        scal[ROUNDING] = rounding

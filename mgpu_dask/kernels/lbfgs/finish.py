@@ -34,8 +34,8 @@ from ..blocks import LANES, last_block, row_reduce
 from ..jitable import inlined_device
 from .cuda import (ACCEPTED, ACTIVE, APPLY, AUTO, COMMIT, COUNT_END, DECREASE, DECREASE_1,
                    DECREASE_2, DONE, F, F_PREV, FTOL, GMAX, GTOL, HEAD, INIT, N_SCALARS,
-                   NOT_DESCENT, PAIRS, SEARCH, SLOPE, SLOPE0, SLOT, STATUS, STEP, STORED,
-                   SWEEP, VALUE)
+                   NOT_DESCENT, PAIRS, ROUNDING, SEARCH, SLOPE, SLOPE0, SLOT, STATUS, STEP,
+                   STORED, SWEEP, VALUE)
 from .rules import acceptable, moved_entry, pseudo_entry, sufficient_decrease
 
 # Rows of ``fparts`` (one column per block of assemble).
@@ -199,7 +199,7 @@ def _decide(psums, rho, scal, fparts, inv_n, penalty, mode, l1):
     if l1 > 0.0:
         fits = sufficient_decrease(value, slope, f)
     else:
-        fits = acceptable(value, slope, step, f, slope0)
+        fits = acceptable(value, slope, step, f, slope0, sc[ROUNDING])
     keep = mode == INIT or mode == COMMIT or (mode == AUTO and descent and fits)
     status = ACCEPTED if keep else (NOT_DESCENT if mode == AUTO and not descent else SEARCH)
     todo = NOTHING

@@ -5,8 +5,20 @@ from __future__ import annotations
 from ..jitable import both_targets
 
 C1, C2 = 1e-4, 0.9  # sufficient decrease, curvature (the usual quasi-Newton choice)
-ROUNDING = 2.0 ** -23  # float32's relative rounding: every evaluation's value is float32 rows' sums
+# The relative rounding of an evaluation's value, which the step test allows for: float32
+# products' (the float32 and bf16 evaluations), or float64's where the sums are exact
+# (int8 products: integer sums, the value put together in float64).
+FLOAT32_ROUNDING = 2.0 ** -23
+FLOAT64_ROUNDING = 2.0 ** -52
 STALLED = 3  # OWL-QN: the decrease the stopping rule reads is the best of this many last steps
+
+
+def rounding_of(precisions: "list[str]") -> float:
+    """The relative rounding of a value summed over shards evaluated in ``precisions``
+    (:class:`~mgpu_dask.kernels.precision.Precision` values): float64's where every
+    shard's sums are exact (int8 products), else float32's."""
+    exact = bool(precisions) and all(str(p) == "int8" for p in precisions)
+    return FLOAT64_ROUNDING if exact else FLOAT32_ROUNDING
 
 
 @both_targets
@@ -29,21 +41,25 @@ def first_owlqn_step(f, f_prev, slope0, pairs):
 
 
 @both_targets
-def acceptable(value, slope, step, f0, slope0):
+def acceptable(value, slope, step, f0, slope0, rounding):
     """The strong-Wolfe conditions at ``step`` (a NaN value is never acceptable).
 
     Where the decrease the step promises (``-step * slope0``) is within the rounding
-    of the value (``ROUNDING * |f0|``), the values cannot show it: there the step is
-    kept on the curvature condition and a value no worse than ``f0`` beyond that
-    rounding -- the approximate Wolfe conditions of Hager and Zhang (SIAM J. Optim.
-    16, 2005), which stop a float32 fit near its optimum from spending ten trial
-    steps on rounding noise and then stopping anyway.
+    of the value (``rounding * |f0|``, ``rounding`` the evaluation's relative
+    rounding), the values cannot show it: there the step is kept on the curvature
+    condition and a value no worse than ``f0`` beyond that rounding -- the
+    approximate Wolfe conditions of Hager and Zhang (SIAM J. Optim. 16, 2005), which
+    stop a float32 fit near its optimum from spending ten trial steps on rounding
+    noise and then stopping anyway.  Values more exact than that must say so: taken
+    for float32's, a float64 value's steps of real but small decrease are kept on
+    curvature alone, and one that shows none ends the fit by ``ftol`` short of its
+    optimum.
     """
     if not abs(slope) <= -C2 * slope0:
         return False
     if value <= f0 + C1 * step * slope0:
         return True
-    noise = ROUNDING * abs(f0)
+    noise = rounding * abs(f0)
     return -step * slope0 <= noise and value <= f0 + noise
 
 

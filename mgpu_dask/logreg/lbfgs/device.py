@@ -55,6 +55,7 @@ import numpy as np
 from ...kernels import peers
 from ...kernels.launch import capture_allowed
 from ...kernels.lbfgs import cuda as K
+from ...kernels.lbfgs.rules import rounding_of
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
 from . import again
@@ -315,6 +316,11 @@ class DeviceBackend:
         return elapsed(self._timed) if self.gpu and hasattr(self, "_timed") else float("nan")
 
     @property
+    def rounding(self) -> float:
+        """The relative rounding of the evaluations' values (:func:`.rules.acceptable`)."""
+        return rounding_of([o.precision for o in self.objectives])
+
+    @property
     def run_ahead(self) -> int:
         return self._ahead.value or self._ahead.first(self.first_evaluation_seconds())
 
@@ -327,6 +333,7 @@ class DeviceBackend:
         if not pending:  # nothing queued since the last look: let the proposals run
             self._k_arm.set(1, float(gtol))
             self._k_arm.set(2, float(ftol))
+            self._k_arm.set(3, self.rounding)
             with self._leader():
                 self._k_arm(1)
         new = max(0, ahead - pending)

@@ -73,7 +73,7 @@ def _laid_out(b: Any, memory: int, chunks: int, sweep: int, inv_n: float, penalt
         "trial": (K.trial, [b.x, b.p, b.scal, b.pparts, b.params, b.pg, l1, dk], sweep, chunks),
         "set_trial": (K.set_trial, [b.x, b.p, b.scal, b.params, 0.0, b.pg, l1, dk], 256, None),
         "forget": (K.forget, [b.scal], 1, None),
-        "arm": (K.arm, [b.scal, 0.0, 0.0], 1, None)}
+        "arm": (K.arm, [b.scal, 0.0, 0.0, 0.0], 1, None)}
 
 
 def launches(b: Any, memory: int, chunks: int, sweep: int, inv_n: float, penalty: float,

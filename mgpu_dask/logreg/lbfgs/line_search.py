@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from ...kernels.lbfgs.rules import C1, C2, acceptable, first_step
+from ...kernels.lbfgs.rules import C1, C2, FLOAT32_ROUNDING, acceptable, first_step
 
-__all__ = ["C1", "C2", "acceptable", "first_step", "strong_wolfe"]
+__all__ = ["C1", "C2", "FLOAT32_ROUNDING", "acceptable", "first_step", "strong_wolfe"]
 
 Slope = Callable[[float], "tuple[float, float]"]
 
@@ -24,7 +24,8 @@ ZOOM_MAX = 10  # trials of one zoom (SciPy's bound too)
 
 
 def strong_wolfe(phi: Slope, f0: float, slope0: float, step: float, *,
-                 first: tuple[float, float] | None = None, maxiter: int = 50) -> float | None:
+                 first: tuple[float, float] | None = None, maxiter: int = 50,
+                 rounding: float = FLOAT32_ROUNDING) -> float | None:
     """A step satisfying the strong Wolfe conditions, or None.
 
     Parameters
@@ -39,6 +40,8 @@ def strong_wolfe(phi: Slope, f0: float, slope0: float, step: float, *,
         ``phi(step)`` when the caller has it already.
     maxiter : int
         Evaluations at most.
+    rounding : float
+        The relative rounding of ``phi``'s values (:func:`.rules.acceptable`).
 
     Returns
     -------
@@ -54,14 +57,14 @@ def strong_wolfe(phi: Slope, f0: float, slope0: float, step: float, *,
     for i in range(maxiter):
         if step <= 0 or not math.isfinite(step):
             return None
-        if acceptable(value, slope, step, f0, slope0):
+        if acceptable(value, slope, step, f0, slope0, rounding):
             return step
         if not value <= f0 + C1 * step * slope0 or (i > 0 and value >= f_prev):
             return _zoom(phi, f0, slope0, (prev, f_prev, s_prev), (step, value, slope),
-                         maxiter - calls)
+                         maxiter - calls, rounding)
         if slope >= 0:
             return _zoom(phi, f0, slope0, (step, value, slope), (prev, f_prev, s_prev),
-                         maxiter - calls)
+                         maxiter - calls, rounding)
         prev, f_prev, s_prev = step, value, slope
         step *= 2.0
         if calls >= maxiter:
@@ -72,7 +75,7 @@ def strong_wolfe(phi: Slope, f0: float, slope0: float, step: float, *,
 
 
 def _zoom(phi: Slope, f0: float, slope0: float, lo: tuple[float, float, float],
-          hi: tuple[float, float, float], budget: int) -> float | None:
+          hi: tuple[float, float, float], budget: int, rounding: float) -> float | None:
     """Shrink the bracket ``[lo, hi]`` (``lo``: the better end) to an acceptable step.
 
     At most ``ZOOM_MAX`` trials, and none once the bracket is down to rounding
@@ -90,7 +93,7 @@ def _zoom(phi: Slope, f0: float, slope0: float, lo: tuple[float, float, float],
         if trial is None or not (low + margin <= trial <= high - margin):
             trial = a_lo + 0.5 * width  # safeguard: bisect
         value, slope = phi(trial)
-        if acceptable(value, slope, trial, f0, slope0):
+        if acceptable(value, slope, trial, f0, slope0, rounding):
             return trial
         if not value <= f0 + C1 * trial * slope0 or value >= lo[1]:
             hi = (trial, value, slope)

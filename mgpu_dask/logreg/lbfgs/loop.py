@@ -60,6 +60,7 @@ class Backend(Protocol):
     pairs: int
     run_ahead: int                            # iterations one ``advance`` may make
     owlqn: bool                               # an L1 part (:mod:`.owlqn`)
+    rounding: float                           # its values' relative rounding (rules)
 
     def start(self) -> Step: ...              # evaluate at the start point
     # Up to ``ahead`` proposals while they are kept and no stopping rule holds:
@@ -134,7 +135,8 @@ def _iterate(backend: Backend, maxls: int, ahead: int, gtol: float,
                                   first=(trial.value, trial.slope), maxiter=maxls)
     else:
         step = line_search.strong_wolfe(backend.probe, trial.f, trial.slope0, trial.step,
-                                        first=(trial.value, trial.slope), maxiter=maxls)
+                                        first=(trial.value, trial.slope), maxiter=maxls,
+                                        rounding=backend.rounding)
     return (trial, done, 1) if step is None else (backend.commit(), done + 1, 1)
 
 
@@ -144,13 +146,15 @@ def relative_decrease(f_old: float, f_new: float) -> float:
 
 class HostBackend:
     """L-BFGS vectors in NumPy (float64) for any ``fun(x) -> (value, gradient)``; with
-    ``l1`` (one weight per entry) OWL-QN on ``fun(x) + sum(l1 |x|)``."""
+    ``l1`` (one weight per entry) OWL-QN on ``fun(x) + sum(l1 |x|)``; ``rounding``: the
+    relative rounding of ``fun``'s values (:func:`.rules.acceptable`)."""
 
     run_ahead = 1  # nothing to gain: the host decides each step anyway
 
     def __init__(self, fun: Objective, x0: np.ndarray, memory: int = 10,
-                 l1: np.ndarray | None = None) -> None:
-        self.fun, self.memory = fun, memory
+                 l1: np.ndarray | None = None,
+                 rounding: float = line_search.FLOAT32_ROUNDING) -> None:
+        self.fun, self.memory, self.rounding = fun, memory, rounding
         self.x = np.asarray(x0, dtype=np.float64).copy()
         self.owlqn = l1 is not None and bool(np.any(l1))
         self.l1 = np.asarray(l1, dtype=np.float64) if self.owlqn else None
@@ -198,7 +202,7 @@ class HostBackend:
                 else line_search.first_step(self.f, self.f_prev, slope0))
         value, slope = self.probe(step)
         if (owlqn.sufficient_decrease(value, slope, self.f) if self.owlqn
-                else line_search.acceptable(value, slope, step, self.f, slope0)):
+                else line_search.acceptable(value, slope, step, self.f, slope0, self.rounding)):
             return self.commit()
         return Step(SEARCH, self.f, self._gmax(), np.inf, slope0, step, value, slope)
 
@@ -253,15 +257,17 @@ class HostBackend:
 
 def minimize_lbfgs(fun: Objective, x0: np.ndarray, *, maxiter: int = 100, gtol: float = 1e-4,
                    ftol: float = 64 * np.finfo(float).eps, memory: int = 10,
-                   maxls: int = 50, l1: np.ndarray | None = None) -> dict[str, Any]:
+                   maxls: int = 50, l1: np.ndarray | None = None,
+                   rounding: float = line_search.FLOAT32_ROUNDING) -> dict[str, Any]:
     """Minimise ``fun`` (returning value and gradient) from ``x0`` on the host; with
-    ``l1`` (a weight per entry), ``fun(x)[0] + sum(l1 |x|)`` by OWL-QN.
+    ``l1`` (a weight per entry), ``fun(x)[0] + sum(l1 |x|)`` by OWL-QN.  ``rounding``:
+    the relative rounding of ``fun``'s values (float32's unless they are more exact).
 
     See :func:`run` for the stopping rules and what is returned (``fun``: the whole
     objective; ``grad_max``: the pseudo-gradient's largest entry with an L1 part).
     """
-    return run(HostBackend(fun, x0, memory, l1), maxiter=maxiter, gtol=gtol, ftol=ftol,
-               maxls=maxls)
+    return run(HostBackend(fun, x0, memory, l1, rounding), maxiter=maxiter, gtol=gtol,
+               ftol=ftol, maxls=maxls)
 
 
 def _two_loop(g: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:
