@@ -48,8 +48,9 @@
 #   knn-data benchmarks/knn_data.py (own data: ours, FAISS, PyTorch, cuML) for CASES (all),
 #            then CASE (1m-128) with NWORKERS (2 4) workers sharing GPU 0, ours only, the
 #            training rows sharded over them (PLAN, default shard)
-#   first-data-ab  own data's first logistic-regression fit (CASE, 1m-128) with empty
-#            caches, .ab's package and the working tree alternating (ROUNDS, ORDER)
+#   first-data-ab  own data's first fit (and KNN's first predict) of TASKS (logreg) at CASE
+#            (1m-128) with empty caches, .ab's package and the working tree alternating
+#            (ROUNDS, ORDER): first_TASK_CODE_I
 #   logreg-data  benchmarks/logreg_data.py (own data: ours, PyTorch, cuML) for CASES (all)
 #   first-data   own data's first calls: knn_data.py and logreg_data.py (CASE, 1m-128, ours)
 #            in new processes, NUMBA_CACHE_DIR and CUPY_CACHE_DIR empty, then filled by
@@ -351,19 +352,21 @@ first-data)
   unset NUMBA_CACHE_DIR CUPY_CACHE_DIR
   ;;
 first-data-ab)
-  # Own data's first logistic-regression fit with empty kernel caches, .ab's package and
-  # the working tree's alternating (ROUNDS, default 2): first_logreg_CODE_I
+  # Own data's first fit (logreg) or fit and predict (knn) with empty kernel caches, TASKS
+  # (logreg), .ab's package and the working tree's alternating (ROUNDS, default 2):
+  # first_TASK_CODE_I
   top=$PWD; base=$PYTHONPATH
-  for i in $(seq ${ROUNDS:-2}); do for code in ${ORDER:-old new}; do
+  for i in $(seq ${ROUNDS:-2}); do for code in ${ORDER:-old new}; do for task in ${TASKS:-logreg}; do
     where=$top; [ "$code" = old ] && where=$top/.ab
-    export NUMBA_CACHE_DIR=/tmp/fa-nc-$code-$i CUPY_CACHE_DIR=/tmp/fa-cc-$code-$i
+    export NUMBA_CACHE_DIR=/tmp/fa-nc-$task-$code-$i CUPY_CACHE_DIR=/tmp/fa-cc-$task-$code-$i
     rm -rf "$NUMBA_CACHE_DIR" "$CUPY_CACHE_DIR"; mkdir -p "$NUMBA_CACHE_DIR" "$CUPY_CACHE_DIR"
-    log "first_logreg_${code}_$i: logreg_data.py --cases ${CASE:-1m-128} --no-peers ($where)"
-    (cd "$where" && PYTHONPATH=$where:$base timeout 150 python3 "$top/benchmarks/logreg_data.py" \
-      "$R/first_logreg_${code}_$i.json" --cases ${CASE:-1m-128} --no-peers \
-      > "$R/first_logreg_${code}_$i.log" 2>&1)
+    script=logreg_data.py extra=; [ $task = knn ] && script=knn_data.py extra="--repeats 3"
+    log "first_${task}_${code}_$i: $script --cases ${CASE:-1m-128} --no-peers $extra ($where)"
+    (cd "$where" && PYTHONPATH=$where:$base timeout 150 python3 "$top/benchmarks/$script" \
+      "$R/first_${task}_${code}_$i.json" --cases ${CASE:-1m-128} --no-peers $extra \
+      > "$R/first_${task}_${code}_$i.log" 2>&1)
     unset NUMBA_CACHE_DIR CUPY_CACHE_DIR
-  done; done
+  done; done; done
   ;;
 logreg-data)
   log "logreg_data: python benchmarks/logreg_data.py OUT --cases ${CASES:-all}"
