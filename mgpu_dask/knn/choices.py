@@ -17,7 +17,7 @@ from ..kernels.knn import precision as precisions
 from ..kernels.precision import Precision
 from ..parallel import placement
 from ..parallel import inputs
-from ..parallel.first_use import announce_compiles, warm_up_workers
+from ..parallel.first_use import announce_compiles
 from ..parallel.workers import fixed_facts, free_gpu_memory, gpu_capability, scheduler_workers
 from .layout import block_stats
 
@@ -134,15 +134,11 @@ def choose(X: Any, client: Any, device: str, *, plan: str, precision: str, metho
 def announce(X: Any, choice: Choice, device: str, model: Any, client: Any) -> None:
     """Warn before a fit and search whose kernels are not in the workers' cache
     (``first_use``): their kind as ``warmup.Search`` has it (8-bit values search as 8-bit
-    rows, whatever their dtype).  On GPUs the workers then compile them while the fit
-    places the rows (``first_use.warm_up_workers``), so the first predict finds them."""
+    rows, whatever their dtype)."""
     dtype, d = np.dtype(X.dtype).name, int(X.shape[1])
-    fields = {"gpu": device == "gpu", "n_features": d,
-              "dtype": "uint8" if choice.eight_bit.exact else dtype,
-              "precision": choice.precision.value, "method": model.method,
-              "k": model.n_neighbors, "margin": model.margin, "weights": model.weights,
-              "merge": choice.plan == "shard"}
-    # stacklevel: the user's line (here, _place, fit, the caller)
-    if announce_compiles("knn", f"{dtype} rows of {d} features", fields, client,
-                         stacklevel=4) and device == "gpu":
-        warm_up_workers("knn", fields, client)
+    announce_compiles("knn", f"{dtype} rows of {d} features", {
+        "gpu": device == "gpu", "n_features": d,
+        "dtype": "uint8" if choice.eight_bit.exact else dtype,
+        "precision": choice.precision.value, "method": model.method, "k": model.n_neighbors,
+        "margin": model.margin, "weights": model.weights, "merge": choice.plan == "shard"},
+        client, stacklevel=4)  # the user's line: here, _place, fit, the caller
