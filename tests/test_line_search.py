@@ -63,6 +63,24 @@ def test_values_more_exact_than_float32_keep_steps_on_their_decrease():
         assert rounding_of(ran) == FLOAT32_ROUNDING
 
 
+def test_the_host_loop_asks_for_the_rounding_once_its_values_exist():
+    """A rounding given as a function (what the evaluations ran, known once they ran) is
+    asked once, after the first evaluation (at the first step test), and the loop then runs
+    on it."""
+    evaluations, asked = [], []
+
+    def fun(x):
+        evaluations.append(1)
+        return float(x @ x), 2 * x
+
+    def rounding():
+        asked.append(len(evaluations))
+        return FLOAT64_ROUNDING
+
+    out = minimize_lbfgs(fun, np.ones(3), maxiter=5, rounding=rounding)
+    assert out["success"] and len(asked) == 1 and asked[0] >= 1
+
+
 def test_a_search_in_rounding_noise_ends_at_its_first_curved_step():
     """Values that jitter by rounding around a flat line: the first step whose slope
     has turned is kept, not ten more trials that no value can decide."""

@@ -121,6 +121,7 @@ def by_messages(X: Any, y: Any, client: Any, timeout: float, problem: Problem,
                 weights: Any = None) -> dict[str, Any]:
     """L-BFGS on the client, one message round per evaluation (any cluster); ``weights``:
     each row's sample weight, a dask array placed as ``X``'s rows."""
+    from ..kernels.lbfgs.rules import rounding_of
     from .actors import ActorEvaluator  # this route's own modules: the others never load them
     from .local import GraphEvaluator
     from .solvers import lbfgs_on_host
@@ -134,8 +135,9 @@ def by_messages(X: Any, y: Any, client: Any, timeout: float, problem: Problem,
                                weights=weights)
                 if client is not None else GraphEvaluator(X, y, problem.precision, problem.scale,
                                                           weights=weights))
-    try:
-        result = lbfgs_on_host(evaluate, problem)
+    try:  # the values' rounding from what the evaluations ran (int8's: exact sums)
+        result = lbfgs_on_host(evaluate, problem, lambda: rounding_of(
+            evaluate.products().get("precision", "").split(",")))
         ran = evaluate.products()
     finally:
         evaluate.close()

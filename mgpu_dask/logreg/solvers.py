@@ -9,7 +9,7 @@ by messages), so the CUDA kernels of the device L-BFGS never load there.
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -22,12 +22,12 @@ from .problem import Problem, products
 
 
 def lbfgs_on_host(evaluate: Any, problem: Problem,
-                  rounding: float = FLOAT32_ROUNDING) -> dict[str, Any]:
+                  rounding: float | Callable[[], float] = FLOAT32_ROUNDING) -> dict[str, Any]:
     """L-BFGS on the penalised mean cross-entropy (OWL-QN with an L1 part); ``evaluate``
     sums the shards (weighted where the rows are), its values rounded as ``rounding``
-    says (float32's unless the caller knows them more exact: :func:`.rules.rounding_of`).
-    Without an intercept its gradient is held at zero, so the intercept stays at its
-    start, zero."""
+    says (float32's unless the caller knows them more exact: :func:`.rules.rounding_of`;
+    a function: asked once ``evaluate`` has run).  Without an intercept its gradient is
+    held at zero, so the intercept stays at its start, zero."""
     d, k, penalty = problem.d, problem.n_classes, problem.penalty
     total = problem.weight_sum or problem.n
     keep_b = 1.0 if problem.fit_intercept else 0.0

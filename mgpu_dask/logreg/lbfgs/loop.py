@@ -147,14 +147,15 @@ def relative_decrease(f_old: float, f_new: float) -> float:
 class HostBackend:
     """L-BFGS vectors in NumPy (float64) for any ``fun(x) -> (value, gradient)``; with
     ``l1`` (one weight per entry) OWL-QN on ``fun(x) + sum(l1 |x|)``; ``rounding``: the
-    relative rounding of ``fun``'s values (:func:`.rules.acceptable`)."""
+    relative rounding of ``fun``'s values (:func:`.rules.acceptable`), or a function
+    that says it once ``fun`` has run (asked once, after the first evaluation)."""
 
     run_ahead = 1  # nothing to gain: the host decides each step anyway
 
     def __init__(self, fun: Objective, x0: np.ndarray, memory: int = 10,
                  l1: np.ndarray | None = None,
-                 rounding: float = line_search.FLOAT32_ROUNDING) -> None:
-        self.fun, self.memory, self.rounding = fun, memory, rounding
+                 rounding: float | Callable[[], float] = line_search.FLOAT32_ROUNDING) -> None:
+        self.fun, self.memory, self._rounding = fun, memory, rounding
         self.x = np.asarray(x0, dtype=np.float64).copy()
         self.owlqn = l1 is not None and bool(np.any(l1))
         self.l1 = np.asarray(l1, dtype=np.float64) if self.owlqn else None
@@ -169,6 +170,12 @@ class HostBackend:
     @property
     def pairs(self) -> int:
         return len(self.history)
+
+    @property
+    def rounding(self) -> float:
+        if callable(self._rounding):
+            self._rounding = float(self._rounding())
+        return self._rounding
 
     def _evaluate(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         """The whole objective (with its L1 part) and the smooth part's gradient."""
@@ -258,10 +265,12 @@ class HostBackend:
 def minimize_lbfgs(fun: Objective, x0: np.ndarray, *, maxiter: int = 100, gtol: float = 1e-4,
                    ftol: float = 64 * np.finfo(float).eps, memory: int = 10,
                    maxls: int = 50, l1: np.ndarray | None = None,
-                   rounding: float = line_search.FLOAT32_ROUNDING) -> dict[str, Any]:
+                   rounding: float | Callable[[], float] = line_search.FLOAT32_ROUNDING
+                   ) -> dict[str, Any]:
     """Minimise ``fun`` (returning value and gradient) from ``x0`` on the host; with
     ``l1`` (a weight per entry), ``fun(x)[0] + sum(l1 |x|)`` by OWL-QN.  ``rounding``:
-    the relative rounding of ``fun``'s values (float32's unless they are more exact).
+    the relative rounding of ``fun``'s values (float32's unless they are more exact; a
+    function: asked once ``fun`` has run).
 
     See :func:`run` for the stopping rules and what is returned (``fun``: the whole
     objective; ``grad_max``: the pseudo-gradient's largest entry with an L1 part).
