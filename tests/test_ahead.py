@@ -357,3 +357,85 @@ def test_a_fit_waits_for_the_loops_kernels_compiled_ahead(monkeypatch):
 
     if config.ENABLE_CUDASIM:  # (CI's CPU runs: no GPU to compile for)
         assert launches.compile_ahead() is False and launches._AHEAD == []
+
+
+def test_the_knn_searchs_kernels_compiled_ahead_are_the_ones_its_runs_compile():
+    """A first KNN fit on GPUs has side processes compile the search's Numba kernels
+    (``knn.ahead``): typed from arguments as the search passes them, the vote and the
+    re-rank are the very kernels and signatures a float32 KNN run on a GPU compiled when
+    ``ahead.json`` was recorded; exact keys need no re-rank, shards a merge."""
+    from mgpu_dask.knn import ahead as knn_ahead
+
+    listed = json.loads(ahead.LIST.read_text())
+    recorded = {(i["numba"], tuple(i["signature"])) for key, items_ in listed["runs"].items()
+                if '"float32"' in key and '"knn"' in key for i in items_ if "numba" in i}
+    items = {(i["numba"], tuple(i["signature"])) for _, i in knn_ahead.typed(False, False)}
+    assert items == recorded and len(items) == 2
+    names = [i["numba"].rsplit(":", 1)[1] for _, i in knn_ahead.typed(True, True)]
+    assert names == ["vote_rows", "merge_pairs"]
+
+
+def test_a_knn_search_waits_for_its_kernels_compiled_ahead(monkeypatch):
+    """A worker's search waits for the compiles its process started (then loads them),
+    once; under the simulator nothing is started."""
+    import numpy as np
+
+    from mgpu_dask import KNeighborsClassifier
+    from mgpu_dask.knn import ahead as knn_ahead
+
+    waited = []
+
+    class Started:
+        def wait(self, timeout):
+            waited.append(timeout)
+            return {}
+
+    monkeypatch.setattr(knn_ahead, "_PENDING", [Started()])
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 8)).astype(np.float32)
+    model = KNeighborsClassifier(3).fit(X, np.arange(40) % 3)
+    model.predict(X[:5])
+    model.predict(X[:5])
+    assert waited == [knn_ahead.SECONDS] and knn_ahead._PENDING == []
+    from numba import config
+
+    if config.ENABLE_CUDASIM:  # (CI's CPU runs: no GPU to compile for)
+        monkeypatch.setattr(knn_ahead, "_STARTED", set())
+        assert knn_ahead.compile_ahead(False, False) is False and knn_ahead._PENDING == []
+
+
+def test_compiling_ahead_is_asked_of_one_worker_a_host(client, monkeypatch):
+    """The workers of a host share its kernel caches: one of them compiles ahead."""
+    from mgpu_dask.knn import ahead as knn_ahead
+
+    asked = []
+    monkeypatch.setattr(knn_ahead, "compile_ahead", lambda *a: asked.append(a) or True)
+    knn_ahead.start_on_workers(client, False, True)
+    assert len(client.nthreads()) > 1 and asked == [(False, True)]
+    knn_ahead.start_on_workers(None, True, False)  # no client: here
+    assert asked[-1] == (True, False)
+
+
+def test_only_gpu_fits_that_announce_a_compile_compile_ahead(monkeypatch):
+    """The KNN fit starts compiling ahead where it announced a compile, on GPUs (a CPU
+    search compiles its kernels in well under a second), for its kind of keys."""
+    import numpy as np
+
+    from mgpu_dask.knn import choices
+
+    class Model:
+        method, n_neighbors, margin, weights = "gemm", 5, None, "distance"
+
+    X = np.zeros((10, 12), np.float32)
+    for device, announced, eight, plan, want in (
+            ("gpu", True, False, "shard", [(False, True)]), ("gpu", True, True, "replicate",
+                                                             [(True, False)]),
+            ("gpu", False, False, "shard", []), ("cpu", True, False, "shard", [])):
+        calls = []
+        choice = choices.Choice(plan, choices.Precision.FP16, None,
+                                choices.precisions.EightBit(eight, 0), None)
+        monkeypatch.setattr(choices, "announce_compiles", lambda *a, **k: announced)
+        monkeypatch.setattr(choices.ahead, "start_on_workers",
+                            lambda client, exact, merge: calls.append((exact, merge)))
+        choices.announce(X, choice, device, Model(), None)
+        assert calls == want
