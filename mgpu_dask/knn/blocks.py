@@ -20,7 +20,6 @@ from ..kernels import knn as kernels
 from ..kernels.allocator import pooled
 from ..kernels.launch import all_entries_finite, array_module, finished
 from ..parallel import direct
-from . import ahead
 
 def _check_queries(Qb: Any, xp: Any) -> Any:
     Qb = xp.asarray(Qb)
@@ -107,7 +106,6 @@ def row_index(xp: Any, n: int, offset: int) -> Any:
 @pooled()
 def search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int | None,
             tile_bytes: int | None) -> Any:
-    ahead.settle()  # the kernels side processes compile for a first search: loaded, not made
     xp = array_module(train.norms)
     Qb = _check_queries(Qb, xp)
     index = row_index(xp, train.n, offset)

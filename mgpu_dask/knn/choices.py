@@ -19,7 +19,6 @@ from ..parallel import placement
 from ..parallel import inputs
 from ..parallel.first_use import announce_compiles
 from ..parallel.workers import fixed_facts, free_gpu_memory, gpu_capability, scheduler_workers
-from . import ahead
 from .layout import block_stats
 
 
@@ -135,17 +134,11 @@ def choose(X: Any, client: Any, device: str, *, plan: str, precision: str, metho
 def announce(X: Any, choice: Choice, device: str, model: Any, client: Any) -> None:
     """Warn before a fit and search whose kernels are not in the workers' cache
     (``first_use``): their kind as ``warmup.Search`` has it (8-bit values search as 8-bit
-    rows, whatever their dtype).  On GPUs side processes then compile the search's Numba
-    kernels while the fit places the rows (:func:`.ahead.start_on_workers`)."""
+    rows, whatever their dtype)."""
     dtype, d = np.dtype(X.dtype).name, int(X.shape[1])
-    merge = choice.plan == "shard"
-    # stacklevel: the user's line (here, _place, fit, the caller)
-    if announce_compiles("knn", f"{dtype} rows of {d} features", {
-            "gpu": device == "gpu", "n_features": d,
-            "dtype": "uint8" if choice.eight_bit.exact else dtype,
-            "precision": choice.precision.value, "method": model.method,
-            "k": model.n_neighbors, "margin": model.margin, "weights": model.weights,
-            "merge": merge}, client, stacklevel=4) and device == "gpu":
-        ahead.start_on_workers(client, precisions.is_exact(choice.precision,
-                                                           choice.eight_bit.exact,
-                                                           model.method), merge)
+    announce_compiles("knn", f"{dtype} rows of {d} features", {
+        "gpu": device == "gpu", "n_features": d,
+        "dtype": "uint8" if choice.eight_bit.exact else dtype,
+        "precision": choice.precision.value, "method": model.method, "k": model.n_neighbors,
+        "margin": model.margin, "weights": model.weights, "merge": choice.plan == "shard"},
+        client, stacklevel=4)  # the user's line: here, _place, fit, the caller
