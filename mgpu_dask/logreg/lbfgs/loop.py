@@ -16,7 +16,8 @@ the host looks (``advance``).  Otherwise the host runs the scalar line search
 (:mod:`line_search`), which asks the backend for value and slope at each
 trial step, then commits the last one.  A direction along which no step is
 found drops the curvature pairs and goes downhill instead.  Near the optimum,
-where float32 values can no longer show the decrease a step promises, a step is
+where the values can no longer show the decrease a step promises (their rounding is
+the backend's ``rounding``: float32's, or float64's for exact int8 sums), a step is
 kept on its curvature alone (:func:`line_search.acceptable`); a value that then
 rises within rounding ends the fit by ``ftol`` one evaluation later, not after
 two failed searches of ten trials each.
