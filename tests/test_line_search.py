@@ -38,13 +38,17 @@ def test_a_step_promising_less_than_rounding_is_kept_on_its_curvature(f0):
     worse beyond it and the curvature condition keep the step; each part alone does not."""
     noise = FLOAT32_ROUNDING * f0
     slope0 = -0.5 * noise  # a unit step promises half the rounding
-    assert acceptable(f0 + 0.9 * noise, 0.5 * slope0, 1.0, f0, slope0, FLOAT32_ROUNDING)
-    assert not acceptable(f0 + 1.1 * noise, 0.5 * slope0, 1.0, f0, slope0, FLOAT32_ROUNDING)  # worse beyond it
-    assert not acceptable(f0, 0.95 * slope0, 1.0, f0, slope0, FLOAT32_ROUNDING)  # still steep: not curved enough
-    assert not acceptable(f0, -0.95 * slope0, 1.0, f0, slope0, FLOAT32_ROUNDING)
-    assert not acceptable(f0 + 0.9 * noise, 0.5 * slope0, 3.0, f0, slope0, FLOAT32_ROUNDING)  # promises more
-    assert acceptable(f0 + 3 * C1 * slope0, 0.5 * slope0, 3.0, f0, slope0, FLOAT32_ROUNDING)  # and shows it
-    assert not acceptable(float("nan"), 0.5 * slope0, 1.0, f0, slope0, FLOAT32_ROUNDING)
+
+    def ok(value, slope, step):
+        return acceptable(value, slope, step, f0, slope0, FLOAT32_ROUNDING)
+
+    assert ok(f0 + 0.9 * noise, 0.5 * slope0, 1.0)
+    assert not ok(f0 + 1.1 * noise, 0.5 * slope0, 1.0)  # worse beyond it
+    assert not ok(f0, 0.95 * slope0, 1.0)  # still steep: not curved enough
+    assert not ok(f0, -0.95 * slope0, 1.0)
+    assert not ok(f0 + 0.9 * noise, 0.5 * slope0, 3.0)  # promises more
+    assert ok(f0 + 3 * C1 * slope0, 0.5 * slope0, 3.0)  # and shows it
+    assert not ok(float("nan"), 0.5 * slope0, 1.0)
 
 
 def test_values_more_exact_than_float32_keep_steps_on_their_decrease():
