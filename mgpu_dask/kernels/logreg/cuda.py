@@ -338,8 +338,9 @@ def softmax_launch(n_rows: int, n_classes: int, sms: int) -> tuple[Any, int, int
     """``(kernel, blocks, threads, sizes, lanes)`` for :func:`softmax_kernel` over
     ``n_rows`` rows of ``n_classes`` on a GPU of ``sms`` multiprocessors: ``sizes`` are
     the arguments after the logits (``[k]``, or ``[k, pitch]`` for the tiles)."""
-    if n_classes <= STAGED_CLASSES:
+    kernel = softmax_kernel(n_classes)
+    if kernel is softmax_xent_tiles:
         blocks, threads, lanes, pitch = tiles_layout(n_rows, n_classes, sms)
-        return softmax_xent_tiles, blocks, threads, [n_classes, pitch], lanes
+        return kernel, blocks, threads, [n_classes, pitch], lanes
     blocks, threads, lanes = layout(n_rows, n_classes, sms)
-    return softmax_xent_rows, blocks, threads, [n_classes], lanes
+    return kernel, blocks, threads, [n_classes], lanes
