@@ -329,6 +329,24 @@ def test_the_device_loops_kernels_compiled_ahead_are_the_ones_its_fits_compile()
     assert len(items) == 8
 
 
+def test_the_loops_longest_kernels_compile_each_in_a_process_of_its_own():
+    """The side processes of a first device fit are shared by each kernel's compile time:
+    the three kernels ``ahead.json`` recorded as the longest get a process each, so that
+    the longest alone, not two in a row, sets when the fit may go on."""
+    from mgpu_dask.logreg.lbfgs import launches
+
+    items = launches.loop_items()
+    listed = json.loads(ahead.LIST.read_text())
+    recorded = {i["numba"]: i["seconds"] for items_ in listed["runs"].values()
+                for i in items_ if "numba" in i and ".lbfgs." in i["numba"]}
+    longest = sorted(recorded, key=recorded.get)[-3:]
+    groups = kernels_ahead.balance(items, launches.AHEAD_PROCESSES)
+    assert sorted(i for g in groups for i in g) == list(range(len(items)))
+    for name in longest:
+        group = next(g for g in groups if any(items[i]["numba"] == name for i in g))
+        assert [items[i]["numba"] for i in group] == [name]
+
+
 def test_a_fit_waits_for_the_loops_kernels_compiled_ahead(monkeypatch):
     """The launches of a device L-BFGS wait for kernels being compiled ahead (then load
     them), once; without a GPU nothing is started."""

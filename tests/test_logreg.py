@@ -526,6 +526,26 @@ def test_device_lbfgs_kernels_follow_the_host_loop(held, bridge, monkeypatch):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
+def test_device_lbfgs_builds_its_evaluations_before_it_waits_for_the_loops_kernels(monkeypatch):
+    """A first fit's evaluations compile their kernels in the fit's process while side
+    processes compile the loop's (``launches.compile_ahead``): the backend makes its
+    shards' objectives before ``launches``, which waits for those processes."""
+    from mgpu_dask.logreg.lbfgs import device as device_mod
+
+    seen = []
+    real = device_mod.launches
+
+    def launches(b, *args):
+        seen.append(len(getattr(b, "objectives", ())))
+        return real(b, *args)
+
+    monkeypatch.setattr(device_mod, "launches", launches)
+    shards, n, d, k = _two_shard_problem()
+    backend = device_mod.DeviceBackend(shards, k, n, 1.0 / n, memory=3)
+    assert seen == [len(shards)] and len(backend.objectives) == len(shards)
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="CUDA kernels run here only under the simulator")
 @pytest.mark.parametrize("ahead, bridge", [(1, 0), (16, 0), (1, 1), (2, 2), (3, 2)])
 def test_device_lbfgs_stops_where_the_host_loop_stops(ahead, bridge):
     """A stopping rule met in the middle of a run-ahead stops the device there.

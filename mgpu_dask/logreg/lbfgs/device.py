@@ -151,23 +151,27 @@ class DeviceBackend:
             made = buffers(xp, d, k, len(shards), memory, chunks)
             vars(self).update(made)  # self.x, self.g, ... as launches.buffers names them
             self.state = tuple(made.values())
-            (self._propose_launches, self._finish_launches, self._k_trial, self._k_forget,
-             self._k_arm) = launches(self, memory, chunks, sweep, 1.0 / n_rows, float(penalty),
-                                     float(l1), d * k)
-            self._trial_blocks = -(-m // 256)
             if self.gpu:
-                self._ready = cupy.cuda.Event(disable_timing=True)
                 # The zeros above were queued on the legacy default stream, which a
                 # non-blocking stream is not ordered with: done before any kernel reads them.
                 cupy.cuda.Stream.null.synchronize()
-        self.scalars = Scalars(self.scal, self.device, self.stream)
-        self.fresh_counts()
+        # The evaluations first: a first fit compiles their kernels here while side
+        # processes compile the loop's (launches.compile_ahead), which launches waits for.
         near = peers.enable(self.device.id, [a[0].device.id for a in shards]) if self.gpu else ()
         self.objectives = [ShardObjective(X, labels, k, precision, scale,
                                           out=(self.params, self.parts[i], self.psums[i])
                                           if self.gpu and X.device.id in near else None,
                                           weights=weights[0] if weights else None)
                            for i, (X, labels, *weights) in enumerate(shards)]
+        with self._leader():
+            (self._propose_launches, self._finish_launches, self._k_trial, self._k_forget,
+             self._k_arm) = launches(self, memory, chunks, sweep, 1.0 / n_rows, float(penalty),
+                                     float(l1), d * k)
+            self._trial_blocks = -(-m // 256)
+            if self.gpu:
+                self._ready = cupy.cuda.Event(disable_timing=True)
+        self.scalars = Scalars(self.scal, self.device, self.stream)
+        self.fresh_counts()
         self._done = []
         for o in self.objectives if self.gpu else ():
             with o.device:

@@ -24,8 +24,13 @@ from ...kernels.launch import Launcher
 from ...kernels.lbfgs import cuda as K
 from ...kernels.lbfgs import finish as Fin
 
-AHEAD_PROCESSES = 4
-"""Side processes that compile the loop's eight kernels (each imports Numba and CuPy)."""
+AHEAD_PROCESSES = 6
+"""Side processes that compile the loop's eight kernels (each imports Numba): the three
+longest one each, so that the longest alone sets when they are done."""
+COMPILE_SECONDS = {"products": 1.6, "direction": 1.9, "assemble": 2.3, "apply": 0.5,
+                   "trial": 0.5, "set_trial": 0.1, "forget": 0.06, "arm": 0.07}
+"""About how long each of the loop's kernels takes to compile (as ``jobs/ahead.json``
+records them): what :func:`~mgpu_dask.kernels.ahead.balance` shares the processes by."""
 AHEAD_SECONDS = 120.0
 """How long :func:`launches` waits for them; what is not done by then compiles here."""
 _AHEAD: list[Any] = []  # the Compiling started by compile_ahead, until launches waits
@@ -111,12 +116,13 @@ def _typed() -> list[tuple[Any, dict[str, Any]]]:
 
     b = SimpleNamespace(**buffers(np, 1, 1, 1, 1, 1))
     items = []
-    for kernel, args, _, _ in _laid_out(b, 1, 1, 256, 1.0, 0.0, 0.0, 1).values():
+    for name, (kernel, args, _, _) in _laid_out(b, 1, 1, 256, 1.0, 0.0, 0.0, 1).items():
         fn = getattr(kernel, "py_func", None) or kernel.fn  # the simulator's keeps ``fn``
         values = [np.int64(a) if isinstance(a, int) else np.float64(a) if isinstance(a, float)
                   else a for a in args]  # as Launcher passes them
         items.append((kernel, {"numba": f"{fn.__module__}:{fn.__qualname__}",
-                               "signature": encode(tuple(numba.typeof(v) for v in values))}))
+                               "signature": encode(tuple(numba.typeof(v) for v in values)),
+                               "seconds": COMPILE_SECONDS[name]}))
     return items
 
 
