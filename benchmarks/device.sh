@@ -8,7 +8,10 @@
 #           lease; one rapids-NN or faiss-NN part per later call, calls back to back).
 #           Send rapids.count or faiss.count with the first part, not with the base:
 #           with a count and no part yet, gpu-stack-install stops silently (pipefail on
-#           an empty ls) and this script exits before its phases
+#           an empty ls) and this script exits before its phases.  FAISS's parts only
+#           once RAPIDS' are all there: the install stops at a missing RAPIDS part before
+#           it keeps FAISS's.  With both, run FAISS with PYTHONPATH=/tmp/gpu-faiss first
+#           (its own RMM; RAPIDS' lacks a symbol it needs)
 #   .mnist  the four MNIST files (first call; kept in /tmp/mnist for the later ones)
 #   .ab     for PHASE=ab: an older commit's package, `git archive REF mgpu_dask | tar -x -C .ab`
 #
