@@ -7,7 +7,7 @@
 // operands streaming through a STAGES-deep cp.async ring in shared memory.  A
 // product becomes a key |t|^2 - 2 q.t (exact int32) and is compared with the
 // row's current K-th key; the rare key that can enter goes through a small
-// per-row queue into the row's sorted list in shared memory.  With WGMMA (Hopper,
+// per-row queue into the row's list (a heap) in shared memory.  With WGMMA (Hopper,
 // sm_90a) each warpgroup (warps 0-3, 4-7) takes its 64 rows x BN with wgmma instead,
 // from the same stages, one stage's products in flight while the next is waited for;
 // with RESIDENT too, the block's query rows are loaded once, every k-stage of them, and
@@ -107,14 +107,62 @@ __device__ __forceinline__ void insert(long long* list, int K, long long p) {
     list[j] = p;
 }
 
-// Row r's queue into its list (r's thread); whether the queue had overflowed.
+// A row's list in shared memory is a max-heap of its K best (the K-th at the top, the
+// row's threshold), entry j at list[j * BM]: the rows side by side, so that the threads
+// of a warp, a row each, take distinct banks.  A key that enters replaces the top and
+// sinks: log2(K) steps, where a sorted list shifts K / 2 entries on average.
+#define AT(list, j) (list)[(j) * BM]
+__device__ __forceinline__ void heap_replace(long long* list, int K, long long p) {
+    if (p >= AT(list, 0)) return;
+    int j = 0;
+    while (true) {
+        const int a = 2 * j + 1;
+        if (a >= K) break;
+        int c = a;
+        long long vc = AT(list, a);
+        if (a + 1 < K) {
+            const long long vb = AT(list, a + 1);
+            if (vb > vc) { c = a + 1; vc = vb; }
+        }
+        if (vc <= p) break;
+        AT(list, j) = vc;
+        j = c;
+    }
+    AT(list, j) = p;
+}
+
+// The heap of one row (its thread) sorted ascending, in place, as the splits' lists go out.
+__device__ __forceinline__ void heap_sort(long long* list, int K) {
+    for (int end = K - 1; end > 0; --end) {
+        const long long top = AT(list, 0), p = AT(list, end);
+        AT(list, end) = top;
+        int j = 0;
+        while (true) {
+            const int a = 2 * j + 1;
+            if (a >= end) break;
+            int c = a;
+            long long vc = AT(list, a);
+            if (a + 1 < end) {
+                const long long vb = AT(list, a + 1);
+                if (vb > vc) { c = a + 1; vc = vb; }
+            }
+            if (vc <= p) break;
+            AT(list, j) = vc;
+            j = c;
+        }
+        AT(list, j) = p;
+    }
+}
+
+// Row r's queue (entry i at queue[i * BM + r]) into its heap (r's thread); whether the
+// queue had overflowed.
 __device__ __forceinline__ bool merge_queue(long long* lists, const long long* queue, int* count,
                                             int* thr, int r, int K) {
     const int c = count[r];
     if (!c) return false;
-    long long* list = lists + r * K;
-    for (int i = 0; i < min(c, QCAP); ++i) insert(list, K, queue[r * QCAP + i]);
-    if (list[K - 1] != EMPTY) thr[r] = key_of(list[K - 1]);
+    long long* list = lists + r;
+    for (int i = 0; i < min(c, QCAP); ++i) heap_replace(list, K, queue[i * BM + r]);
+    if (AT(list, 0) != EMPTY) thr[r] = key_of(AT(list, 0));
     count[r] = 0;
     return c > QCAP;
 }
@@ -361,7 +409,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                             const int r = my_row + mt * 16 + h * 8;
                             const int slot = atomicAdd(&count[r], 1);
                             if (slot < QCAP) {
-                                queue[r * QCAP + slot] = pack(v, col);
+                                queue[slot * BM + r] = pack(v, col);
                                 done[mt] |= 1ull << (nt * 4 + h * 2 + e);
                             }
                             full |= slot >= QCAP / 2;
@@ -389,7 +437,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                             if (!(done[mt] >> bit & 1ull) && v <= t) {
                                 const int slot = atomicAdd(&count[r], 1);
                                 if (slot < QCAP) {
-                                    queue[r * QCAP + slot] = pack(v, col0 + my_col + nt * 8 + e);
+                                    queue[slot * BM + r] = pack(v, col0 + my_col + nt * 8 + e);
                                     done[mt] |= 1ull << bit;
                                 }
                             }
@@ -472,11 +520,14 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #endif
     cp_async_wait<0>();
     __syncthreads();
-    if (tid < BM) merge_queue(lists, queue, count, thr, tid, K);  // what the last tiles queued
+    if (tid < BM) {
+        merge_queue(lists, queue, count, thr, tid, K);  // what the last tiles queued
+        heap_sort(lists + tid, K);
+    }
     __syncthreads();
     for (int i = tid; i < BM * K; i += THREADS) {
         const int r = i / K, j = i % K;
-        if (row0 + r < m) out[((long long)blockIdx.y * m + row0 + r) * K + j] = lists[i];
+        if (row0 + r < m) out[((long long)blockIdx.y * m + row0 + r) * K + j] = lists[j * BM + r];
     }
 }
 

@@ -8,8 +8,9 @@ and one *split* of the training rows; for each tile of :data:`COLS` training row
 it computes the 128 x COLS products with ``mma.sync`` (int8 in, int32 out, exact: see
 :mod:`.precision`), makes them keys ``|t|^2 - 2 q.t`` and compares each with its
 row's current K-th key.  The few keys that pass go through a per-row queue into
-a sorted list in shared memory.  A second kernel keeps the K best over the
-splits.  Keys and columns come out as the tile loop's scan leaves them, ties
+the row's list in shared memory, a heap (a key that enters sinks in log2(K) steps;
+each split's lists are sorted as they go out).  A second kernel keeps the K best
+over the splits.  Keys and columns come out as the tile loop's scan leaves them, ties
 to the smaller column, so everything after the search is unchanged.
 
 On Hopper (compute capability 9.0) the products are ``wgmma`` instead: each
