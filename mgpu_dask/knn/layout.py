@@ -29,7 +29,7 @@ from ..kernels.knn import precision as precisions
 from ..kernels.allocator import pooled
 from ..kernels.launch import array_module, as_numpy
 from ..kernels.precision import Precision
-from ..parallel import made_ahead, placement, recovery, shared_rows
+from ..parallel import made_ahead, placement, recovery, shared_rows, spread
 from ..parallel.placement import Pinned
 from ..parallel.workers import fixed_facts, gpu_ids, worker_addresses
 
@@ -184,22 +184,67 @@ def shard_train(X: Any, y: np.ndarray, client: Client | None, device: str,
     if isinstance(X, np.ndarray):
         Xd = shard(X, client, device=device, timeout=timeout)
     else:
-        Xd = placed_rows(client, X.rechunk({1: -1}), timeout)[0]
+        Xd = _finer_where_needed(client, placed_rows(client, X.rechunk({1: -1}), timeout)[0],
+                                 timeout)
     name = placement.fresh_name("knn-train")
     meta = meta_for(device, 2, np.float32)
     found = placement.locate(client, Xd, remembered=True)  # (map_blocks asks no more)
-    runs = None if found is None else gpu_runs(client, Xd, found[1])
+    spreading = None if found is None else _spreading(client, Xd, found[1])
+    runs = (spreading[0] if spreading is not None
+            else None if found is None else gpu_runs(client, Xd, found[1]))
     if runs is None:  # one shard per block, prepared where it lies
         blocks = placement.map_blocks(client, _prepare_block, Xd, prep, device, name=name,
                                       chunks=Xd.chunks, meta=meta)
     else:
-        blocks = _joined_shards(client, name, found, runs, Xd, prep, device, meta)
+        blocks = _joined_shards(client, name, found, runs, Xd, prep, device, meta,
+                                targets=spreading[1] if spreading is not None else None)
     yd = shard(y, client, device=device, dtype=np.int32, timeout=timeout, like=blocks)
     _placed_or_raise(futures_of([blocks, yd]), int(Xd.shape[0]), timeout)
     xs, ys = placement.row_futures(blocks), placement.row_futures(yd)
     offsets = np.cumsum((0,) + blocks.chunks[0][:-1]).tolist()
     return TrainLayout("shard", xs, ys, placement.holders(client, xs), offsets,
                        int(Xd.shape[0]), device, (blocks, yd))
+
+
+def _places(client: Client) -> tuple[list[str], dict[str, str | None]]:
+    """Every worker and each one's GPU (:func:`.workers.gpu_ids`), on GPUs only where the
+    one-search-per-GPU rule is on (else each worker is a place of its own)."""
+    everyone = worker_addresses(client)
+    ids = (gpu_ids(client, everyone) if config.get("knn.one-search-per-gpu", True)
+           else dict.fromkeys(everyone))
+    return everyone, ids
+
+
+def _finer_where_needed(client: Client, X: da.Array, timeout: float) -> da.Array:
+    """``X`` rechunked into one block per place where its rows sit unevenly on the GPUs
+    and its blocks are too coarse to even them out (:mod:`..parallel.spread`)."""
+    found = placement.locate(client, X, remembered=True)
+    if found is None:
+        return X
+    workers, ids = _places(client)
+    sizes = X.chunks[0]
+    places = len(set(spread.loads(sizes, found[1], workers, ids)))
+    if (places <= 1 or spread.is_balanced(sizes, found[1], workers, ids)
+            or not spread.needs_finer_blocks(sizes, places)):
+        return X
+    return placed_rows(client, X.rechunk({0: -(-int(X.shape[0]) // places)}), timeout)[0]
+
+
+def _spreading(client: Client, X: da.Array,
+               where: list[str]) -> tuple[list[range], list[str]] | None:
+    """The shard plan's runs of blocks and the worker each is joined on, where the rows
+    sit unevenly on the GPUs (:func:`..parallel.spread.balanced_runs`) and each run fits
+    its GPU (:data:`JOIN_SHARE`); None: as they lie."""
+    workers, ids = _places(client)
+    found = spread.balanced_runs(X.chunks[0], where, workers, ids)
+    if found is None:
+        return None
+    facts = fixed_facts(client)
+    row_bytes = X.dtype.itemsize * int(X.shape[1])
+    if not all(_fits(facts.get(w), row_bytes * sum(X.chunks[0][b] for b in run))
+               for run, w in zip(*found)):
+        return None
+    return found
 
 
 JOIN_SHARE = 4
@@ -236,9 +281,11 @@ def _fits(facts: Any, nbytes: int) -> bool:
 
 
 def _joined_shards(client: Client, name: str, found: tuple[list, list[str]],
-                   runs: list[range], X: da.Array, prep: Prep, device: str, meta: Any) -> da.Array:
+                   runs: list[range], X: da.Array, prep: Prep, device: str, meta: Any,
+                   targets: list[str] | None = None) -> da.Array:
     """One prepared shard per run of blocks (:func:`gpu_runs`), made on the holder of the
-    run's most rows; the others' blocks reach it under throwaway keys (``send``)."""
+    run's most rows (or on ``targets``' worker for it); the others' blocks reach it under
+    throwaway keys (``send``)."""
     futures, where = found
     sizes = X.chunks[0]
     stack = functools.partial(_prepare_stacked, prep=prep, device=device)
@@ -247,7 +294,8 @@ def _joined_shards(client: Client, name: str, found: tuple[list, list[str]],
         rows: dict[str, int] = {}
         for b in run:
             rows[where[b]] = rows.get(where[b], 0) + sizes[b]
-        at = max(rows, key=rows.__getitem__)  # the first of the most, ties to the first
+        at = (targets[j] if targets is not None
+              else max(rows, key=rows.__getitem__))  # the first of the most, ties to the first
         parts = []
         for b in run:
             if where[b] == at:

@@ -73,12 +73,8 @@ __device__ __forceinline__ int ordered(float f) {
     return i >= 0 ? i : i ^ 0x7fffffff;
 }
 __device__ __forceinline__ float unordered(int i) { return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff); }
-#define KEY_BITS(x) __float_as_int(x)
-#define SET_KEY(x, v) ((x) = __int_as_float(v))
 #else
 typedef int acc_t;
-#define KEY_BITS(x) (x)
-#define SET_KEY(x, v) ((x) = (v))
 #endif
 
 __device__ __forceinline__ long long pack(int key, int col) {
@@ -376,10 +372,36 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #else
     const int gid = 0, gsize = THREADS, gtid = tid, row_lo = 0, rows = BM;
 #endif
+    // Column col's key from its norm and product, as the lists hold it (NO_KEY past the
+    // training rows); with HALF a float whose bits are made to order as integers do.
+    // The resident builds' norms are loaded for every column (step 2); the others' are
+    // read from memory, within the rows only.
+    auto norm_at = [&](const float* nrm_at, const int step, const int i, const int col) -> float {
+        return step == 2 || col < n_valid ? nrm_at[i] : 0.f;
+    };
+    auto key_at = [&](const float nrm, const acc_t a, const int col) -> int {
+#ifdef HALF
+        return col < n_valid ? ordered(nrm - 2.f * a) : NO_KEY;
+#else
+        return col < n_valid ? __float2int_rn(nrm) - 2 * a : NO_KEY;
+#endif
+    };
     auto tile_keys = [&](const int col0, const float* nrm_at, const int step) {
         int th[MT * 2];
+#ifdef HALF
+        // The thresholds as floats: a key is compared as the float it is, and made an
+        // ordered integer only where it passes (rare once the lists have filled).  The
+        // float test takes every key the integer one does (and +0 at a threshold of -0).
+        float tf[MT * 2];
+#endif
 #pragma unroll
-        for (int h = 0; h < MT * 2; ++h) th[h] = thr[my_row + (h >> 1) * 16 + (h & 1) * 8];
+        for (int h = 0; h < MT * 2; ++h) {
+            th[h] = thr[my_row + (h >> 1) * 16 + (h & 1) * 8];
+#ifdef HALF
+            tf[h] = th[h] == OPEN_KEY ? __int_as_float(0x7f800000)
+                  : th[h] == CLOSED_KEY ? __int_as_float(0xff800000) : unordered(th[h]);
+#endif
+        }
         unsigned long long done[MT];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) done[mt] = 0ull;
@@ -390,7 +412,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
             for (int e = 0; e < 2; ++e) {
                 const int col = col0 + my_col + nt * 8 + e;
 #ifdef HALF
-                const float nrm = col < n_valid ? nrm_at[nt * step + e] : 0.f;
+                const float nrm = norm_at(nrm_at, step, nt * step + e, col);
 #else
                 const int nrm = col < n_valid ? __float2int_rn(nrm_at[nt * step + e]) : 0;
 #endif
@@ -398,14 +420,15 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        acc_t& a = acc[mt][nt][h * 2 + e];
+                        const acc_t a = acc[mt][nt][h * 2 + e];
 #ifdef HALF
-                        const int v = col < n_valid ? ordered(nrm - 2.f * a) : NO_KEY;
+                        const float f = nrm - 2.f * a;
+                        if (f > tf[mt * 2 + h]) continue;
+                        const int v = ordered(f);
 #else
-                        const int v = col < n_valid ? nrm - 2 * a : NO_KEY;
+                        const int v = nrm - 2 * a;
 #endif
-                        SET_KEY(a, v);
-                        if (v <= th[mt * 2 + h]) {  // rare once the lists have filled
+                        if (v <= th[mt * 2 + h] && col < n_valid) {  // rare once the lists have filled
                             const int r = my_row + mt * 16 + h * 8;
                             const int slot = atomicAdd(&count[r], 1);
                             if (slot < QCAP) {
@@ -433,11 +456,14 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             const int bit = nt * 4 + h * 2 + e;
-                            const int v = KEY_BITS(acc[mt][nt][h * 2 + e]);
-                            if (!(done[mt] >> bit & 1ull) && v <= t) {
+                            if (done[mt] >> bit & 1ull) continue;
+                            const int col = col0 + my_col + nt * 8 + e;
+                            const int v = key_at(norm_at(nrm_at, step, nt * step + e, col),
+                                                 acc[mt][nt][h * 2 + e], col);
+                            if (v <= t) {
                                 const int slot = atomicAdd(&count[r], 1);
                                 if (slot < QCAP) {
-                                    queue[slot * BM + r] = pack(v, col0 + my_col + nt * 8 + e);
+                                    queue[slot * BM + r] = pack(v, col);
                                     done[mt] |= 1ull << bit;
                                 }
                             }

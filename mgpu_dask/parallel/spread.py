@@ -1,0 +1,111 @@
+"""Row blocks spread evenly over the GPUs before a sharded fit.
+
+Dask leaves a user's blocks where their tasks ran: a persisted array of two blocks
+on a cluster of two GPUs may well have both on one worker (its rechunk tasks go
+where their inputs are).  A plan that searches or fits each shard where it lies
+would then use one GPU of two.  :func:`balanced_runs` says, from the blocks' sizes
+and holders alone, whether their rows are spread evenly enough over the GPUs and,
+where not, which runs of adjacent blocks to make one shard each and where each goes:
+contiguous runs of about equal rows, one per GPU, each on the GPU that already holds
+most of its rows, so that the fewest rows move.  Where the blocks are too coarse for
+that (fewer blocks than GPUs, or one block larger than a GPU's share),
+:func:`needs_finer_blocks` says so and the caller rechunks first.
+
+Workers that share one GPU count as one place (:func:`.workers.gpu_ids`); workers
+without a GPU each count as one.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+TOLERANCE = 0.25
+"""A GPU holding up to this much over an even share of the rows is left as it is: moving
+rows costs a transfer at the fit, and a search or fit over shards waits for the largest."""
+
+
+def _units(workers: Sequence[str], ids: dict[str, str | None]) -> dict[str, str]:
+    """Each worker's place: its GPU where it has one, else the worker itself."""
+    return {w: ids.get(w) or w for w in workers}
+
+
+def loads(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
+          ids: dict[str, str | None]) -> dict[str, int]:
+    """Rows held on each place (GPU, or worker without one) of ``workers``."""
+    unit = _units(workers, ids)
+    out = dict.fromkeys(dict.fromkeys(unit.values()), 0)
+    for size, w in zip(sizes, where):
+        u = unit.get(w, w)
+        out[u] = out.get(u, 0) + int(size)
+    return out
+
+
+def is_balanced(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
+                ids: dict[str, str | None]) -> bool:
+    """Whether no place holds more than :data:`TOLERANCE` over an even share of the rows."""
+    held = loads(sizes, where, workers, ids)
+    return max(held.values(), default=0) <= (1 + TOLERANCE) * sum(sizes) / max(1, len(held))
+
+
+def _cuts(sizes: Sequence[int], parts: int) -> list[range]:
+    """``parts`` contiguous runs of blocks, each ending at the block edge nearest to its
+    even share of the rows (none empty where there are enough blocks)."""
+    edges = [0]
+    for s in sizes:
+        edges.append(edges[-1] + int(s))
+    total, nblocks = edges[-1], len(sizes)
+    bounds = [0]
+    for j in range(1, parts):
+        goal = total * j / parts
+        b = min(range(bounds[-1] + 1, nblocks - (parts - j) + 1),
+                key=lambda i: (abs(edges[i] - goal), i), default=bounds[-1] + 1)
+        bounds.append(b)
+    bounds.append(nblocks)
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def needs_finer_blocks(sizes: Sequence[int], places: int) -> bool:
+    """Whether ``sizes`` cannot be cut into ``places`` contiguous runs within
+    :data:`TOLERANCE` of an even share each (too few blocks, or blocks too large)."""
+    if places <= 1:
+        return False
+    if len(sizes) < places:
+        return True
+    share = sum(sizes) / places
+    return any(sum(sizes[b] for b in run) > (1 + TOLERANCE) * share
+               for run in _cuts(sizes, places))
+
+
+def balanced_runs(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
+                  ids: dict[str, str | None]) -> tuple[list[range], list[str]] | None:
+    """Runs of adjacent blocks, one per place, and the worker each is to be joined on;
+    None where the rows are spread evenly enough already (:func:`is_balanced`), there is
+    one place, or the blocks are too coarse (:func:`needs_finer_blocks`: rechunk first).
+
+    Each run goes to the place holding most of its rows, runs with more rows in place
+    choosing first; on a place of several workers, to the one of them holding most
+    of the run (else the first of them in ``workers``)."""
+    unit = _units(workers, ids)
+    places = list(dict.fromkeys(unit[w] for w in workers))
+    if len(places) <= 1 or is_balanced(sizes, where, workers, ids):
+        return None
+    if needs_finer_blocks(sizes, len(places)):
+        return None
+    runs = _cuts(sizes, len(places))
+    held = [{p: sum(int(sizes[b]) for b in run if unit.get(where[b], where[b]) == p)
+             for p in places} for run in runs]
+    pairs = sorted(((held[j][p], -j, -i) for j in range(len(runs))
+                    for i, p in enumerate(places)), reverse=True)
+    place_of: dict[int, str] = {}
+    taken: set[str] = set()
+    for _, j, i in pairs:
+        j, p = -j, places[-i]
+        if j not in place_of and p not in taken:
+            place_of[j] = p
+            taken.add(p)
+    targets = []
+    for j, run in enumerate(runs):
+        mine = [w for w in workers if unit[w] == place_of[j]]
+        rows = {w: sum(int(sizes[b]) for b in run if where[b] == w) for w in mine}
+        targets.append(max(mine, key=lambda w: (rows[w], -mine.index(w))))
+    return runs, targets
