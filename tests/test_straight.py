@@ -377,3 +377,31 @@ def test_answers_in_hand_compute_without_the_scheduler(client, monkeypatch):
         np.testing.assert_array_equal(np.asarray(held), np.arange(7))
     np.testing.assert_array_equal((held * 2).compute(), np.arange(7) * 2)
     np.testing.assert_array_equal(held.compute(scheduler="sync"), np.arange(7))
+
+
+def _lane_calls(dask_worker=None):
+    from mgpu_dask.parallel import direct
+
+    return direct.PEER_LANE_CALLS[0]
+
+
+def test_shard_holders_hand_blocks_and_candidates_over_their_lanes(process_client, parts):
+    """Shard holders on one host fetch the query block and hand over their candidates
+    through each other's lanes (arrays out of band), not Dask's RPC; with lanes off,
+    through Dask's RPC: the same predictions either way."""
+    import dask
+
+    client = process_client
+    workers = sorted(client.nthreads())
+    Q = shard(parts.X_test, client, dtype=np.float32, workers=workers[:1])  # one block
+    clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
+    assert len(set(clf.layout_.workers)) == 3
+    before = sum(client.run(_lane_calls).values())
+    got = to_host(clf.predict(Q, on_host=True))
+    over_lanes = sum(client.run(_lane_calls).values()) - before
+    assert over_lanes == 4  # two holders each fetch the block and hand over candidates
+    with dask.config.set({"mgpu-dask.cluster.straight-lane": False}):
+        rpc = to_host(clf.predict(Q, on_host=True))
+    assert sum(client.run(_lane_calls).values()) - before == over_lanes
+    np.testing.assert_array_equal(got, rpc)
+    assert (got == parts.y_test).mean() > 0.85

@@ -288,8 +288,8 @@ def _collected(name: str, block: int, shards: set[int], wait: float) -> dict[int
 def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tuple[int, ...],
                     remote: tuple[tuple[int, str, Any], ...], wait: float, k: int,
                     margin: int | None, tile_bytes: int | None,
-                    mail: Mail | None = None,
-                    hand_out: HandOut | None = None) -> dict[int, Any] | None:
+                    mail: Mail | None = None, hand_out: HandOut | None = None,
+                    lanes: tuple[tuple[str, str], ...] = ()) -> dict[int, Any] | None:
     """On the holder of one or more training shards (``held``: each shard's rows and labels,
     at ``offsets``, then the query blocks ``local`` held here): every query block's
     candidates against each of these shards, ``{block: [per shard]}`` in host memory.
@@ -302,10 +302,14 @@ def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tu
     and voted.  None where a block or a box could not be had in ``wait`` seconds (moved
     on, a worker lost): the caller falls back to tasks.  ``hand_out``: the predict's
     name, and the blocks held here that the other shard holders fetch, which this worker
-    lets them have before its own search (at most :data:`HAND_OUT_WAIT` seconds)."""
+    lets them have before its own search (at most :data:`HAND_OUT_WAIT` seconds).
+    ``lanes``: the other workers' lanes (worker, socket) where the blocks and the
+    candidates cross (:func:`.direct.from_worker`; Dask's RPC for a worker without one)."""
     shards = [(held[2 * s], held[2 * s + 1], offset) for s, offset in enumerate(offsets)]
     name = hand_out.name if hand_out is not None else ""
-    asked = [(i, direct.from_worker(holder, held_block, key, name, worker=worker))
+    paths = dict(lanes)
+    asked = [(i, direct.from_worker(holder, held_block, key, name, worker=worker,
+                                    lane_path=paths.get(holder)))
              for i, holder, key in remote]
     if hand_out is not None and hand_out.keys and hand_out.askers:
         _handed_out(hand_out, min(wait, HAND_OUT_WAIT))
@@ -328,7 +332,8 @@ def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tu
                 out[i] = found
             else:
                 sent.append(direct.from_worker(mergers[i], deposit, mail.name, i,
-                                               dict(zip(mail.shards, found)), worker=worker))
+                                               dict(zip(mail.shards, found)), worker=worker,
+                                               lane_path=paths.get(mergers[i])))
         for delivery in sent:
             delivery.result(timeout=wait)
     except (OSError, KeyError, TimeoutError):  # moved on, or a worker lost

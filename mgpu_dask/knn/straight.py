@@ -36,7 +36,7 @@ import dask.array as da
 from distributed import Client
 
 from .. import config
-from ..parallel import direct, kept_with_blocks, placement
+from ..parallel import direct, kept_with_blocks, lane, placement
 from ..parallel.workers import gpu_ids
 from . import blocks, joined
 from .layout import TrainLayout
@@ -186,6 +186,8 @@ def _across(client: Client, name: str, layout: TrainLayout, queries: list, where
     gpu = layout.device == "gpu"
     mail = MAIL and all(w in holders for w in where)
     wait = timeout / 2  # a holder gives up on a block or a box in time to say so
+    # the workers' lanes on this host: the holders fetch blocks and hand candidates over them
+    lanes = tuple(lane.paths(client, list(dict.fromkeys(holders + where)), direct.SERVED).items())
     calls: dict[str, list[tuple[Any, tuple]]] = {}
     for w in holders:
         mine = tuple(p for p, held in enumerate(layout.workers) if held == w)
@@ -196,7 +198,8 @@ def _across(client: Client, name: str, layout: TrainLayout, queries: list, where
         out = blocks.HandOut(name, tuple(queries[i].key for i in local), len(holders) - 1)
         fn = functools.partial(
             blocks.candidates_here, offsets=tuple(int(layout.offsets[p]) for p in mine),
-            local=tuple(local), remote=remote, wait=wait, mail=box, hand_out=out, **opts)
+            local=tuple(local), remote=remote, wait=wait, mail=box, hand_out=out, lanes=lanes,
+            **opts)
         args = (direct.Here(), *[direct.Held(layout.ref(field, p)) for p in mine
                                  for field in ("X", "y")],
                 *[direct.Held(queries[i].key) for i in local])

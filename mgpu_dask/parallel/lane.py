@@ -170,6 +170,7 @@ class _Lanes:
 
     def __init__(self) -> None:
         self.socks: dict[str, socket.socket | None] = {}  # None: no lane to that worker
+        self.paths: dict[str, str] = {}  # each lane's socket, for the workers' own calls
         self.locks: dict[str, threading.Lock] = {}
         self.lock = threading.Lock()
 
@@ -191,6 +192,8 @@ class _Lanes:
         except Exception:  # no lane to that worker: Dask's RPC serves it
             sock = None
         with self.lock:
+            if sock is not None:
+                self.paths[worker] = found[1]
             self.socks[worker] = sock
             self.locks.setdefault(worker, threading.Lock())
         return sock
@@ -199,6 +202,8 @@ class _Lanes:
         """Close these workers' connections: their next call connects anew."""
         with self.lock:
             socks = [self.socks.pop(worker, None) for worker in workers]
+            for worker in workers:
+                self.paths.pop(worker, None)
         for sock in socks:
             if sock is not None:
                 sock.close()
@@ -206,6 +211,66 @@ class _Lanes:
 
 _CLIENTS: "weakref.WeakKeyDictionary[Any, _Lanes]" = weakref.WeakKeyDictionary()
 _CLIENTS_LOCK = threading.Lock()
+
+
+def _lanes(client: Any, serve: str) -> _Lanes | None:
+    """The client's connections to its workers' lanes (None: lanes are off, or the plugin
+    could not be registered)."""
+    if not config.get("cluster.straight-lane", True):
+        return None
+    if plugins.register_once(client, StraightLane.name, lambda: StraightLane(serve)) is not None:
+        return None
+    with _CLIENTS_LOCK:
+        return _CLIENTS.setdefault(client, _Lanes())
+
+
+def paths(client: Any, workers: list[str], serve: str) -> dict[str, str]:
+    """The lane socket of each of ``workers`` on this client's host that has one, for the
+    workers to call each other over (:func:`call_peer`): a worker on that host reaches
+    another's lane as this client does."""
+    lanes = _lanes(client, serve)
+    if lanes is None:
+        return {}
+    for w in workers:
+        lanes.connect(client, w)
+    with lanes.lock:
+        return {w: lanes.paths[w] for w in workers if w in lanes.paths}
+
+
+_PEERS: dict[str, tuple[socket.socket, threading.Lock]] = {}
+_PEERS_LOCK = threading.Lock()
+
+
+def call_peer(path: str, message: Any, timeout: float | None) -> Any:
+    """On a worker: ``message`` (as :func:`ask` sends one) over another worker's lane at
+    ``path`` (one connection per lane and process, one call at a time on it), and its
+    answer.  An ``OSError`` where the lane cannot be reached or closes before the answer
+    (the connection is dropped: the next call connects anew); an exception raised by the
+    call is raised here."""
+    with _PEERS_LOCK:
+        if path not in _PEERS:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(path)
+            except OSError:
+                sock.close()
+                raise
+            _PEERS[path] = (sock, threading.Lock())
+        sock, lock = _PEERS[path]
+    with lock:
+        try:
+            sock.settimeout(timeout)
+            _send(sock, message)
+            status, value = _message(sock)
+        except (OSError, EOFError) as exc:
+            with _PEERS_LOCK:
+                if _PEERS.get(path, (None,))[0] is sock:
+                    del _PEERS[path]
+            sock.close()
+            raise ConnectionError(f"the lane at {path} closed: {exc}") from None
+    if status == "error":
+        raise value
+    return value
 
 
 def ask(client: Any, calls: dict[str, list[tuple[Any, tuple]]], timeout: float | None,
@@ -216,12 +281,9 @@ def ask(client: Any, calls: dict[str, list[tuple[Any, tuple]]], timeout: float |
     caller asks through Dask's RPC instead).  A lane that closes after they went raises
     :class:`LaneLost` (the calls may have run).  An exception raised by a call is raised
     here; past ``timeout`` seconds, ``TimeoutError``."""
-    if not config.get("cluster.straight-lane", True):
+    lanes = _lanes(client, serve)
+    if lanes is None:
         return None
-    if plugins.register_once(client, StraightLane.name, lambda: StraightLane(serve)) is not None:
-        return None
-    with _CLIENTS_LOCK:
-        lanes = _CLIENTS.setdefault(client, _Lanes())
     workers = sorted(calls)
     socks = {w: lanes.connect(client, w) for w in workers}
     if any(s is None for s in socks.values()):

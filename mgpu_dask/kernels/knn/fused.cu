@@ -373,19 +373,18 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     const int gid = 0, gsize = THREADS, gtid = tid, row_lo = 0, rows = BM;
 #endif
     // Column col's key from its norm and product, as the lists hold it (NO_KEY past the
-    // training rows); with HALF a float whose bits are made to order as integers do.
-    // The resident builds' norms are loaded for every column (step 2); the others' are
-    // read from memory, within the rows only.
+    // training rows): with HALF a float whose bits are made to order as integers do,
+    // made again in the passes after a merge (the int8 build keeps its keys in place of
+    // the products instead).  The resident builds' norms are loaded for every column
+    // (step 2); the others' are read from memory, within the rows only.
+#ifdef HALF
     auto norm_at = [&](const float* nrm_at, const int step, const int i, const int col) -> float {
         return step == 2 || col < n_valid ? nrm_at[i] : 0.f;
     };
     auto key_at = [&](const float nrm, const acc_t a, const int col) -> int {
-#ifdef HALF
         return col < n_valid ? ordered(nrm - 2.f * a) : NO_KEY;
-#else
-        return col < n_valid ? __float2int_rn(nrm) - 2 * a : NO_KEY;
-#endif
     };
+#endif
     auto tile_keys = [&](const int col0, const float* nrm_at, const int step) {
         int th[MT * 2];
 #ifdef HALF
@@ -424,11 +423,12 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #ifdef HALF
                         const float f = nrm - 2.f * a;
                         if (f > tf[mt * 2 + h]) continue;
-                        const int v = ordered(f);
+                        const int v = col < n_valid ? ordered(f) : NO_KEY;
 #else
-                        const int v = nrm - 2 * a;
+                        const int v = col < n_valid ? nrm - 2 * a : NO_KEY;
+                        acc[mt][nt][h * 2 + e] = v;  // the key, for the passes after a merge
 #endif
-                        if (v <= th[mt * 2 + h] && col < n_valid) {  // rare once the lists have filled
+                        if (v <= th[mt * 2 + h]) {  // rare once the lists have filled
                             const int r = my_row + mt * 16 + h * 8;
                             const int slot = atomicAdd(&count[r], 1);
                             if (slot < QCAP) {
@@ -458,8 +458,12 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                             const int bit = nt * 4 + h * 2 + e;
                             if (done[mt] >> bit & 1ull) continue;
                             const int col = col0 + my_col + nt * 8 + e;
+#ifdef HALF
                             const int v = key_at(norm_at(nrm_at, step, nt * step + e, col),
                                                  acc[mt][nt][h * 2 + e], col);
+#else
+                            const int v = acc[mt][nt][h * 2 + e];  // the key, as taken above
+#endif
                             if (v <= t) {
                                 const int slot = atomicAdd(&count[r], 1);
                                 if (slot < QCAP) {

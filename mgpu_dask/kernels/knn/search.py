@@ -41,10 +41,10 @@ LONG_FEATURES = 256
 """From this many features on, an approximate search keeps :data:`MAX_K` candidates a
 row (where no ``margin`` is given): the float16 bound widens with the features, and
 lists of ``k + 8`` then leave most rows to the three-part product and float64."""
-LONG_VALUES = 1 << 28
+LONG_VALUES = 1 << 26
 """From this many training values (rows times features) in the block on, lists of
 :data:`MAX_K` in the plain product cost less than the three-part product of short ones
-(docs/performance-history.md, "list lengths")."""
+(docs/performance-history.md, "list lengths" and "lists as heaps")."""
 
 
 def _pack(xp: Any, dist: Any, columns: Any, labels: Any, index: Any) -> Any:
