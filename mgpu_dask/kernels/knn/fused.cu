@@ -108,15 +108,14 @@ __device__ __forceinline__ void insert(long long* list, int K, long long p) {
 // of a warp, a row each, take distinct banks.  A key that enters replaces the top and
 // sinks: log2(K) steps, where a sorted list shifts K / 2 entries on average.
 #define AT(list, j) (list)[(j) * BM]
-__device__ __forceinline__ void heap_replace(long long* list, int K, long long p) {
-    if (p >= AT(list, 0)) return;
-    int j = 0;
+// p placed in the heap of its first n entries from j down, its top (entry j) replaced.
+__device__ __forceinline__ void sift_down(long long* list, int j, int n, long long p) {
     while (true) {
         const int a = 2 * j + 1;
-        if (a >= K) break;
+        if (a >= n) break;
         int c = a;
         long long vc = AT(list, a);
-        if (a + 1 < K) {
+        if (a + 1 < n) {
             const long long vb = AT(list, a + 1);
             if (vb > vc) { c = a + 1; vc = vb; }
         }
@@ -127,26 +126,16 @@ __device__ __forceinline__ void heap_replace(long long* list, int K, long long p
     AT(list, j) = p;
 }
 
+__device__ __forceinline__ void heap_replace(long long* list, int K, long long p) {
+    if (p < AT(list, 0)) sift_down(list, 0, K, p);
+}
+
 // The heap of one row (its thread) sorted ascending, in place, as the splits' lists go out.
 __device__ __forceinline__ void heap_sort(long long* list, int K) {
     for (int end = K - 1; end > 0; --end) {
-        const long long top = AT(list, 0), p = AT(list, end);
-        AT(list, end) = top;
-        int j = 0;
-        while (true) {
-            const int a = 2 * j + 1;
-            if (a >= end) break;
-            int c = a;
-            long long vc = AT(list, a);
-            if (a + 1 < end) {
-                const long long vb = AT(list, a + 1);
-                if (vb > vc) { c = a + 1; vc = vb; }
-            }
-            if (vc <= p) break;
-            AT(list, j) = vc;
-            j = c;
-        }
-        AT(list, j) = p;
+        const long long p = AT(list, end);
+        AT(list, end) = AT(list, 0);
+        sift_down(list, 0, end, p);
     }
 }
 
