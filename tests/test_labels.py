@@ -92,8 +92,7 @@ def test_labels_placed_apart_from_their_rows_are_copied_beside_them_once(client,
     """Label blocks that Dask put on other workers than their rows (chunked alike) are
     copied to the rows' holders, worker to worker, not brought to the client; the next fit
     of the same arrays finds the copies, and the model is that of labels sent beside."""
-    from mgpu_dask.logreg import single_host
-    from mgpu_dask.parallel import placement
+    from mgpu_dask.parallel import placement, spread
 
     X, y = digits_xy()
     workers = sorted(client.nthreads())
@@ -115,7 +114,7 @@ def test_labels_placed_apart_from_their_rows_are_copied_beside_them_once(client,
         ours = LogisticRegression(max_iter=40, comm="single-host").fit(rows, apart)
         np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-6, atol=1e-7)
     assert sorted(copies) == workers  # each block copied once, to its rows' holder
-    single_host._MOVED.clear()
+    spread._MOVED.clear()
     assert set(client.run(exports_held).values()) == {0}, "exports not released"
 
 

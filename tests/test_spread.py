@@ -81,3 +81,35 @@ def test_a_users_blocks_on_one_worker_are_searched_on_both(client, blocks):
     np.testing.assert_array_equal(np.asarray(clf.predict(Qh, on_host=True)),
                                   np.asarray(KNeighborsClassifier(3).fit(Xh, y).predict(
                                       Qh, on_host=True)))
+
+
+def test_a_users_blocks_on_one_worker_are_fitted_on_both(client, monkeypatch):
+    """Logistic regression on a dask array whose blocks all sit on one worker: each block
+    of the other worker's run is copied there first (once: the next fit finds the copy),
+    the fit reads the blocks on both, and the solution is the one of rows spread by us."""
+    from distributed import wait
+
+    from mgpu_dask import LogisticRegression
+    from mgpu_dask.logreg import single_host
+
+    rng = np.random.default_rng(5)
+    Xh = rng.standard_normal((600, 5)).astype(np.float32)
+    y = (Xh[:, 0] + 0.5 * Xh[:, 1] > 0).astype(np.int64) + (Xh[:, 2] > 1)
+    workers = sorted(client.scheduler_info()["workers"])
+    X = client.persist(da.from_array(Xh, chunks=(150, 5)), workers=[workers[0]])
+    wait(X)
+    seen = []
+    real = single_host.fit_single_host
+
+    def spy(X, rows, *args, **kwargs):
+        seen.append(list(rows[1]))
+        return real(X, rows, *args, **kwargs)
+
+    monkeypatch.setattr(single_host, "fit_single_host", spy)
+    fitted = LogisticRegression(C=1.0, max_iter=200, tol=1e-8).fit(X, y)
+    assert sorted(set(seen[-1])) == workers and seen[-1] == sorted(seen[-1])
+    kept = len(spread._MOVED)
+    LogisticRegression(C=1.0, max_iter=200, tol=1e-8).fit(X, y)
+    assert len(spread._MOVED) == kept and seen[-1] == seen[-2]  # the copies kept
+    ours = LogisticRegression(C=1.0, max_iter=200, tol=1e-8).fit(Xh, y)
+    np.testing.assert_allclose(fitted.coef_, ours.coef_, rtol=1e-4, atol=1e-5)

@@ -24,7 +24,7 @@ from .. import config
 from ..data.sharding import meta_for, shard
 from ..exceptions import DataError
 from ..kernels.precision import Precision
-from ..parallel import inputs, placement
+from ..parallel import inputs, placement, spread
 from ..parallel import labels as labels_mod
 from ..parallel.inputs import NotFittedError, accuracy, device_of
 from . import convert, fitted, options, routes, single_host
@@ -235,8 +235,7 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         rows = None
         if client is not None and isinstance(X, da.Array) and X.ndim == 2:
             moved = inputs.rows_on_gpus(X, client)  # NumPy blocks on GPU workers: to the GPU
-            X, rows = moved, (None if moved is not X else
-                              placement.locate(client, X, remembered=True))
+            X, rows = moved, (None if moved is not X else spread.located(client, X))
         # Integer labels persisted beside their rows stay there: the fit's leader finds
         # their classes and encodes them on the GPUs (nothing label-sized on the client).
         held = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import OrderedDict
 from typing import Any, NamedTuple
 
 import dask.array as da
@@ -19,7 +18,7 @@ import numpy as np
 
 from ..exceptions import DataError
 from ..parallel import labels as labels_mod
-from ..parallel import direct, kept_with_blocks, peer_views, placement, results
+from ..parallel import direct, kept_with_blocks, peer_views, placement, results, spread
 from ..parallel.by_name import WorkerFunction
 from ..parallel.workers import alive_workers
 from .problem import NOT_FINITE, HeldLabels, Problem
@@ -54,11 +53,6 @@ def label_codes(codes: np.ndarray, n_classes: int) -> np.ndarray:
     return codes.astype(np.int32)
 
 
-MOVED_KEPT = 4
-"""Label arrays whose blocks were copied beside their rows, kept for the next fits."""
-_MOVED: OrderedDict[tuple, list[Any]] = OrderedDict()
-
-
 def labels_beside(X: Any, y: Any, rows: Holders | None, client: Any) -> Holders | None:
     """The futures and holders of y's row blocks where y is a persisted dask array of
     integer labels chunked as X's rows (``rows`` being X's futures and holders): labels
@@ -66,8 +60,8 @@ def labels_beside(X: Any, y: Any, rows: Holders | None, client: Any) -> Holders 
 
     Blocks that Dask placed on another worker than their rows (two arrays persisted
     apart, or rechunked apart) are copied to their rows' holders, worker to worker, by
-    one task each; the copies are kept for the next fits of the same arrays (the last
-    ``MOVED_KEPT``), which then find them in place.
+    one task each, and kept for the next fits of the same arrays, which then find them
+    in place (:func:`..parallel.spread.copied_to`).
     """
     if (rows is None or not isinstance(y, da.Array) or y.ndim != 1 or y.dtype.kind not in "iu"
             or X.numblocks[1] != 1 or y.chunks[0] != X.chunks[0]):
@@ -77,25 +71,7 @@ def labels_beside(X: Any, y: Any, rows: Holders | None, client: Any) -> Holders 
         return None
     if list(found[1]) == list(rows[1]):
         return found
-    return _moved_beside(client, found, list(rows[1]))
-
-
-def _moved_beside(client: Any, found: Holders, holders: list[str]) -> Holders:
-    """Each label block on its rows' holder: a copy made there where it lies elsewhere."""
-    from distributed import wait
-
-    futures, where = found
-    key = (client.id, tuple(f.key for f in futures), tuple(holders))  # futures are a client's
-    kept = _MOVED.get(key)
-    if kept is None or any(f.status != "finished" for f in kept):
-        kept = [f if w == h else placement.submit_pinned(client, placement.send, f, worker=h)
-                for f, w, h in zip(futures, where, holders)]
-        wait(kept)
-        _MOVED[key] = kept
-        while len(_MOVED) > MOVED_KEPT:
-            _MOVED.popitem(last=False)
-    _MOVED.move_to_end(key)
-    return kept, holders
+    return spread.copied_to(client, found, list(rows[1])), list(rows[1])
 
 
 def held_classes(client: Any, held: Holders, declared: Any) -> np.ndarray:

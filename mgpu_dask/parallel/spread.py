@@ -12,12 +12,15 @@ that (fewer blocks than GPUs, or one block larger than a GPU's share),
 :func:`needs_finer_blocks` says so and the caller rechunks first.
 
 Workers that share one GPU count as one place (:func:`.workers.gpu_ids`); workers
-without a GPU each count as one.
+without a GPU each count as one.  KNN's shard plan joins each run into one shard
+(:mod:`mgpu_dask.knn.layout`); a fit that reads the blocks where they lie (the
+logistic regression's) has them copied block by block (:func:`located`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections import OrderedDict
+from typing import Any, Sequence
 
 TOLERANCE = 0.25
 """A GPU holding up to this much over an even share of the rows is left as it is: moving
@@ -109,3 +112,54 @@ def balanced_runs(sizes: Sequence[int], where: Sequence[str], workers: Sequence[
         rows = {w: sum(int(sizes[b]) for b in run if where[b] == w) for w in mine}
         targets.append(max(mine, key=lambda w: (rows[w], -mine.index(w))))
     return runs, targets
+
+
+MOVED_KEPT = 8
+"""Sets of blocks copied to other workers (rows spread, labels put beside their rows),
+kept for the next fits of the same blocks, which then find them in place (and whatever
+those fits keep with them)."""
+_MOVED: "OrderedDict[tuple, list[Any]]" = OrderedDict()
+
+
+def copied_to(client: Any, found: tuple[list[Any], list[str]], targets: list[str]) -> list[Any]:
+    """Each block of ``found`` (futures, holders) on its worker of ``targets``: a copy made
+    there, worker to worker, by one task where it lies elsewhere; kept for the next
+    fits of the same blocks (the last :data:`MOVED_KEPT` sets)."""
+    from distributed import wait
+
+    from . import placement
+
+    futures, where = found
+    key = (client.id, tuple(f.key for f in futures), tuple(targets))  # futures are a client's
+    kept = _MOVED.get(key)
+    if kept is None or any(f.status != "finished" for f in kept):
+        kept = [f if w == t else placement.submit_pinned(client, placement.send, f, worker=t)
+                for f, w, t in zip(futures, where, targets)]
+        wait(kept)
+        _MOVED[key] = kept
+        while len(_MOVED) > MOVED_KEPT:
+            _MOVED.popitem(last=False)
+    _MOVED.move_to_end(key)
+    return kept
+
+
+def located(client: Any, X: Any) -> tuple[list[Any], list[str]] | None:
+    """The futures and holders of a persisted array's row blocks (None: not persisted), each
+    block copied first to its run's worker where the rows sit unevenly on the GPUs
+    (:func:`balanced_runs`, :func:`copied_to`: once for the next fits too).  The workers
+    are :func:`.workers.fixed_facts`' (asked once per set of workers: a warm fit pays no
+    round trip)."""
+    from . import placement
+    from .workers import fixed_facts, gpu_ids
+
+    found = placement.locate(client, X, remembered=True)
+    if found is None:
+        return None
+    workers = sorted(fixed_facts(client))
+    if len(workers) < 2:
+        return found
+    runs = balanced_runs(X.chunks[0], found[1], workers, gpu_ids(client, workers))
+    if runs is None:
+        return found
+    targets = [w for run, w in zip(*runs) for _ in run]
+    return copied_to(client, found, targets), targets
