@@ -369,3 +369,34 @@ def test_a_lane_message_carries_arrays_out_of_band_and_whole():
         assert have.dtype == want.dtype and have.shape == want.shape
         np.testing.assert_array_equal(have, want)
     assert got[0].flags.writeable and got[1].flags.f_contiguous
+
+
+def _who(tag, dask_worker=None):
+    return tag, dask_worker.address, os.getpid()
+
+
+def _ask_peer(other, path, tag, function=_who):
+    """In a worker's task: ``function`` asked of worker ``other`` (over ``path``, a
+    lane), and how many calls this worker made over lanes meanwhile."""
+    before = direct.PEER_LANE_CALLS[0]
+    answer = direct.from_worker(other, function, tag, lane_path=path).result(timeout=30)
+    return answer, direct.PEER_LANE_CALLS[0] - before
+
+
+def test_a_worker_asks_another_over_its_lane_else_through_dasks_rpc(cluster_client):
+    """A worker reaches another worker's lane as the client does (the same answer as Dask's
+    RPC gives); a lane it cannot reach (another host's path) and a coroutine function
+    (which Dask's RPC awaits) go through Dask's RPC."""
+    client = cluster_client
+    a, b = sorted(client.nthreads())
+    paths = lane.paths(client, [a, b], direct.SERVED)
+    assert set(paths) == {a, b}
+    (tag, where, _), over = client.submit(_ask_peer, b, paths[b], "x", workers=[a],
+                                          pure=False).result()
+    assert (tag, where, over) == ("x", b, 1)
+    (tag, where, _), over = client.submit(_ask_peer, b, "/nonexistent/lane", "y", workers=[a],
+                                          pure=False).result()
+    assert (tag, where, over) == ("y", b, 0)
+    (tag, where, _), over = client.submit(_ask_peer, b, paths[b], "z", _where_am_i,
+                                          workers=[a], pure=False).result()
+    assert (tag, where, over) == ("z", b, 0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 from typing import Any, NamedTuple
 
 from . import results
@@ -50,23 +51,27 @@ def from_worker(address: str, function: Any, *args: Any, worker: Any = None,
     """Run ``function(*args)`` on the worker at ``address``, asked by ``worker`` (this
     process's Dask worker; by default the one whose task runs this).
 
-    With ``lane_path`` (that worker's lane, :func:`.lane.paths`) it is asked over the
-    lane and runs in the lane's thread there: its arguments and answer cross a Unix
+    With ``lane_path`` (that worker's lane, :func:`.lane.paths`) a plain function is
+    asked over the lane and runs in the lane's thread there: its arguments and answer cross a Unix
     socket as they lie (arrays out of band), where Dask's RPC pickles them in band
     and frames them again (milliseconds a megabyte).  Where the lane cannot be
-    reached, through Dask's RPC.  Returns at once with a future of the result (an
+    reached, through Dask's RPC; past ``mgpu-dask.cluster.compute-timeout`` without an
+    answer, ``TimeoutError``.  Returns at once with a future of the result (an
     exception raised there is raised by ``result()``); callable from any thread.
     """
     if worker is None:
         from distributed import get_worker
 
         worker = get_worker()
-    if lane_path is not None:
+    if lane_path is not None and not inspect.iscoroutinefunction(function):
+        from .. import config
         from . import lane
+
+        timeout = config.seconds("cluster.compute-timeout")
 
         def over_lane() -> Any:
             try:
-                answer = lane.call_peer(lane_path, ("thread", function, args), None)
+                answer = lane.call_peer(lane_path, ("thread", function, args), timeout)
             except ConnectionError:  # no lane after all: Dask's RPC, as without one
                 return asyncio.run_coroutine_threadsafe(
                     _run(worker.rpc(address), function, args), worker.loop.asyncio_loop).result()

@@ -244,17 +244,18 @@ _PEERS_LOCK = threading.Lock()
 def call_peer(path: str, message: Any, timeout: float | None) -> Any:
     """On a worker: ``message`` (as :func:`ask` sends one) over another worker's lane at
     ``path`` (one connection per lane and process, one call at a time on it), and its
-    answer.  An ``OSError`` where the lane cannot be reached or closes before the answer
-    (the connection is dropped: the next call connects anew); an exception raised by the
-    call is raised here."""
+    answer.  ``ConnectionError`` where the lane cannot be reached (another host's path,
+    a worker gone) or closes before the answer (the connection is dropped: the next
+    call connects anew); past ``timeout`` seconds, ``TimeoutError``; an exception raised
+    by the call is raised here."""
     with _PEERS_LOCK:
         if path not in _PEERS:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(path)
-            except OSError:
+            except OSError as exc:
                 sock.close()
-                raise
+                raise ConnectionError(f"no lane at {path}: {exc}") from None
             _PEERS[path] = (sock, threading.Lock())
         sock, lock = _PEERS[path]
     with lock:
@@ -262,11 +263,14 @@ def call_peer(path: str, message: Any, timeout: float | None) -> Any:
             sock.settimeout(timeout)
             _send(sock, message)
             status, value = _message(sock)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError) as exc:  # an answer may still come: this connection is spent
             with _PEERS_LOCK:
                 if _PEERS.get(path, (None,))[0] is sock:
                     del _PEERS[path]
             sock.close()
+            if isinstance(exc, socket.timeout):
+                raise TimeoutError(f"no answer over the lane at {path} within {timeout} s") \
+                    from None
             raise ConnectionError(f"the lane at {path} closed: {exc}") from None
     if status == "error":
         raise value
