@@ -47,6 +47,13 @@ def test_workers_sharing_a_gpu_are_one_place():
     assert runs == [range(0, 1), range(1, 2), range(2, 3)] and sorted(targets) == ["x", "y", "z"]
 
 
+def test_a_workers_host_is_its_address_without_the_port():
+    assert spread.host_of("tcp://10.0.0.2:4321") == "10.0.0.2"
+    assert spread.host_of("ucx://node7:8786") == "node7"
+    assert spread.host_of("inproc://192.0.2.2/31/4") == "192.0.2.2"
+    assert spread.host_of("tcp://[::1]:8786") == "[::1]"
+
+
 def test_blocks_too_coarse_are_cut_finer_first():
     assert spread.needs_finer_blocks([10], 2)
     assert spread.needs_finer_blocks([8, 1, 1], 2)       # one block over a share and a quarter
@@ -113,3 +120,23 @@ def test_a_users_blocks_on_one_worker_are_fitted_on_both(client, monkeypatch):
     assert len(spread._MOVED) == kept and seen[-1] == seen[-2]  # the copies kept
     ours = LogisticRegression(C=1.0, max_iter=200, tol=1e-8).fit(Xh, y)
     np.testing.assert_allclose(fitted.coef_, ours.coef_, rtol=1e-4, atol=1e-5)
+
+
+def test_blocks_spread_for_a_fit_stay_on_the_hosts_that_hold_them(client, monkeypatch):
+    """A worker on another host is no place for a fit's blocks: the fit over one host's
+    shards maps them all in one process, which a block sent away would undo."""
+    from distributed import wait
+
+    from mgpu_dask.parallel import workers as workers_mod
+
+    real = sorted(client.scheduler_info()["workers"])
+    facts = dict(workers_mod.fixed_facts(client))
+    elsewhere = "tcp://10.9.9.9:4321"
+    monkeypatch.setattr(workers_mod, "fixed_facts",
+                        lambda c: {**facts, elsewhere: next(iter(facts.values()))})
+    X = client.persist(da.from_array(np.ones((600, 3), np.float32), chunks=(150, 3)),
+                       workers=[real[0]])
+    wait(X)
+    futures, targets = spread.located(client, X)
+    assert targets == [real[0], real[0], real[1], real[1]]
+    assert [f.status for f in futures] == ["finished"] * 4
