@@ -159,6 +159,8 @@ def _ours(client: Any, case: Case, X: Any, y: Any, Q: Any, repeats: int,
     _, ind = model.kneighbors(checked.get())
     ran = client.run(what_ran)
     return {"fit_s": fit, "first_predict_s": first, "predict_s": warm, "plan": model.plan_,
+            # the workers holding training rows (the shard plan spreads a user's blocks)
+            "training_workers": len(set(model.layout_.workers)),
             "precision": str(model.precision_), "searches": sorted({s for r in ran.values()
                                                                      for s in r["searches"]}),
             "neighbours": ind, "predictions": np.asarray(pred),

@@ -88,6 +88,11 @@ def _ours(X: Any, y: Any, case: Case, iterations: int, repeats: int) -> dict:
     if case.l1_ratio:
         params["l1_ratio"] = case.l1_ratio
     model = LogisticRegression(**params)
+    from distributed import get_client
+
+    from mgpu_dask.parallel.placement import locate
+
+    found = locate(get_client(), X)  # where Dask left the user's blocks (the fit spreads them)
     t0 = time.perf_counter()
     model.fit(X, y)
     first = time.perf_counter() - t0
@@ -104,7 +109,7 @@ def _ours(X: Any, y: Any, case: Case, iterations: int, repeats: int) -> dict:
             "route_s": inside, "iterations": model.n_iter_,
             "evaluations": model.n_evaluations_, "per_iteration_ms": 1e3 * fit / model.n_iter_,
             "loss": model.loss_, "graph": model.graph_, "optimizer": model.optimizer_,
-            "notes": model.notes_,
+            "notes": model.notes_, "blocks_on_workers": len(set(found[1])) if found else None,
             "precision": model.precision_, "profile": _profile(model.fit_profile_)}
 
 
