@@ -47,13 +47,6 @@ def test_workers_sharing_a_gpu_are_one_place():
     assert runs == [range(0, 1), range(1, 2), range(2, 3)] and sorted(targets) == ["x", "y", "z"]
 
 
-def test_a_workers_host_is_its_address_without_the_port():
-    assert spread.host_of("tcp://10.0.0.2:4321") == "10.0.0.2"
-    assert spread.host_of("ucx://node7:8786") == "node7"
-    assert spread.host_of("inproc://192.0.2.2/31/4") == "192.0.2.2"
-    assert spread.host_of("tcp://[::1]:8786") == "[::1]"
-
-
 def test_blocks_too_coarse_are_cut_finer_first():
     assert spread.needs_finer_blocks([10], 2)
     assert spread.needs_finer_blocks([8, 1, 1], 2)       # one block over a share and a quarter

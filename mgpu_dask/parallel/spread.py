@@ -143,18 +143,14 @@ def copied_to(client: Any, found: tuple[list[Any], list[str]], targets: list[str
     return kept
 
 
-def host_of(address: str) -> str:
-    """The host part of a worker's address (``tcp://10.0.0.2:4321`` -> ``10.0.0.2``; an
-    in-process worker's ``inproc://10.0.0.2/pid/n`` -> ``10.0.0.2``)."""
-    return address.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
-
-
 def located(client: Any, X: Any) -> tuple[list[Any], list[str]] | None:
     """The futures and holders of a persisted array's row blocks (None: not persisted), each
     block copied first to its run's worker where the rows sit unevenly on the GPUs of the
     hosts that hold them (:func:`balanced_runs`, :func:`copied_to`: once for the next fits
     too).  The workers are :func:`.workers.fixed_facts`' (asked once per set of workers:
     a warm fit pays no round trip)."""
+    from distributed.comm import get_address_host
+
     from . import placement
     from .workers import fixed_facts, gpu_ids
 
@@ -163,8 +159,8 @@ def located(client: Any, X: Any) -> tuple[list[Any], list[str]] | None:
         return None
     # the hosts that hold blocks already: a fit over one host's shards maps them all in
     # one process, which blocks sent to another host would undo
-    hosts = {host_of(w) for w in found[1]}
-    workers = sorted(w for w in fixed_facts(client) if host_of(w) in hosts)
+    hosts = {get_address_host(w) for w in found[1]}
+    workers = sorted(w for w in fixed_facts(client) if get_address_host(w) in hosts)
     if len(workers) < 2:
         return found
     runs = balanced_runs(X.chunks[0], found[1], workers, gpu_ids(client, workers))
