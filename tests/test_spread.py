@@ -53,6 +53,9 @@ def test_blocks_too_coarse_are_cut_finer_first():
     assert not spread.needs_finer_blocks([3, 3, 2, 2], 2)
     assert not spread.needs_finer_blocks([10], 1)
     assert spread.balanced_runs([10], ["a"], ["a", "b"], TWO_GPUS) is None  # rechunk first
+    assert spread.finer_blocks([10], ["a"], ["a", "b"], TWO_GPUS) == 2
+    assert spread.finer_blocks([5, 5], ["a", "a"], ["a", "b"], TWO_GPUS) is None  # runs do
+    assert spread.finer_blocks([10], ["a"], ["a"], {"a": "h/0"}) is None  # one GPU
 
 
 @pytest.mark.parametrize("blocks", [2, 1])

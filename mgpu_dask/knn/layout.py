@@ -221,13 +221,10 @@ def _finer_where_needed(client: Client, X: da.Array, timeout: float) -> da.Array
     found = placement.locate(client, X, remembered=True)
     if found is None:
         return X
-    workers, ids = _places(client)
-    sizes = X.chunks[0]
-    places = len(set(spread.loads(sizes, found[1], workers, ids)))
-    if (places <= 1 or spread.is_balanced(sizes, found[1], workers, ids)
-            or not spread.needs_finer_blocks(sizes, places)):
+    parts = spread.finer_blocks(X.chunks[0], found[1], *_places(client))
+    if parts is None:
         return X
-    return placed_rows(client, X.rechunk({0: -(-int(X.shape[0]) // places)}), timeout)[0]
+    return placed_rows(client, X.rechunk({0: -(-int(X.shape[0]) // parts)}), timeout)[0]
 
 
 def _spreading(client: Client, X: da.Array,

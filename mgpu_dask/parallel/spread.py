@@ -9,7 +9,7 @@ where not, which runs of adjacent blocks to make one shard each and where each g
 contiguous runs of about equal rows, one per GPU, each on the GPU that already holds
 most of its rows, so that the fewest rows move.  Where the blocks are too coarse for
 that (fewer blocks than GPUs, or one block larger than a GPU's share),
-:func:`needs_finer_blocks` says so and the caller rechunks first.
+:func:`finer_blocks` says into how many the caller rechunks first.
 
 Workers that share one GPU count as one place (:func:`.workers.gpu_ids`); workers
 without a GPU each count as one.  KNN's shard plan joins each run into one shard
@@ -32,7 +32,7 @@ def _units(workers: Sequence[str], ids: dict[str, str | None]) -> dict[str, str]
     return {w: ids.get(w) or w for w in workers}
 
 
-def loads(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
+def _loads(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
           ids: dict[str, str | None]) -> dict[str, int]:
     """Rows held on each place (GPU, or worker without one) of ``workers``."""
     unit = _units(workers, ids)
@@ -46,7 +46,7 @@ def loads(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
 def is_balanced(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
                 ids: dict[str, str | None]) -> bool:
     """Whether no place holds more than :data:`TOLERANCE` over an even share of the rows."""
-    held = loads(sizes, where, workers, ids)
+    held = _loads(sizes, where, workers, ids)
     return max(held.values(), default=0) <= (1 + TOLERANCE) * sum(sizes) / max(1, len(held))
 
 
@@ -79,20 +79,36 @@ def needs_finer_blocks(sizes: Sequence[int], places: int) -> bool:
                for run in _cuts(sizes, places))
 
 
+def _uneven_places(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
+                   ids: dict[str, str | None]) -> list[str]:
+    """The places of ``workers`` where the rows sit unevenly over two or more of them
+    (none: one place, or spread evenly enough, :func:`is_balanced`)."""
+    places = list(dict.fromkeys(_units(workers, ids).values()))
+    if len(places) <= 1 or is_balanced(sizes, where, workers, ids):
+        return []
+    return places
+
+
+def finer_blocks(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
+                 ids: dict[str, str | None]) -> int | None:
+    """The blocks to rechunk into (one per place) where the rows sit unevenly and the
+    blocks are too coarse to even them out (:func:`needs_finer_blocks`); None otherwise."""
+    places = _uneven_places(sizes, where, workers, ids)
+    return len(places) if places and needs_finer_blocks(sizes, len(places)) else None
+
+
 def balanced_runs(sizes: Sequence[int], where: Sequence[str], workers: Sequence[str],
                   ids: dict[str, str | None]) -> tuple[list[range], list[str]] | None:
     """Runs of adjacent blocks, one per place, and the worker each is to be joined on;
     None where the rows are spread evenly enough already (:func:`is_balanced`), there is
-    one place, or the blocks are too coarse (:func:`needs_finer_blocks`: rechunk first).
+    one place, or the blocks are too coarse (:func:`finer_blocks`: rechunk first).
 
     Each run goes to the place holding most of its rows, runs with more rows in place
     choosing first; on a place of several workers, to the one of them holding most
     of the run (else the first of them in ``workers``)."""
     unit = _units(workers, ids)
-    places = list(dict.fromkeys(unit[w] for w in workers))
-    if len(places) <= 1 or is_balanced(sizes, where, workers, ids):
-        return None
-    if needs_finer_blocks(sizes, len(places)):
+    places = _uneven_places(sizes, where, workers, ids)
+    if not places or needs_finer_blocks(sizes, len(places)):
         return None
     runs = _cuts(sizes, len(places))
     held = [{p: sum(int(sizes[b]) for b in run if unit.get(where[b], where[b]) == p)
