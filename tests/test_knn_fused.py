@@ -362,3 +362,22 @@ def test_on_hopper_a_driver_without_tensor_maps_runs_the_resident_build(monkeypa
     assert fallback.build == fused.WGMMA_RESIDENT and "no tensor map" in fallback.note
     np.testing.assert_array_equal(fallback.keys.get(), whole.keys.get())
     np.testing.assert_array_equal(fallback.cols.get(), whole.cols.get())
+
+
+def test_hopper_searches_short_float16_rows_two_blocks_an_sm():
+    """Float16 rows of up to 192 bytes and short lists: the mma.sync build, two blocks an SM,
+    with the long start-up that such cheap tiles measured; int8 rows, longer rows and
+    lists of 64 keep wgmma."""
+    optin = 227 * 1024
+    assert fused.build_for(18, 64, (9, 0), optin, half=True) == fused.MMA_SYNC_SHORT
+    assert fused.build_for(18, 192, (9, 0), optin, half=True) == fused.MMA_SYNC_SHORT
+    assert fused.build_for(18, 256, (9, 0), optin, half=True) == fused.WGMMA_TMA
+    assert fused.build_for(64, 64, (9, 0), optin, half=True) == fused.WGMMA_TMA
+    assert fused.build_for(18, 64, (9, 0), optin) == fused.WGMMA_TMA  # int8 rows
+    assert fused.build_for(18, 64, (8, 0), optin, half=True) == fused.MMA_SYNC
+    assert "-DWGMMA" not in fused.MMA_SYNC_SHORT.options()
+    # 10,000 queries (79 blocks of 128) over 100,000 rows (782 tiles) on 132 SMs: one wave
+    # of long splits (measured best: 3 splits, 1.38 ms against 1.72 for 10)
+    slots = 132 * fused.MMA_SYNC_SHORT.min_blocks
+    assert fused.splits(79, 782, slots, fused.MMA_SYNC_SHORT.start_tiles) == 3
+    assert fused.splits(79, 782, slots, fused.MMA_SYNC.start_tiles) == 10

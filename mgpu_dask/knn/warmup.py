@@ -74,6 +74,9 @@ def _exact(search: Search) -> bool:
 
 def _kernels(search: Search) -> list[Any]:
     """The Numba kernels such a search runs."""
+    from ..kernels.knn import cuda_rows
+    from ..kernels.knn.cuda_rows import SHORT_ROWS
+
     module, exact = _module(search), _exact(search)
     K = list_length(search.k, search.margin, search.n_features, ROWS, exact)
     names = ["vote_rows"]
@@ -83,12 +86,20 @@ def _kernels(search: Search) -> list[Any]:
     elif not search.gpu:
         names.append("scan_tile")
     if not exact:
-        names.append("refine_rows")
+        short = search.gpu and search.n_features <= SHORT_ROWS
+        names.append("refine_rows_short" if short else "refine_rows")
     if search.merge:
         names.append("merge_pairs")
     if search.method == "direct":
         names.append("sqdist_tiled" if search.gpu else "sqdist_direct")
-    return [getattr(module, name) for name in names]
+    found = [getattr(cuda_rows if name == "refine_rows_short" else module, name)
+             for name in names]
+    if search.gpu:  # the per-row work of every search, and the float16 queries' operand
+        found.append(cuda_rows.pack_rows)
+        if not exact and search.method == "gemm" and Precision.parse(search.precision) in (
+                Precision.AUTO, Precision.FP16):
+            found.append(cuda_rows.half_query_rows)
+    return found
 
 
 def cached(**search: Any) -> bool:

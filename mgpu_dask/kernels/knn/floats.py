@@ -158,6 +158,27 @@ def float_operand(xp: Any, X: Any, precision: Precision, frame: Frame, *, query:
     return Rounded(largest, error) if half else None
 
 
+def half_queries(xp: Any, rows: Any, frame: Frame, metric: str, out: Any) -> tuple[Any, ...]:
+    """Query ``rows`` (float32, as :func:`metric_rows` gives them) into ``out`` as the float16
+    operand, in one launch of ``cuda_rows.half_query_rows`` (CuPy arrays, or NumPy ones
+    under Numba's CUDA simulator): what :func:`float_operand`, :func:`sq_norms` and
+    :func:`offsets` give, as ``(wide, error, offsets, q_norm)``, ``wide`` the rows past
+    :data:`QUERY_MAX`, ``q_norm`` each row's norm as the operand holds it, unscaled."""
+    from ..launch import launch
+    from . import cuda_rows
+
+    m = int(rows.shape[0])
+    wide = xp.zeros(m, dtype=bool)
+    error, offs, q_norm = (xp.zeros(m, dtype=np.float64) for _ in range(3))
+    if m:
+        part = frame.part
+        ip = inner(metric)
+        launch(cuda_rows.half_query_rows, m, cuda_rows.ROW_THREADS, rows, frame.center,
+               int(not ip), float(frame.scale), QUERY_MAX, int(part or 0), int(part is not None),
+               int(ip), out.view(np.uint16), wide, error, offs, q_norm)
+    return wide, error, offs, q_norm
+
+
 def sq_norms(xp: Any, X: Any, frame: Frame, metric: str, query: bool) -> Any:
     """Float64 squared norms of the rows as the operand holds them (centred, scaled)."""
     out = xp.empty(int(X.shape[0]), dtype=np.float64)

@@ -133,12 +133,29 @@ the two warpgroups each at its own pace.  Its blocks start slower than the other
 found: docs/performance-history.md)."""
 
 
+MMA_SYNC_SHORT = Build(wgmma=False, resident=False, stages=STAGES, min_blocks=MIN_BLOCKS,
+                       start_tiles=30)
+"""Hopper, float16 rows of at most :data:`SHORT_ROW` bytes and lists of at most
+:data:`SHORT_LISTS`: mma.sync, two blocks an SM.  A tile of such rows is so little work
+that a block's start-up (the first tiles' flood of candidates) costs about 30 tiles, and
+two blocks an SM hide each other's waits better than wgmma's one
+(docs/performance-history.md, "the per-row work in one launch")."""
+SHORT_ROW = 192
+"""Bytes of a float16 row up to which Hopper runs :data:`MMA_SYNC_SHORT`: 96 features in
+the plain product, 32 in the three-part one."""
+SHORT_LISTS = 32
+"""Longest lists :data:`MMA_SYNC_SHORT` runs (lists of 64 ran faster on wgmma)."""
+
+
 def build_for(K: int, d_pad: int, capability: tuple[int, int], optin: int,
-              tma: bool = True) -> Build | None:
+              tma: bool = True, half: bool = False) -> Build | None:
     """The build a search for lists of ``K`` over ``d_pad`` features runs on a GPU of
     ``capability`` with ``optin`` bytes of shared memory a block (None: none fits);
-    ``tma`` False: not the TMA build (its tensor map could not be made)."""
+    ``tma`` False: not the TMA build (its tensor map could not be made); ``half``: float16
+    operands."""
     builds = (WGMMA_TMA, WGMMA_RESIDENT, WGMMA_STREAMED) if capability == WGMMA else (MMA_SYNC,)
+    if capability == WGMMA and half and d_pad <= SHORT_ROW and K <= SHORT_LISTS:
+        builds = (MMA_SYNC_SHORT,) + builds
     return next((b for b in builds if b.shared_bytes(K, d_pad) <= optin and (tma or not b.tma)),
                 None)
 
@@ -232,7 +249,7 @@ class FusedTopK:
         d_pad = row_bytes(train, split)
         self.ld = int(train.operand.shape[1]) * int(train.operand.dtype.itemsize)
         self.d_pad = d_pad
-        self.build = build or build_for(K, d_pad, capability, optin)
+        self.build = build or build_for(K, d_pad, capability, optin, half=self.half)
         if self.build is None:
             raise ValueError(f"lists of {K} over {d_pad} features do not fit the shared memory")
         # The TMA build's map of the training rows: boxes of a tile's rows x a stage's bytes.
@@ -244,7 +261,7 @@ class FusedTopK:
                                                STAGE_BYTES)
             except (OSError, AttributeError, RuntimeError) as exc:
                 self.note = f"no tensor map ({type(exc).__name__}: {exc}): {self.build.label} not run"
-                self.build = build_for(K, d_pad, capability, optin, tma=False)
+                self.build = build_for(K, d_pad, capability, optin, tma=False, half=self.half)
         self.search, self.merge = _kernels(self.build, self.half)
         self.queries, self.train, self.m, self.K = queries, train, m, K
         tiles = max(1, -(-train.n // COLS))

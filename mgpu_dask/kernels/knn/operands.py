@@ -286,6 +286,9 @@ def prepare_queries(Q: Any, train: TrainBlock, out: Any = None) -> Queries:
     if out is None:
         out = xp.zeros(operand_shape(int(Q.shape[0]), train.d, train.frame),
                        dtype=train.operand.dtype)
+    if train.precision is Precision.FP16 and on_gpu(train.norms):  # one launch, not thirty
+        wide, error, offs, q_norm = floats.half_queries(xp, rows, train.frame, train.metric, out)
+        return Queries(out, rows, offs, q_norm, wide, error)
     rounded = floats.float_operand(xp, rows, train.precision, train.frame, query=True,
                                    metric=train.metric, out=out, gpu=on_gpu(train.norms))
     scaled = floats.sq_norms(xp, rows, train.frame, train.metric, query=True)

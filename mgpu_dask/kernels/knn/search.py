@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..launch import array_module
+from ..launch import array_module, launch
 from . import floats
 from . import precision as precisions
 from .distances import INT_MAX, MAX_K, _cuda_target, refine
@@ -218,7 +218,14 @@ def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int
             pad = k - sq.shape[1]
             sq = xp.concatenate([sq, xp.full((m, pad), np.inf)], axis=1)
             best = xp.concatenate([best, xp.full((m, pad), INT_MAX, dtype=np.int32)], axis=1)
-        out[...] = _pack(xp, floats.finish(xp, sq, train.metric), best, labels, index)
+        if cuda:  # one launch
+            from . import cuda_rows
+
+            entries = int(sq.shape[0]) * int(sq.shape[1])
+            launch(cuda_rows.pack_rows, max(1, -(-entries // 128)), 128, sq, best, labels, index,
+                   cuda_rows.METRIC_CODES[train.metric], out)
+        else:
+            out[...] = _pack(xp, floats.finish(xp, sq, train.metric), best, labels, index)
     if home.stream is not None:  # the caller's stream knows nothing of the loop's
         home.stream.synchronize()
 
