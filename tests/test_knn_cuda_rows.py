@@ -117,3 +117,17 @@ def test_the_short_re_rank_equals_the_cpu_twin():
         cpu.refine_rows(Q, T, cand, k, inner, *want)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
         np.testing.assert_array_equal(got[1], want[1])  # no near-ties in random rows
+
+
+@pytest.mark.parametrize("d, want", [(32, "refine_rows_short"), (128, "refine_rows_short"),
+                                     (129, "refine_rows")])
+def test_a_machine_has_seen_float_searches_by_the_re_rank_they_run(monkeypatch, d, want):
+    """``knn.warmup.seen`` (whether a first run will compile, which a CompileWarning says)
+    asks Numba's cache for the re-rank kernel the search runs, not one it never uses."""
+    from mgpu_dask.knn import warmup
+
+    asked = []
+    monkeypatch.setattr(warmup, "in_cache", lambda kernels: asked.extend(kernels) or True)
+    assert warmup.seen(gpu=True, dtype="float32", n_features=d, precision="auto",
+                       method="gemm", k=3, margin=8, weights="distance", merge=False)
+    assert [kernel.__name__ for kernel in asked] == [want]

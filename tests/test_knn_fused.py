@@ -200,11 +200,13 @@ def test_fused_search_equals_the_tile_loop(monkeypatch):
 @pytest.mark.parametrize("dtype, precision, capability, scan", [
     ("uint8", "auto", (9, 0), False), ("uint8", "int8", (8, 0), False),
     ("uint8", "bf16", (9, 0), True), ("uint8", "auto", (7, 5), True),
-    ("float32", "auto", (9, 0), True)])
+    ("float32", "auto", (9, 0), False), ("float32", "fp32", (9, 0), True),
+    ("float32", "auto", (7, 5), True)])
 def test_warm_up_compiles_the_scan_only_where_the_search_is_not_fused(
         device, monkeypatch, dtype, precision, capability, scan):
     """What a worker's warm-up (and its check of Numba's cache) counts on: the scan kernel
-    where the search runs the tile loop, none where it runs fused."""
+    where the search runs the tile loop, none where it runs fused (8-bit rows' int8
+    operands, float rows' float16 ones)."""
     from mgpu_dask.knn import warmup
 
     device(capability=capability)

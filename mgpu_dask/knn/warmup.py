@@ -43,19 +43,20 @@ def _rows(search: Search) -> np.ndarray:
 
 
 def _fused(search: Search, exact: bool, K: int) -> bool:
-    """Whether the search runs the fused kernel (CuPy's, not Numba's) instead of a scan."""
+    """Whether the search runs the fused kernel (CuPy's, not Numba's) instead of a scan:
+    int8 operands of 8-bit rows, or float16 operands of float rows (their plain product
+    reads whole 64-byte stages of each row)."""
     from ..kernels.knn import fused
     from ..kernels.knn.operands import padded_shape
 
-    if not exact:
-        return False
     try:
         capability = gpu_capability()
     except Exception:  # no CuPy or no GPU here: the scan, as on a CPU
         return False
     chosen, _ = precisions.choose(Precision.parse(search.precision), exact, capability)
-    return fused.usable_for(K, chosen, exact, search.method,
-                            padded_shape(1, search.n_features)[1])
+    row = (padded_shape(1, search.n_features)[1] if exact
+           else 2 * (-(-search.n_features // 32) * 32))
+    return fused.usable_for(K, chosen, exact, search.method, row)
 
 
 def _module(search: Search) -> Any:
@@ -75,7 +76,6 @@ def _exact(search: Search) -> bool:
 def _kernels(search: Search) -> list[Any]:
     """The Numba kernels such a search runs."""
     from ..kernels.knn import cuda_rows
-    from ..kernels.knn.cuda_rows import SHORT_ROWS
 
     module, exact = _module(search), _exact(search)
     K = list_length(search.k, search.margin, search.n_features, ROWS, exact)
@@ -85,15 +85,13 @@ def _kernels(search: Search) -> list[Any]:
                      "scan_tile" if K <= module.SCAN_K else "scan_tile_long")
     elif not search.gpu:
         names.append("scan_tile")
-    if not exact:
-        short = search.gpu and search.n_features <= SHORT_ROWS
-        names.append("refine_rows_short" if short else "refine_rows")
     if search.merge:
         names.append("merge_pairs")
     if search.method == "direct":
         names.append("sqdist_tiled" if search.gpu else "sqdist_direct")
-    found = [getattr(cuda_rows if name == "refine_rows_short" else module, name)
-             for name in names]
+    found = [getattr(module, name) for name in names]
+    if not exact:
+        found.append(_re_rank(search))
     if search.gpu:  # the per-row work of every search, and the float16 queries' operand
         found.append(cuda_rows.pack_rows)
         if not exact and search.method == "gemm" and Precision.parse(search.precision) in (
@@ -113,8 +111,16 @@ def seen(**search: Any) -> bool:
     (the vote for 8-bit rows, the exact re-rank for float rows): False on a machine that
     never ran one (what ``parallel.first_use`` asks; :func:`cached` lists them all)."""
     s = Search(**search)
-    module = _module(s)
-    return in_cache([module.vote_rows if _exact(s) else module.refine_rows])
+    return in_cache([_module(s).vote_rows if _exact(s) else _re_rank(s)])
+
+
+def _re_rank(search: Search) -> Any:
+    """The exact re-rank kernel such a search of float rows runs."""
+    from ..kernels.knn import cuda_rows
+
+    if search.gpu and search.n_features <= cuda_rows.SHORT_ROWS:
+        return cuda_rows.refine_rows_short
+    return _module(search).refine_rows
 
 
 def warm_up(**fields: Any) -> dict[str, Any]:
