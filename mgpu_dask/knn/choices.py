@@ -136,9 +136,34 @@ def announce(X: Any, choice: Choice, device: str, model: Any, client: Any) -> No
     (``first_use``): their kind as ``warmup.Search`` has it (8-bit values search as 8-bit
     rows, whatever their dtype)."""
     dtype, d = np.dtype(X.dtype).name, int(X.shape[1])
-    announce_compiles("knn", f"{dtype} rows of {d} features", {
+    fields = {
         "gpu": device == "gpu", "n_features": d,
         "dtype": "uint8" if choice.eight_bit.exact else dtype,
         "precision": choice.precision.value, "method": model.method, "k": model.n_neighbors,
-        "margin": model.margin, "weights": model.weights, "merge": choice.plan == "shard"},
-        client, stacklevel=4)  # the user's line: here, _place, fit, the caller
+        "margin": model.margin, "weights": model.weights, "merge": choice.plan == "shard"}
+    if announce_compiles("knn", f"{dtype} rows of {d} features", fields, client,
+                         stacklevel=4) and device == "gpu":  # the user's line: 4 frames up
+        compile_ahead_on_hosts(client, fields)
+
+
+def compile_ahead_on_hosts(client: Any, fields: dict[str, Any]) -> None:
+    """Have one worker of each host (this process, with no client) start compiling the
+    first predict's kernels beside the fit (``knn.ahead``); a failure says nothing (the
+    predict compiles what it needs)."""
+    from ..parallel.by_name import WorkerFunction
+
+    try:
+        if client is None:
+            from .ahead import compile_ahead
+
+            compile_ahead(**fields)
+            return
+        from distributed.comm import get_address_host
+
+        one_each: dict[str, str] = {}
+        for w in sorted(client.nthreads()):
+            one_each.setdefault(get_address_host(w), w)
+        client.run(WorkerFunction("mgpu_dask.knn.ahead.compile_ahead"),
+                   workers=list(one_each.values()), **fields)
+    except Exception:  # noqa: BLE001 - compiling ahead never stops a fit
+        pass
