@@ -113,7 +113,7 @@ def test_the_short_re_rank_equals_the_cpu_twin():
     for inner in (0, 1):
         got = np.empty((m, k)), np.empty((m, k), np.int32)
         want = np.empty((m, k)), np.empty((m, k), np.int32)
-        cuda_rows.refine_rows_short[m, cuda_rows.MAX_K](Q, T, cand, k, inner, *got)
+        cuda_rows.refine_rows_short[m, cuda_rows.REFINE_THREADS](Q, T, cand, k, inner, *got)
         cpu.refine_rows(Q, T, cand, k, inner, *want)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
         np.testing.assert_array_equal(got[1], want[1])  # no near-ties in random rows

@@ -31,6 +31,9 @@ from .cuda import INT_MAX, MAX_K
 
 ROW_THREADS = 4 if config.ENABLE_CUDASIM else 64
 """Threads a query row (a power of two)."""
+REFINE_THREADS = 4 if config.ENABLE_CUDASIM else 64
+"""Threads of :func:`refine_rows_short`'s block (each takes every REFINE_THREADS-th
+candidate; on a GPU one candidate each, lists being at most MAX_K long)."""
 METRIC_CODES = {"euclidean": 0, "sqeuclidean": 1, "cosine": 2, "inner_product": 3}
 HALF_MIN_NORMAL = 2.0 ** -14
 HALF_SUBNORMAL = 2.0 ** -24
@@ -150,8 +153,9 @@ SHORT_ROWS = 128
 @cuda.jit(cache=True)
 def refine_rows_short(Q, T, cand, k, inner, out_sq, out_idx):
     """:func:`.cuda.refine_rows` for rows of few features (at most :data:`SHORT_ROWS`): one block
-    of MAX_K threads per row, each thread one candidate's whole value, summed in feature
-    order as the CPU twin sums it (``cpu.refine_rows``); no reduction over the block for each candidate."""
+    of REFINE_THREADS threads per row, each thread a candidate's whole value at a time,
+    summed in feature order as the CPU twin sums it (``cpu.refine_rows``); no reduction over
+    the block for each candidate."""
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     if row >= Q.shape[0]:
@@ -161,8 +165,8 @@ def refine_rows_short(Q, T, cand, k, inner, out_sq, out_idx):
     best = cuda.shared.array(MAX_K, float64)     # thread 0's list
     best_i = cuda.shared.array(MAX_K, int32)
     nc = cand.shape[1]
-    if tid < nc:
-        t = cand[row, tid]
+    for j in range(tid, nc, cuda.blockDim.x):
+        t = cand[row, j]
         acc = math.inf
         if t >= 0 and t < T.shape[0]:
             acc = 0.0
@@ -174,8 +178,8 @@ def refine_rows_short(Q, T, cand, k, inner, out_sq, out_idx):
                     acc += (q - v) * (q - v)
         else:
             t = INT_MAX
-        vals[tid] = acc
-        cols[tid] = t
+        vals[j] = acc
+        cols[j] = t
     cuda.syncthreads()
     if tid == 0:
         for j in range(k):

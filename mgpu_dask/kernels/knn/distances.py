@@ -59,8 +59,8 @@ def refine(Q: Any, T: Any, candidates: Any, k: int, *, target: str | None = None
         from . import cuda_rows
 
         if Q.shape[1] <= cuda_rows.SHORT_ROWS and candidates.shape[1] <= MAX_K:
-            launch(cuda_rows.refine_rows_short, max(1, Q.shape[0]), MAX_K, Q, T, candidates, k,
-                   int(inner), sq, columns)
+            launch(cuda_rows.refine_rows_short, max(1, Q.shape[0]), cuda_rows.REFINE_THREADS, Q,
+                   T, candidates, k, int(inner), sq, columns)
         else:
             launch(cuda_kernels.refine_rows, max(1, Q.shape[0]), cuda_kernels.ROW_THREADS, Q, T,
                    candidates, k, int(inner), sq, columns)
