@@ -300,3 +300,14 @@ def test_models_convert_with_their_metric():
         back = KNeighborsClassifier.from_sklearn(ours.to_sklearn())
         assert back.metric == metric
         np.testing.assert_array_equal(back.predict(Q), ours.predict(Q))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int16])
+def test_four_thousand_features_of_any_dtype(dtype):
+    rng = np.random.default_rng()
+    X = (rng.standard_normal((150, 4096)) * 20).astype(dtype)
+    Q = (rng.standard_normal((12, 4096)) * 20).astype(dtype)
+    y = rng.integers(0, 3, 150)
+    dist, ind = KNeighborsClassifier(4).fit(X, y).kneighbors(Q)
+    want_dist, want_ind = _reference(X.astype(np.float64), Q.astype(np.float64), 4, "euclidean")
+    _same_neighbours(ind, dist, want_ind, want_dist)

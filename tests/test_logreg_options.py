@@ -146,3 +146,17 @@ def test_numpy_chunks_stay_on_the_host_where_a_worker_has_no_gpu(client, monkeyp
     monkeypatch.setattr(workers, "detect_device", lambda c: "gpu")
     monkeypatch.setitem(sys.modules, "cupy", None)  # GPU workers, but no CuPy here
     assert inputs.rows_on_gpus(Xd, client) is Xd
+
+
+@pytest.mark.parametrize("d", [1, 4096])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int16])
+def test_any_width_and_dtype_of_features_gives_scikit_learns_solution(d, dtype):
+    """One feature to 4,096, any float or integer dtype: scikit-learn's solution on the
+    same values (float16 and integers as they are stored; our evaluation is float32)."""
+    X, y, _ = _problem(d, n=300, d=d)
+    X = (X * 3).astype(dtype)
+    C = 1.0 if d == 1 else 0.05  # 4,096 features over 300 rows: a penalty that binds
+    ours = LogisticRegression(C=C, max_iter=2000, tol=1e-7).fit(X, y)
+    sk = SklearnLR(C=C, max_iter=10_000, tol=1e-10).fit(X.astype(np.float64), y)
+    _close(ours, sk, rtol=2e-3)
+    assert (ours.predict(X) == sk.predict(X.astype(np.float64))).mean() >= 0.99
