@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .lists import keep_sorted
+
 
 @njit(parallel=True, cache=True, nogil=True)
 def sqdist_direct(Q, T, out):
@@ -64,14 +66,7 @@ def refine_rows(Q, T, cand, k, inner, out_sq, out_idx):
                 for f in range(Q.shape[1]):
                     diff = np.float64(Q[r, f]) - np.float64(T[t, f])
                     acc += diff * diff
-            if acc < best[k - 1] or (acc == best[k - 1] and t < best_i[k - 1]):
-                p = k - 1
-                while p > 0 and (best[p - 1] > acc or (best[p - 1] == acc and best_i[p - 1] > t)):
-                    best[p] = best[p - 1]
-                    best_i[p] = best_i[p - 1]
-                    p -= 1
-                best[p] = acc
-                best_i[p] = t
+            keep_sorted(best, best_i, k, acc, t)
         out_sq[r, :] = best
         out_idx[r, :] = best_i
 

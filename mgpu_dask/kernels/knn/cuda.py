@@ -26,6 +26,7 @@ from numba import config, cuda, float32, float64, int32
 
 from ..blocks import block_sum
 from ..jitable import inlined_device
+from .lists import keep_sorted
 
 MAX_K = 64          # longest candidate list a lane keeps (k plus refine margin)
 TILE = 64           # output tile side of sqdist_tiled
@@ -307,14 +308,7 @@ def refine_rows(Q, T, cand, k, inner, out_sq, out_idx):
                 acc += -2.0 * q * v if inner != 0 else (q - v) * (q - v)
         acc = block_sum(acc, sh)
         if tid == 0 and ok:
-            if acc < best[k - 1] or (acc == best[k - 1] and t < best_i[k - 1]):
-                p = k - 1
-                while p > 0 and (best[p - 1] > acc or (best[p - 1] == acc and best_i[p - 1] > t)):
-                    best[p] = best[p - 1]
-                    best_i[p] = best_i[p - 1]
-                    p -= 1
-                best[p] = acc
-                best_i[p] = t
+            keep_sorted(best, best_i, k, acc, t)
     if tid == 0 and valid_row:
         for j in range(k):
             out_sq[row, j] = best[j]

@@ -28,6 +28,7 @@ from numba import config, cuda, float64, int32
 from ..blocks import block_max, block_sum
 from ..jitable import inlined_device
 from .cuda import INT_MAX, MAX_K
+from .lists import keep_sorted
 
 ROW_THREADS = 4 if config.ENABLE_CUDASIM else 64
 """Threads a query row (a power of two)."""
@@ -186,15 +187,8 @@ def refine_rows_short(Q, T, cand, k, inner, out_sq, out_idx):
             best[j] = math.inf
             best_i[j] = INT_MAX
         for j in range(nc):
-            acc, t = vals[j], cols[j]
-            if t != INT_MAX and (acc < best[k - 1] or (acc == best[k - 1] and t < best_i[k - 1])):
-                p = k - 1
-                while p > 0 and (best[p - 1] > acc or (best[p - 1] == acc and best_i[p - 1] > t)):
-                    best[p] = best[p - 1]
-                    best_i[p] = best_i[p - 1]
-                    p -= 1
-                best[p] = acc
-                best_i[p] = t
+            if cols[j] != INT_MAX:
+                keep_sorted(best, best_i, k, vals[j], cols[j])
         for j in range(k):
             out_sq[row, j] = best[j]
             out_idx[row, j] = best_i[j]
