@@ -15,8 +15,8 @@ float16 operand and twelve to pack the result, each a launch of its own
 - ``pack_rows``: exact values and columns to packed candidates
   (:func:`.floats.finish` and ``search._pack``).
 
-Both run under Numba's CUDA simulator too, which is how CI checks them against the
-NumPy code they stand in for.
+All three run under Numba's CUDA simulator too, which is how CI checks them against the
+code they stand in for (NumPy's, and the CPU twin of the re-rank).
 """
 
 from __future__ import annotations
