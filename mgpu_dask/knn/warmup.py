@@ -46,7 +46,7 @@ def _fused(search: Search, exact: bool, K: int) -> bool:
     """Whether the search runs the fused kernel (CuPy's, not Numba's) instead of a scan:
     int8 operands of 8-bit rows, or float16 operands of float rows (their plain product
     reads whole 64-byte stages of each row)."""
-    from ..kernels.knn import fused
+    from ..kernels.knn import floats, fused
     from ..kernels.knn.operands import padded_shape
 
     try:
@@ -55,7 +55,7 @@ def _fused(search: Search, exact: bool, K: int) -> bool:
         return False
     chosen, _ = precisions.choose(Precision.parse(search.precision), exact, capability)
     row = (padded_shape(1, search.n_features)[1] if exact
-           else 2 * (-(-search.n_features // 32) * 32))
+           else 2 * floats.part_columns(search.n_features))
     return fused.usable_for(K, chosen, exact, search.method, row)
 
 

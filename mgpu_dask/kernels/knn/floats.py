@@ -101,8 +101,14 @@ def frame_of(xp: Any, rows: Any, precision: Precision, split: bool) -> Frame:
             scale = 2.0 ** math.floor(math.log2(TRAIN_MAX / spread))
     # a part is whole 64-byte stages of the fused search (32 float16 values), so that the
     # plain product's loads never reach into the next part
-    part = -(-max(1, d) // 32) * 32 if precision is Precision.FP16 and split else None
+    part = part_columns(d) if precision is Precision.FP16 and split else None
     return Frame(center, scale, part)
+
+
+def part_columns(d: int) -> int:
+    """Columns of one part of a float16 operand of ``d`` features: whole 64-byte stages
+    of the fused search (32 float16 values)."""
+    return -(-max(1, d) // 32) * 32
 
 
 def _fp16_values(xp: Any, v: Any, gpu: bool) -> Any:
