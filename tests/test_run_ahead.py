@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import types
 
 import pytest
 
 from mgpu_dask.logreg.lbfgs import pace
-from mgpu_dask.logreg.lbfgs.pace import AHEAD_SECONDS, MAX_AHEAD, SIMULATOR_AHEAD, RunAhead
+from mgpu_dask.logreg.lbfgs.pace import (AHEAD_SECONDS, MAX_AHEAD, SIMULATOR_AHEAD,
+                                         START_SECONDS, RunAhead)
 
 
 @pytest.fixture
@@ -35,18 +35,41 @@ def test_the_first_evaluation_chooses_until_the_iterations_are_timed(elapsed_ms)
     ahead = RunAhead(None)
     assert ahead.first(float("nan")) == SIMULATOR_AHEAD
     ahead = RunAhead(None)
-    slow_first = 4 * AHEAD_SECONDS / 10  # a first evaluation that reads other processes' rows
+    slow_first = 4 * START_SECONDS / 10  # a first evaluation that reads other processes' rows
     assert ahead.first(slow_first) == 2
     span = ("start", "end")
     elapsed_ms[0] = 8 * 0.25  # eight iterations of 0.25 ms each, all kept
     ahead.settle(span, 8, 8)
-    assert ahead.value == math.floor(AHEAD_SECONDS / 0.25e-3)
-    elapsed_ms[0] = 8 * 0.01  # not all kept: the span held iterations skipped on the device
-    ahead.settle(span, 8, 5)
-    assert ahead.value == math.floor(AHEAD_SECONDS / 0.25e-3)
-    ahead.settle(span, 8, 8)  # quick iterations: as many as allowed
+    assert ahead.value == 4  # twice the last look's
+    assert ahead.seconds == pytest.approx(0.25e-3)
+
+
+def test_looks_that_keep_every_step_grow_to_the_budget_and_a_stop_starts_over(elapsed_ms):
+    """Each look whose steps were all kept queues twice as many iterations, up to
+    ``AHEAD_SECONDS`` of their device time; a look that stopped short (its later
+    evaluations ran for nothing) goes back to ``START_SECONDS`` of them."""
+    ahead = RunAhead(None)
+    iteration = START_SECONDS / 3  # 3 iterations to a start, 12 to the budget
+    assert AHEAD_SECONDS // iteration == 12
+    assert ahead.first(iteration) == 3
+    span = ("start", "end")
+    looks = []
+    for _ in range(4):
+        elapsed_ms[0] = ahead.value * iteration * 1e3
+        ahead.settle(span, ahead.value, ahead.value)
+        looks.append(ahead.value)
+    assert looks == [6, 12, 12, 12]
+    elapsed_ms[0] = 0.0  # the span of a look that stopped: not an iteration's time
+    ahead.settle(span, 12, 5)
+    assert ahead.value == 3 and ahead.seconds == pytest.approx(iteration)
+    ahead.settle(None, 3, 3)  # not timed (no graph yet): nothing learnt
+    assert ahead.value == 3
+    elapsed_ms[0] = 8 * 0.01  # quick iterations: as many as allowed, soon
+    ahead.settle(span, 8, 8)
+    ahead.settle(span, 8, 8)
     assert ahead.value == MAX_AHEAD
     assert pace.RunAhead._of(1.0) == 1
+    assert pace.RunAhead._of(1e-3, START_SECONDS) == 1  # iterations longer than a start
 
 
 def test_the_bridge_covers_the_hosts_turn_once_an_iteration_is_timed(elapsed_ms):

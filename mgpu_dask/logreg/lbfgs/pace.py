@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
-AHEAD_SECONDS = 2e-3   # device time worth queueing per look (each wait has a fixed cost)
+AHEAD_SECONDS = 2e-3   # the most device time queued per look (each wait has a fixed cost)
+START_SECONDS = 5e-4   # device time queued by the first look and by one after a look that
+                       # stopped short: the iterations queued past a stop still evaluate
 MAX_AHEAD = 16
 SIMULATOR_AHEAD = 4
 BRIDGE_SECONDS = 3e-4  # device time queued past a look: the host's turn between two looks
@@ -17,13 +19,21 @@ BRIDGE_SECONDS = 3e-4  # device time queued past a look: the host's turn between
 
 
 class RunAhead:
-    """Iterations per look: ``fixed``, or ``AHEAD_SECONDS`` of device work.
+    """Iterations per look: ``fixed``, or as many as the device time they take allows.
 
-    Without ``fixed`` the number is first taken from the device time of one
-    evaluation (:meth:`first`), then from the device time per iteration of every
-    look whose queued steps were all kept (:meth:`span`, :meth:`settle`): an
-    evaluation that reads shards of other processes is slow the first time, and
-    the loop's own iterations are what is queued.
+    A look's iterations cost a wait each time the host reads the scalars (tens of
+    microseconds), but where a step is not kept or a stopping rule holds, the iterations
+    queued behind it are skipped on the device only in part: their evaluations still
+    run.  So without ``fixed`` a look queues ``START_SECONDS`` of device work, twice as
+    many iterations after each look whose steps were all kept, up to ``AHEAD_SECONDS``,
+    and ``START_SECONDS`` again after a look that stopped short.  An iteration's device
+    time is first taken from one evaluation (:meth:`first`), then from the iterations of
+    every look whose steps were all kept (:meth:`span`, :meth:`settle`): an evaluation
+    that reads shards of other processes is slow the first time, and the loop's own
+    iterations are what is queued.  A fit that runs to ``max_iter`` (MNIST's 100
+    iterations) soon queues ``AHEAD_SECONDS`` a look; one that stops on the relative
+    decrease after a few line searches (float rows) wastes little
+    (docs/performance-history.md, "how far the L-BFGS runs ahead").
     """
 
     def __init__(self, fixed: int | None, bridge: int | None = None) -> None:
@@ -54,7 +64,7 @@ class RunAhead:
         """The number, chosen from one evaluation's device time (nan: the simulator)."""
         if self.value is None:
             if np.isfinite(seconds):
-                self.seconds, self.value = seconds, self._of(seconds)
+                self.seconds, self.value = seconds, self._of(seconds, START_SECONDS)
             else:
                 self.value = SIMULATOR_AHEAD
         return self.value
@@ -69,16 +79,24 @@ class RunAhead:
             return cupy.cuda.Event(), cupy.cuda.Event()
 
     def settle(self, span: tuple[Any, Any] | None, queued: int, kept: int) -> None:
-        """After the look: every queued step kept, the number follows their device time."""
-        if span is not None and kept == queued > 0:
+        """After the look: every queued step kept, twice the number (within
+        ``AHEAD_SECONDS`` of their device time); a step not kept or a stop, the
+        ``START_SECONDS`` number again."""
+        if span is None or queued <= 0:
+            return
+        if kept == queued:
             import cupy
 
             self.seconds = cupy.cuda.get_elapsed_time(*span) / 1e3 / queued
-            self.value = self._of(self.seconds)
+            self.value = min(self._of(self.seconds),
+                             max(self._of(self.seconds, START_SECONDS), 2 * (self.value or 1)))
+        elif self.seconds is not None:
+            self.value = self._of(self.seconds, START_SECONDS)
 
     @staticmethod
-    def _of(seconds: float) -> int:
-        return int(np.clip(AHEAD_SECONDS // max(seconds, 1e-6), 1, MAX_AHEAD))
+    def _of(seconds: float, budget: float = AHEAD_SECONDS) -> int:
+        """Iterations of ``seconds`` each in ``budget`` of device time (1 to MAX_AHEAD)."""
+        return int(np.clip(budget // max(seconds, 1e-6), 1, MAX_AHEAD))
 
 
 def elapsed(timed: tuple) -> float:
