@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 
-AHEAD_SECONDS = 2e-3   # the most device time queued per look (each wait has a fixed cost)
-START_SECONDS = 5e-4   # device time queued by the first look and by one after a look that
-                       # stopped short: the iterations queued past a stop still evaluate
+AHEAD_SECONDS = 2e-3   # the most device time queued per look
+WAIT_SECONDS = 3e-5    # what a look's wait costs the device (idle while the host reads the
+                       # scalars and queues the next look): 100 MNIST iterations at 6 a look
+                       # took 0.3 ms more than at 16, ten waits more
+PRIOR_ITERATIONS = 32  # a fit's stop rate before any look: half a stop in this many steps
 MAX_AHEAD = 16
 SIMULATOR_AHEAD = 4
 BRIDGE_SECONDS = 3e-4  # device time queued past a look: the host's turn between two looks
@@ -19,21 +21,22 @@ BRIDGE_SECONDS = 3e-4  # device time queued past a look: the host's turn between
 
 
 class RunAhead:
-    """Iterations per look: ``fixed``, or as many as the device time they take allows.
+    """Iterations per look: ``fixed``, or the number that costs the device least.
 
-    A look's iterations cost a wait each time the host reads the scalars (tens of
-    microseconds), but where a step is not kept or a stopping rule holds, the iterations
-    queued behind it are skipped on the device only in part: their evaluations still
-    run.  So without ``fixed`` a look queues ``START_SECONDS`` of device work, twice as
-    many iterations after each look whose steps were all kept, up to ``AHEAD_SECONDS``,
-    and ``START_SECONDS`` again after a look that stopped short.  An iteration's device
-    time is first taken from one evaluation (:meth:`first`), then from the iterations of
-    every look whose steps were all kept (:meth:`span`, :meth:`settle`): an evaluation
-    that reads shards of other processes is slow the first time, and the loop's own
-    iterations are what is queued.  A fit that runs to ``max_iter`` (MNIST's 100
-    iterations) soon queues ``AHEAD_SECONDS`` a look; one that stops on the relative
-    decrease after a few line searches (float rows) wastes little
-    (docs/performance-history.md, "how far the L-BFGS runs ahead").
+    Each look costs a wait (``WAIT_SECONDS``).  Where a step is not kept or a stopping
+    rule holds, the iterations queued behind it are skipped on the device only in part:
+    their evaluations still run, so a stop in a look of ``L`` iterations of ``t`` seconds
+    wastes about ``(L - 1) t / 2``.  With ``q`` stops per step kept so far (half a stop in
+    ``PRIOR_ITERATIONS`` before any look), the device time per step,
+    ``WAIT_SECONDS / L + q (L - 1) t / 2``, is least at ``L = sqrt(2 WAIT_SECONDS / (q t))``,
+    and a look never queues more than ``AHEAD_SECONDS`` of device time.  So short
+    iterations that are seldom stopped (MNIST's 100 to ``max_iter``) soon run many a
+    look, long ones of a fit with line searches (float rows of many features) one
+    (docs/performance-history.md, "how far the L-BFGS runs ahead").  An iteration's
+    device time is first taken from one evaluation (:meth:`first`), then from the
+    iterations of every look whose steps were all kept (:meth:`span`, :meth:`settle`): an
+    evaluation that reads shards of other processes is slow the first time, and the
+    loop's own iterations are what is queued.
     """
 
     def __init__(self, fixed: int | None, bridge: int | None = None) -> None:
@@ -45,6 +48,7 @@ class RunAhead:
         self.paced = fixed is None
         self._bridge = bridge
         self.seconds: float | None = None  # device time of one iteration, once known
+        self.kept = self.stops = 0  # steps kept and looks stopped short, so far
 
     def bridge(self) -> int:
         """Iterations to queue past a look, while the host reads it and queues the next:
@@ -64,7 +68,8 @@ class RunAhead:
         """The number, chosen from one evaluation's device time (nan: the simulator)."""
         if self.value is None:
             if np.isfinite(seconds):
-                self.seconds, self.value = seconds, self._of(seconds, START_SECONDS)
+                self.seconds = seconds
+                self.value = self._pick()
             else:
                 self.value = SIMULATOR_AHEAD
         return self.value
@@ -79,24 +84,30 @@ class RunAhead:
             return cupy.cuda.Event(), cupy.cuda.Event()
 
     def settle(self, span: tuple[Any, Any] | None, queued: int, kept: int) -> None:
-        """After the look: every queued step kept, twice the number (within
-        ``AHEAD_SECONDS`` of their device time); a step not kept or a stop, the
-        ``START_SECONDS`` number again."""
-        if span is None or queued <= 0:
+        """After a look of ``queued`` iterations, ``kept`` of whose steps were kept: the
+        stop rate and, every step kept, the iterations' device time; then the number."""
+        if not self.paced or queued <= 0:
             return
-        if kept == queued:
+        self.kept += max(0, kept)
+        self.stops += kept < queued
+        if span is not None and kept == queued:
             import cupy
 
             self.seconds = cupy.cuda.get_elapsed_time(*span) / 1e3 / queued
-            self.value = min(self._of(self.seconds),
-                             max(self._of(self.seconds, START_SECONDS), 2 * (self.value or 1)))
-        elif self.seconds is not None:
-            self.value = self._of(self.seconds, START_SECONDS)
+        if self.seconds is not None:
+            self.value = self._pick()
+
+    def _pick(self) -> int:
+        """The number of least device time per step (the class's docstring)."""
+        rate = (self.stops + 0.5) / (self.kept + PRIOR_ITERATIONS)
+        best = math.sqrt(2 * WAIT_SECONDS / (rate * max(self.seconds, 1e-6)))
+        return int(min(max(1, math.floor(best)), self._of(self.seconds)))
 
     @staticmethod
-    def _of(seconds: float, budget: float = AHEAD_SECONDS) -> int:
-        """Iterations of ``seconds`` each in ``budget`` of device time (1 to MAX_AHEAD)."""
-        return int(np.clip(budget // max(seconds, 1e-6), 1, MAX_AHEAD))
+    def _of(seconds: float) -> int:
+        """Iterations of ``seconds`` each in ``AHEAD_SECONDS`` of device time (1 to
+        MAX_AHEAD)."""
+        return int(np.clip(AHEAD_SECONDS // max(seconds, 1e-6), 1, MAX_AHEAD))
 
 
 def elapsed(timed: tuple) -> float:
