@@ -192,13 +192,11 @@ def test_a_block_whose_rows_mostly_need_the_three_part_product_starts_there():
 
 
 @pytest.mark.parametrize("d, n, margin, want", [
-    (32, 500, None, 32),                         # short rows: the short-row build's 32
-    (search.SHORT_FEATURES + 1, 500, None, 5 + search.MARGIN),  # k + 8 below both thresholds
+    (32, 500, None, 5 + search.MARGIN),          # short lists below both thresholds
     (search.LONG_FEATURES, 500, None, K.MAX_K),  # many features: long lists
     (4, search.LONG_VALUES // 4, None, K.MAX_K),  # a large block: long lists
     (128, 1_000_000, None, K.MAX_K),              # as measured: 1,000,000 x 128 long,
-    (32, 100_000, None, 32),                      # 100,000 x 32: lists of 32 (as measured)
-    (search.SHORT_FEATURES, 20, None, 20),        # never more than the block's rows
+    (32, 100_000, None, 5 + search.MARGIN),       # 100,000 x 32 short
     (search.LONG_FEATURES, 500, 3, 8),            # a margin given is kept
     (search.LONG_FEATURES, 40, None, 40),         # never more than the block's rows
 ])

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..launch import array_module, launch
-from . import floats, fused
+from . import floats
 from . import precision as precisions
 from .distances import INT_MAX, MAX_K, _cuda_target, refine
 from .loop import smallest, tile_loop
@@ -45,12 +45,6 @@ LONG_VALUES = 1 << 26
 """From this many training values (rows times features) in the block on, lists of
 :data:`MAX_K` in the plain product cost less than the three-part product of short ones
 (docs/performance-history.md, "list lengths" and "lists as heaps")."""
-SHORT_FEATURES = fused.SHORT_ROW // 2
-"""Up to this many features (float16 rows that Hopper's short-row build takes in the plain
-product), an approximate search keeps :data:`fused.SHORT_LISTS` candidates a row where no
-``margin`` is given: that build's lists of 32 cost little more than lists of ``k + 8``
-and certify nearly every row of clustered data, which then needs no three-part product
-(docs/performance-history.md, "lists of 32 for short rows")."""
 
 
 def _pack(xp: Any, dist: Any, columns: Any, labels: Any, index: Any) -> Any:
@@ -242,10 +236,8 @@ def list_length(k: int, margin: int | None, n_features: int, rows: int, exact: b
     Exact keys (8-bit data) need ``k``.  Approximate ones keep ``k + margin`` for a
     re-rank, and with no ``margin`` the rule measured fastest on clustered float rows:
     :data:`MAX_K` from :data:`LONG_FEATURES` features or :data:`LONG_VALUES` values on
-    (the plain float16 product then certifies nearly every row), at least
-    :data:`fused.SHORT_LISTS` up to :data:`SHORT_FEATURES` features (the same, in the
-    short-row build), ``k +`` :data:`MARGIN` between (the three-part product's tighter
-    bound does it cheaper).
+    (the plain float16 product then certifies nearly every row), ``k +``
+    :data:`MARGIN` below (the three-part product's tighter bound does it cheaper).
     Never more than the block's rows."""
     if exact:
         K = k
@@ -253,8 +245,6 @@ def list_length(k: int, margin: int | None, n_features: int, rows: int, exact: b
         K = k + max(0, int(margin))
     elif n_features >= LONG_FEATURES or n_features * rows >= LONG_VALUES:
         K = MAX_K
-    elif n_features <= SHORT_FEATURES:
-        K = max(k + MARGIN, fused.SHORT_LISTS)
     else:
         K = k + MARGIN
     return max(1, min(MAX_K, K, rows))
