@@ -6,10 +6,12 @@ products whose few columns the library pads, and writes and reads the logits and
 residuals (``n x k`` each) in between.  :func:`xent_grad_tiles` reads each tile of
 :data:`TILE` rows once: the tile goes to shared memory (coalesced loads); the logits of
 its rows are summed from it and the coefficients (in shared memory for the block's
-whole run), two rows and four classes a thread, each half of the features by half of
-the block; the softmax, cross-entropy and residuals follow; then the coefficient
-gradient of the tile, three features and eight classes a thread, each quarter of the
-rows by a quarter of the block, into registers.  A block keeps its gradient, intercept
+whole run), four rows and four classes a thread, each quarter of the features by a
+quarter of the block; the softmax, cross-entropy and residuals follow, each row's
+log-sum-exp taken by one thread; then the coefficient gradient of the tile, six features
+and eight classes a thread, each eighth of the rows by a warp, into registers.  Each
+thread's sums take eight or more multiply-adds a shared-memory load: the loads, not the
+arithmetic, bound such a kernel.  A block keeps its gradient, intercept
 sums and cross-entropy for every tile it walks and writes them once as its parts;
 :func:`sum_block_parts` adds the blocks' parts in block order (float64), so repeated
 evaluations give the same bits.  No ``n x k`` buffer is made.
@@ -42,8 +44,8 @@ shared memory, the coefficients ``MAX_FEATURES x MAX_CLASSES``."""
 MAX_CLASSES = 16
 """Classes at most (a forward thread sums four of them, a gradient thread eight)."""
 BLOCKS_PER_SM = 2
-"""Blocks resident per SM and launched per SM: each thread's 24 gradient sums and 8
-logits stay in registers (capped for three blocks, they spill)."""
+"""Blocks resident per SM and launched per SM: each thread's 48 gradient sums and 16
+logits stay in registers."""
 ONE_PASS_FROM = 1 << 19
 """Rows of a shard from which its float32 evaluation runs in one pass."""
 LD = MAX_FEATURES + 1   # a tile row's stride: odd, so a warp's rows fall on distinct banks
@@ -51,13 +53,12 @@ KP = MAX_CLASSES + 1    # a row's logits and residuals: odd stride too
 TILE_VALUES = TILE * LD  # shared arrays' sizes: constants, as Numba takes them
 COEF_VALUES = MAX_FEATURES * MAX_CLASSES
 LOGIT_VALUES = TILE * KP
-HALVES = 2              # forward: feature halves
-HALF = THREADS // HALVES
-PARTS = 4               # gradient: row quarters
-QUARTER = THREADS // PARTS
-ROWS_A_THREAD = 2       # forward: rows p, p + 32
+QUARTERS = 4            # forward: feature quarters, a quarter of the block each
+QUARTER = THREADS // QUARTERS
+ROWS_A_THREAD = 4       # forward: rows p, p + 16, p + 32, p + 48
 ROW_STEP = TILE // ROWS_A_THREAD
-FEATURES_A_THREAD = 3   # gradient: features f, f + 32, f + 64
+PARTS = THREADS // 32   # gradient: row eighths, a warp each
+FEATURES_A_THREAD = 6   # gradient: features f, f + 16, ..., f + 80
 FEATURE_STEP = MAX_FEATURES // FEATURES_A_THREAD
 GROUP = 8               # gradient: classes 8g .. 8g + 7
 SUMS = FEATURES_A_THREAD * GROUP
@@ -98,33 +99,37 @@ def xent_grad_tiles(X, d, labels, params, k, weights, weighted, grad_parts, sum_
     bs = cuda.shared.array(MAX_CLASSES, float32)
     ys = cuda.shared.array(TILE, int32)
     vs = cuda.shared.array(TILE, float32)
+    ls = cuda.shared.array(TILE, float64)  # each row's log-sum-exp
     red = cuda.shared.array(THREADS, float64)
     ld = uint64(LD)
     kp = uint64(KP)
     mc = uint64(MAX_CLASSES)
     dk = d * k
+    for e in range(tid, TILE_VALUES, THREADS):  # columns past d stay zero (no tile writes)
+        xs[e] = float32(0.0)
     for e in range(tid, COEF_VALUES, THREADS):
         j = e // MAX_CLASSES
         c = e % MAX_CLASSES
         ws[e] = params[j * k + c] if j < d and c < k else float32(0.0)
     if tid < MAX_CLASSES:
         bs[tid] = params[dk + tid] if tid < k else float32(0.0)
-    # Forward: features of half h, rows p and p + 32 of the tile, classes 4q .. 4q + 3
-    # (a warp's 32 threads: the same classes).
-    h = tid // HALF
+    # Forward: features of quarter h, rows p + 16i of the tile, classes 4q .. 4q + 3
+    # (a warp's 32 threads: sixteen rows, two sets of classes).
+    h = tid // QUARTER
     p = tid % ROW_STEP
-    q = (tid % HALF) // ROW_STEP
-    dh = (d + HALVES - 1) // HALVES
-    j0 = min(d, h * dh)
-    j1 = min(d, j0 + dh)
+    q = (tid % QUARTER) // ROW_STEP
+    dq = (d + QUARTERS - 1) // QUARTERS
+    j0 = min(d, h * dq)
+    j1 = min(d, j0 + dq)
     live = q * 4 < k
-    part = tid // QUARTER  # gradient: rows of this quarter
     # Softmax and residuals: row r of the tile, classes 4s .. 4s + 3.
     r = tid % TILE
     s = tid // TILE
-    # Gradient: features f + 32i, classes 8g .. 8g + 7, rows [16 part, 16 part + 16).
+    # Gradient: features f + 16i, classes 8g .. 8g + 7, rows [8 part, 8 part + 8).
+    warp = tid // 32
+    part = warp
     f = tid % FEATURE_STEP
-    g = (tid % QUARTER) // FEATURE_STEP
+    g = (tid % 32) // FEATURE_STEP
     acc = cuda.local.array(SUMS, float32)
     for i in range(SUMS):
         acc[i] = float32(0.0)
@@ -132,12 +137,11 @@ def xent_grad_tiles(X, d, labels, params, k, weights, weighted, grad_parts, sum_
     for i in range(4):
         bsum[i] = 0.0
     z = cuda.local.array(LOGITS, float32)  # forward: row i, class c at 4i + c
-    xv = cuda.local.array(4, float32)
+    xv = cuda.local.array(FEATURES_A_THREAD, float32)
     zv = cuda.local.array(GROUP, float32)
     loss = float64(0.0)
     width = uint64(d)
     lane = tid % 32
-    warp = tid // 32
     for tile in range(cuda.blockIdx.x, (n + TILE - 1) // TILE, cuda.gridDim.x):
         row0 = tile * TILE
         rows = min(TILE, n - row0)
@@ -170,21 +174,18 @@ def xent_grad_tiles(X, d, labels, params, k, weights, weighted, grad_parts, sum_
                 xa += uint64(1)
                 wa += mc
         za = uint64(p) * kp + qb
-        for step in range(HALVES):  # the halves' sums added in one order
+        for step in range(QUARTERS):  # the quarters' sums added in one order
             if h == step:
                 for i in range(ROWS_A_THREAD):
                     for c in range(4):
                         at = za + uint64(i * ROW_STEP * KP + c)
                         zs[at] = z[4 * i + c] if step == 0 else zs[at] + z[4 * i + c]
             cuda.syncthreads()
-        lse = float64(0.0)
-        wr = float64(0.0)
-        y = 0
         at = uint64(r) * kp
         first = s * 4
         for c in range(4):
             zv[c] = zs[at + uint64(first + c)]
-        if r < rows:  # every thread of the row: the same largest logit and exp-sum
+        if s == 0 and r < rows:  # one thread a row: its largest logit and exp-sum
             top = zs[at]
             for c in range(1, k):
                 top = max(top, zs[at + uint64(c)])
@@ -192,11 +193,13 @@ def xent_grad_tiles(X, d, labels, params, k, weights, weighted, grad_parts, sum_
             for c in range(k):
                 total += float64(math.exp(zs[at + uint64(c)] - top))
             lse = float64(top) + math.log(total)
+            ls[r] = lse
+            loss += float64(vs[r]) * (lse - float64(zs[at + uint64(ys[r])]))
+        cuda.syncthreads()  # the logits are read: the residuals take their place
+        if r < rows:
+            lse = ls[r]
             wr = float64(vs[r])
             y = ys[r]
-            if s == 0:
-                loss += wr * (lse - float64(zs[at + uint64(y)]))
-        cuda.syncthreads()  # the logits are read: the residuals take their place
         for c in range(4):
             e = 0.0
             if r < rows and first + c < k:
@@ -206,22 +209,21 @@ def xent_grad_tiles(X, d, labels, params, k, weights, weighted, grad_parts, sum_
             zs[at + uint64(first + c)] = float32(e)
         cuda.syncthreads()
         lo = part * (TILE // PARTS)
-        if f < d:  # features f + 32i of rows [lo, lo + 16), classes 8g .. 8g + 7
-            xa = uint64(lo) * ld + uint64(f)
-            za = uint64(lo) * kp + uint64(g * GROUP)
-            for _ in range(min(rows, lo + TILE // PARTS) - lo):
-                for i in range(FEATURES_A_THREAD):
-                    xv[i] = xs[xa + uint64(i * FEATURE_STEP)]
+        xa = uint64(lo) * ld + uint64(f)
+        za = uint64(lo) * kp + uint64(g * GROUP)
+        for _ in range(min(rows, lo + TILE // PARTS) - lo):  # rows [lo, lo + 8)
+            for i in range(FEATURES_A_THREAD):
+                xv[i] = xs[xa + uint64(i * FEATURE_STEP)]
+            for c in range(GROUP):
+                zv[c] = zs[za + uint64(c)]
+            for i in range(FEATURES_A_THREAD):
                 for c in range(GROUP):
-                    zv[c] = zs[za + uint64(c)]
-                for i in range(FEATURES_A_THREAD):
-                    for c in range(GROUP):
-                        acc[GROUP * i + c] += xv[i] * zv[c]
-                xa += ld
-                za += kp
+                    acc[GROUP * i + c] += xv[i] * zv[c]
+            xa += ld
+            za += kp
     b = cuda.blockIdx.x
-    # The row quarters' sums, added in one order through the rows' buffer.
-    t = uint64(tid % QUARTER) * uint64(SUMS)
+    # The row eighths' sums, added in one order through the rows' buffer.
+    t = uint64(lane) * uint64(SUMS)
     for step in range(1, PARTS):
         cuda.syncthreads()
         if part == step:
