@@ -30,10 +30,9 @@ refuses), the iteration is launched op by op and ``graph_note`` says why.
 
 Most first steps are kept, so the host queues ``run_ahead`` iterations
 before it reads the scalars (``advance``); a step not kept stops the ones
-queued behind it on the device (:mod:`mgpu_dask.kernels.lbfgs.cuda`), all but
-their evaluations, which still run.  ``run_ahead`` is the number that costs the
-device least, from an iteration's device time and how often looks stopped
-short so far (:mod:`.pace`).  A look's scalars are
+queued behind it on the device (:mod:`mgpu_dask.kernels.lbfgs.cuda`).
+``run_ahead`` is chosen from the device time of one evaluation, then of each
+look whose queued steps were all kept (:mod:`.pace`).  A look's scalars are
 copied aside (:mod:`.scalars`) and a *bridge* of a few more iterations queued
 behind the copy before the host waits for it, so the device runs while the
 host reads the look and queues the next.  The bridge counts in the next look,
