@@ -9,9 +9,10 @@ its rows are summed from it and the coefficients (in shared memory for the block
 whole run), four rows and four classes a thread, each quarter of the features by a
 quarter of the block; the softmax, cross-entropy and residuals follow, each row's
 log-sum-exp taken by one thread; then the coefficient gradient of the tile, six features
-and eight classes a thread, each eighth of the rows by a warp, into registers.  Each
-thread's sums take eight or more multiply-adds a shared-memory load: the loads, not the
-arithmetic, bound such a kernel.  A block keeps its gradient, intercept
+and eight classes a thread, each eighth of the rows by a warp, into registers (eight
+or more multiply-adds a shared-memory load; half as many loads as two rows and four
+classes a forward thread, three features a gradient one, and 3% faster:
+docs/performance-history.md).  A block keeps its gradient, intercept
 sums and cross-entropy for every tile it walks and writes them once as its parts;
 :func:`sum_block_parts` adds the blocks' parts in block order (float64), so repeated
 evaluations give the same bits.  No ``n x k`` buffer is made.
@@ -44,8 +45,8 @@ shared memory, the coefficients ``MAX_FEATURES x MAX_CLASSES``."""
 MAX_CLASSES = 16
 """Classes at most (a forward thread sums four of them, a gradient thread eight)."""
 BLOCKS_PER_SM = 2
-"""Blocks resident per SM and launched per SM: each thread's 48 gradient sums and 16
-logits stay in registers."""
+"""Blocks resident per SM and launched per SM (each thread holds 48 gradient sums and 16
+logits)."""
 ONE_PASS_FROM = 1 << 19
 """Rows of a shard from which its float32 evaluation runs in one pass."""
 LD = MAX_FEATURES + 1   # a tile row's stride: odd, so a warp's rows fall on distinct banks
