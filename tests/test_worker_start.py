@@ -223,3 +223,31 @@ def test_a_module_imported_on_first_use_runs_once_when_used(tmp_path, monkeypatc
     assert "later_pkg.broken" not in sys.modules
     for name in ("later_pkg", "later_pkg.slow", "later_pkg.part"):
         sys.modules.pop(name, None)
+
+
+def test_a_workers_first_fits_and_predicts_import_no_scikit_learn():
+    """What the estimators send to the workers (the finiteness check of a KNN fit, labels
+    decoded, rows copied to a GPU) is defined where scikit-learn is not imported: a
+    worker's first fit and predict do not spend its import (a second or more), as they
+    did while those functions lived beside the estimators' scikit-learn checks."""
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    from mgpu_dask import KNeighborsClassifier, LogisticRegression
+
+    def _heavy_imports() -> list[str]:  # local: sent by value, not as this test module
+        import sys
+
+        return sorted(m for m in ("sklearn", "scipy.stats") if m in sys.modules)
+
+    rng = np.random.default_rng()
+    X = da.from_array(rng.standard_normal((400, 8)).astype(np.float32), chunks=200)
+    y = da.from_array(np.array(["a", "b", "c"])[rng.integers(0, 3, 400)], chunks=200)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        assert list(client.run(_heavy_imports).values()) == [[]]
+        knn = KNeighborsClassifier(5).fit(X, y)
+        assert set(knn.predict(X[:50]).compute()) <= {"a", "b", "c"}
+        lr = LogisticRegression(max_iter=20).fit(X, y)
+        assert set(lr.predict(X[:50]).compute()) <= {"a", "b", "c"}
+        assert list(client.run(_heavy_imports).values()) == [[]]

@@ -48,6 +48,19 @@ def all_entries_finite(a: Any) -> bool:
     return bool(xp.isfinite(a.min())) and bool(xp.isfinite(a.max()))
 
 
+def finite_flag(block: Any) -> np.ndarray:
+    """``[all_entries_finite(block)]`` as a NumPy array: one block's answer where the
+    blocks of a dask array are checked where they live."""
+    return np.array([all_entries_finite(block)])
+
+
+def to_gpu(block: Any) -> Any:
+    """A CuPy copy of a NumPy block, on the current GPU."""
+    import cupy
+
+    return cupy.asarray(block)
+
+
 def ucx_active() -> bool:
     """Whether UCX runs in this process: a UCX context made by Dask's UCX comms
     (``distributed-ucxx`` after its first connection) or by ``ucxx`` / ``ucx-py``

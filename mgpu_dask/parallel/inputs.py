@@ -5,6 +5,10 @@ input validation for host inputs (its error types and messages), the same
 checks done where the data lives for dask and CuPy inputs, label encoding,
 results returned in the caller's array type, the active client, and
 bringing results home without a CUDA context in the client.
+
+This module imports scikit-learn (its import takes seconds): what it sends to the
+workers is defined where scikit-learn is not imported (``kernels.launch``,
+:mod:`.labels`), so that a worker's first task does not import it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from .. import config
 from ..exceptions import DataError, DataTypeError, MgpuDaskError
-from ..kernels.launch import all_entries_finite, as_numpy, on_gpu
+from ..kernels.launch import all_entries_finite, as_numpy, finite_flag, on_gpu, to_gpu
 from . import labels as labels_mod
 from . import placement, results
 
@@ -131,10 +135,6 @@ def numeric_classes(classes: np.ndarray) -> bool:
     return classes.dtype.kind in "biuf"
 
 
-def _decode_block(block: Any, classes: np.ndarray) -> np.ndarray:
-    return classes[as_numpy(block)]
-
-
 def returned_like(result: da.Array, like: Any, classes: np.ndarray | None = None) -> Any:
     """``result`` in the caller's array type: NumPy in, NumPy out; CuPy in, CuPy out; dask in,
     a dask array out.
@@ -147,7 +147,7 @@ def returned_like(result: da.Array, like: Any, classes: np.ndarray | None = None
     if kind == "dask":
         if classes is None:
             return result
-        return result.map_blocks(_decode_block, classes, dtype=classes.dtype,
+        return result.map_blocks(labels_mod.decoded, classes, dtype=classes.dtype,
                                  meta=np.empty((0,) * result.ndim, classes.dtype))
     out = to_host(result)
     if classes is not None:
@@ -157,12 +157,6 @@ def returned_like(result: da.Array, like: Any, classes: np.ndarray | None = None
 
         return cupy.asarray(out)
     return out
-
-
-def _gpu_block(block: Any) -> Any:
-    import cupy
-
-    return cupy.asarray(block)
 
 
 def rows_on_gpus(X: da.Array, client: Any) -> da.Array:
@@ -181,7 +175,7 @@ def rows_on_gpus(X: da.Array, client: Any) -> da.Array:
         meta = cupy.empty((0,) * X.ndim, dtype=X.dtype)
     except (ImportError, RuntimeError):  # no CuPy, or no GPU, in this process
         return X
-    return X.map_blocks(_gpu_block, dtype=X.dtype, meta=meta)
+    return X.map_blocks(to_gpu, dtype=X.dtype, meta=meta)
 
 
 def active_client() -> Any:
@@ -200,17 +194,13 @@ def device_of(array: Any) -> str:
     return "gpu" if type(meta).__module__.startswith("cupy") else "cpu"
 
 
-def _block_finite(block: Any) -> np.ndarray:
-    return np.array([all_entries_finite(block)])
-
-
 def all_finite(X: Any) -> bool:
     """No NaN or infinity in X: host arrays checked here, CuPy arrays on their GPU, dask arrays
     where their blocks live."""
     if np.issubdtype(X.dtype, np.integer):
         return True
     if isinstance(X, da.Array):
-        flags = placement.map_blocks(active_client(), _block_finite, X,
+        flags = placement.map_blocks(active_client(), finite_flag, X,
                                      name=placement.fresh_name("finite"),
                                      chunks=((1,) * X.numblocks[0],), meta=np.empty(0, bool))
         return bool(to_host(flags).all())

@@ -97,3 +97,9 @@ def codes(labels: Any, classes: np.ndarray | None) -> Any:
         table[classes] = np.arange(len(classes), dtype=np.int32)
         return xp.asarray(table)[labels]
     return xp.searchsorted(xp.asarray(classes), labels).astype(np.int32)
+
+
+def decoded(codes: Any, classes: np.ndarray) -> np.ndarray:
+    """The labels of class indices ``codes`` (a NumPy or CuPy block): ``classes[codes]``,
+    NumPy (labels GPU arrays cannot hold, such as strings, are decoded on the host)."""
+    return classes[as_numpy(codes)]
