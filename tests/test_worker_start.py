@@ -251,3 +251,23 @@ def test_a_workers_first_fits_and_predicts_import_no_scikit_learn():
         lr = LogisticRegression(max_iter=20).fit(X, y)
         assert set(lr.predict(X[:50]).compute()) <= {"a", "b", "c"}
         assert list(client.run(_heavy_imports).values()) == [[]]
+
+
+def test_the_device_loops_modules_leave_scipy_linalg_unloaded():
+    """A worker that leads a device fit imports these modules; SciPy's BLAS belongs to the
+    host loop alone and loads where that runs (a few tenths of a second a worker
+    otherwise), and the host loop still finds it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import mgpu_dask.logreg.lbfgs.device, mgpu_dask.logreg.single_host, "
+            "mgpu_dask.logreg.leader, mgpu_dask.logreg.solvers; "
+            "print('scipy.linalg' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+    from mgpu_dask.logreg.lbfgs import loop
+
+    g = np.array([1.0, -2.0])
+    s, y = np.array([0.5, 0.0]), np.array([1.0, 0.0])
+    np.testing.assert_allclose(loop._two_loop(g, [(s, y, 1.0 / float(s @ y))]), [0.5, -1.0])

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 import numpy as np
-from scipy.linalg.blas import daxpy, ddot
 
 from . import line_search, owlqn
 
@@ -284,8 +283,11 @@ def _two_loop(g: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray, float]]) 
     """The L-BFGS inverse-Hessian approximation applied to ``g``.
 
     BLAS ``ddot``/``daxpy`` in place: no temporary vector per step (half the
-    time of the NumPy expressions at 7,850 unknowns).
+    time of the NumPy expressions at 7,850 unknowns).  SciPy's BLAS is imported here, by
+    the host loop alone: the device loop's process (a worker) never loads ``scipy.linalg``.
     """
+    from scipy.linalg.blas import daxpy, ddot
+
     q = np.array(g, dtype=np.float64)
     alphas = []
     for s, y, rho in reversed(pairs):
