@@ -19,6 +19,7 @@ import numpy as np
 from distributed import Client, futures_of, wait
 
 from .. import config
+from ..kernels.launch import to_gpu
 from ..parallel import made_ahead, placement, shared_rows
 from ..parallel.workers import detect_device, worker_addresses
 
@@ -34,9 +35,7 @@ class ShardInfo(NamedTuple):
 
 
 def _to_gpu(block: np.ndarray, dtype: np.dtype | None, scale: float | None = None) -> Any:
-    import cupy
-
-    out = cupy.asarray(block)
+    out = to_gpu(block)
     out = out.astype(dtype, copy=False) if dtype is not None else out
     return out * out.dtype.type(scale) if scale is not None else out
 

@@ -99,8 +99,7 @@ def frame_of(xp: Any, rows: Any, precision: Precision, split: bool) -> Frame:
             spread = max(spread, float(xp.abs(part.astype(np.float64) - center).max()))
         if spread > 0:
             scale = 2.0 ** math.floor(math.log2(TRAIN_MAX / spread))
-    # a part is whole 64-byte stages of the fused search (32 float16 values), so that the
-    # plain product's loads never reach into the next part
+    # whole stages a part, so that the plain product's loads never reach into the next part
     part = part_columns(d) if precision is Precision.FP16 and split else None
     return Frame(center, scale, part)
 
