@@ -218,9 +218,10 @@ def test_float_rows_evaluate_in_one_pass_as_by_products(monkeypatch, weighted):
     from conftest import softmax_reference
 
     from mgpu_dask import LogisticRegression
-    from mgpu_dask.kernels.logreg import cuda_float
+    from mgpu_dask.kernels.logreg import cuda_float, onepass_tf32
     from mgpu_dask.kernels.logreg.objective import ShardObjective
 
+    monkeypatch.setattr(onepass_tf32, "ENABLED", False)  # its own tests: test_logreg_tensor_pass
     rng = np.random.default_rng(3)
     n, d, k = cuda_float.ONE_PASS_FROM + 75_000, 20, 4
     X = rng.standard_normal((n, d)).astype(np.float32)

@@ -142,6 +142,15 @@ def device_profile(backend: device_lbfgs.DeviceBackend, result: dict[str, Any],
             "graph": backend.graphed, "graph note": backend.graph_note,
             "launch note": backend.launch_note,
             "graph capture seconds": backend.graph_seconds,
-            "evaluation": ",".join(sorted({str(o.precision) + (" in one pass" if o.one_pass
-                                                              else "")
-                                           for o in backend.objectives}))}
+            "evaluation": ",".join(sorted({_evaluation(o) for o in backend.objectives}))}
+
+
+def _evaluation(objective: Any) -> str:
+    """How a shard's evaluation ran, for the profile: ``fp32``, ``fp32 in one pass``,
+    ``fp32 in one pass, 3xTF32 tensor cores``, ``int8`` ..."""
+    how = str(objective.precision)
+    if objective.one_pass:
+        how += " in one pass"
+    if getattr(objective, "tensor_cores", False):
+        how += ", 3xTF32 tensor cores"
+    return how

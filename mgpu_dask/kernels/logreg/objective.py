@@ -82,8 +82,12 @@ class ShardObjective:
     weighted : bool
         Whether ``weights`` were given.
     one_pass : bool
-        Whether float32 products run as one pass over the rows (few features and
-        classes, :mod:`.cuda_float`) rather than two cuBLAS products around the softmax.
+        Whether float32 products run as one pass over the rows rather than two cuBLAS
+        products around the softmax: on the tensor cores in float32 accuracy
+        (:mod:`.onepass_tf32`, up to 32 classes, shards of 16,384 rows or more), else,
+        for few features and classes, on the float32 cores (:mod:`.cuda_float`).
+    tensor_cores : bool
+        Whether that pass is :mod:`.onepass_tf32`'s.
     """
 
     def __init__(self, X: Any, labels: Any, n_classes: int,
@@ -103,7 +107,8 @@ class ShardObjective:
         self.strict = strict
         self.launch_note: str | None = None
         self.in_place, self._bind = False, out
-        self.one_pass = False  # float32 rows evaluated in one kernel pass (cuda_float)
+        self.one_pass = False  # float32 rows evaluated in one kernel pass
+        self.tensor_cores = False  # that pass on the tensor cores (onepass_tf32)
         self.X, self.labels, self.k = X, labels, int(n_classes)
         self.scale = None if scale is None else float(scale)
         n, d = X.shape
@@ -145,7 +150,7 @@ class ShardObjective:
         import cupy
         import cupyx
 
-        from . import bf16, cuda, cuda_float, int8
+        from . import bf16, cuda, cuda_float, float_pass, int8
 
         strategies = {Precision.INT8: int8, Precision.BF16: bf16}
         wanted = self.asked
@@ -198,8 +203,10 @@ class ShardObjective:
                 self.params, grad, self.sums = self._bind
                 self.grad = grad.reshape(d, k)
             self._ops = strategies[wanted].ops(self, n, d, *found)
+        elif float_pass.on_tensor_cores(self, n, d, k):
+            self._ops = float_pass.tensor_ops(self, n, d, k)
         elif cuda_float.usable(n, d, k):
-            self._ops = self._one_pass(n, d, k)
+            self._ops = float_pass.float_core_ops(self, n, d, k)
         else:
             self.resid = cupy.empty((n, k), dtype=np.float32)
             self.logits = cupy.empty((n, k), dtype=np.float32)
@@ -224,28 +231,6 @@ class ShardObjective:
         self.weights = (cupy.asarray(self.weights, dtype=np.float32) if self.weighted
                         else cupy.ones(1, dtype=np.float32))
         return self.weighted
-
-    def _one_pass(self, n: int, d: int, k: int) -> list[Any]:
-        """The float32 evaluation in one pass over the rows (:mod:`.cuda_float`): the
-        blocks' parts, then their sums into ``grad`` and every entry of ``sums``."""
-        import cupy
-
-        from . import cuda_float
-
-        blocks = cuda_float.layout(n, self.device.attributes["MultiProcessorCount"])
-        weighted = self._weights_here()
-        self._parts = (cupy.empty(blocks * d * k, dtype=np.float32),
-                       cupy.empty(blocks * (k + 1), dtype=np.float64))
-        self.sums_written = True
-        self.one_pass = True
-        outputs = d * k + k + 1
-        return [bound_launch(cuda_float.xent_grad_tiles,
-                             [self.X.ravel(), d, self.labels, self.params, k, self.weights,
-                              int(weighted), *self._parts], (blocks,), cuda_float.THREADS,
-                             self.stream),
-                bound_launch(cuda_float.sum_block_parts,
-                             [*self._parts, blocks, d * k, k, self.grad.ravel(), self.sums],
-                             (-(-outputs // 128),), 128, self.stream)]
 
     def launch(self, coef: np.ndarray, intercept: np.ndarray) -> None:
         """Start one evaluation at ``coef`` (d x n_classes) and ``intercept``."""
