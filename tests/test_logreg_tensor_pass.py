@@ -19,7 +19,8 @@ A100_OPTIN = 163 << 10
 ADA_OPTIN = 99 << 10
 
 SHAPES = [(1, 2), (5, 3), (32, 10), (37, 4), (96, 10), (128, 20), (128, 32), (300, 7),
-          (768, 20), (784, 10), (1000, 3), (1024, 8)]
+          (768, 20), (784, 10), (1000, 3), (1024, 8), (37, 33), (64, 50), (128, 100),
+          (128, 128), (784, 100)]
 
 
 @pytest.mark.parametrize("d, k", SHAPES)
@@ -40,7 +41,9 @@ def test_a_layout_fits_its_block_and_its_registers(d, k, optin):
     assert lay.warps // lay.gm <= lay.tile // 8  # no warp without a row k-step
     sums = T.sums_a_thread(d, k, lay.gm)
     assert sums <= T.MAX_SUMS
-    assert lay.min_blocks == (2 if lay.warps < 8 or sums <= T.MAX_SUMS // 2 else 1)
+    two = lay.warps < 8 or sums <= T.MAX_SUMS // 2
+    assert lay.min_blocks == (2 if two and k <= 32 else 1)
+    assert -(-(-(-k // 8) * 8) // (32 * lay.warps // lay.tile)) <= T.MAX_SOFTMAX
     if not lay.wsplit:  # the split coefficients did not fit
         assert T.shared_bytes(d, k, lay.tile, lay.warps, lay.gm, 2, True) > optin or (
             2 * (T.shared_bytes(d, k, lay.tile, lay.warps, lay.gm, 2, True) + 1024) > optin + 1024)
@@ -52,7 +55,8 @@ def test_the_layouts_of_the_measured_shapes():
     assert T.layout(768, 20, H100_OPTIN)[:5] == (16, 8, 8, 2, False)
     assert T.layout(128, 32, H100_OPTIN)[:5] == (32, 4, 2, 2, True)
     assert T.layout(128, 20, H100_OPTIN)[:5] == (64, 8, 2, 2, True)
-    assert T.layout(32, 33, H100_OPTIN) is None
+    assert T.layout(128, 100, H100_OPTIN)[:5] == (32, 8, 8, 2, True)
+    assert T.layout(32, 129, H100_OPTIN) is None
 
 
 @pytest.mark.parametrize("n, d, k, capability, runs", [
@@ -60,8 +64,8 @@ def test_the_layouts_of_the_measured_shapes():
     (T.ONE_PASS_FROM - 1, 32, 10, (9, 0), False),   # a small shard keeps the products
     (200_000, 768, 20, (8, 0), True),
     (200_000, 768, 20, (7, 5), False),              # no tf32 mma.sync
-    (1_000_000, 128, 33, (9, 0), False),            # more classes than the softmax takes
-    (1_000_000, 128, 100, (9, 0), False),
+    (1_000_000, 128, 100, (9, 0), True),
+    (1_000_000, 128, 129, (9, 0), False),           # more classes than the softmax takes
     (100_000, 4096, 2, (9, 0), False),              # rows too long for a block
 ])
 def test_which_shards_evaluate_on_the_tensor_cores(n, d, k, capability, runs):
@@ -87,7 +91,7 @@ def test_source_agrees_with_the_python_side():
 
 
 @pytest.mark.parametrize("d, k", [(32, 10), (37, 4), (96, 10), (128, 32), (768, 20), (5, 3),
-                                  (1024, 8)])
+                                  (1024, 8), (37, 33), (64, 50), (128, 100), (128, 128)])
 def test_source_compiles_with_nvrtc_without_spills(d, k):
     """NVRTC needs no GPU: CI compiles each layout with the options CuPy is given, for
     compute capability 8.0 and 9.0; the gradient's sums stay in registers (no spills)."""
@@ -126,6 +130,8 @@ def _reference(X, y, W, b, w):
     (40_000, 768, 20, False, 0),               # 16-row tiles, coefficients split at each use
     (50_000, 128, 32, True, 0),                # the most classes
     (30_000, 1, 2, False, 0),
+    (50_000, 37, 33, True, 0),                 # more than 32 classes: one set of forward sums
+    (40_000, 128, 100, False, 0),
 ])
 def test_on_a_gpu_the_evaluation_is_float64s_to_float32s_error(n, d, k, weighted, offset):
     import cupy

@@ -2,7 +2,7 @@
 kernels that take it and the launches a :class:`.objective.ShardObjective` queues.
 
 Two kernels read each row once, where the products (:mod:`.cuda`) read it twice:
-:mod:`.onepass_tf32` on the tensor cores in float32 accuracy (up to 32 classes, shards
+:mod:`.onepass_tf32` on the tensor cores in float32 accuracy (up to 128 classes, shards
 of ``onepass_tf32.ONE_PASS_FROM`` rows or more), else, for rows of few features and
 classes, :mod:`.cuda_float` on the float32 cores.  Each writes a part of the gradient,
 intercept sums and cross-entropy per block, and :func:`.cuda_float.sum_block_parts`

@@ -84,7 +84,7 @@ class ShardObjective:
     one_pass : bool
         Whether float32 products run as one pass over the rows rather than two cuBLAS
         products around the softmax: on the tensor cores in float32 accuracy
-        (:mod:`.onepass_tf32`, up to 32 classes, shards of 16,384 rows or more), else,
+        (:mod:`.onepass_tf32`, up to 128 classes, shards of 16,384 rows or more), else,
         for few features and classes, on the float32 cores (:mod:`.cuda_float`).
     tensor_cores : bool
         Whether that pass is :mod:`.onepass_tf32`'s.

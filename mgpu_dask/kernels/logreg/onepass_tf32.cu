@@ -64,6 +64,7 @@
 #define TK (TM / 8)                   // gradient: k-steps of a tile
 #define MPW ((MT + GM - 1) / GM)      // gradient: m-tiles a warp
 #define ACC (MPW * NT * 4)            // gradient: sums a thread
+#define FSETS (NT <= 4 ? 2 : 1)       // forward: sets of sums a thread (even and odd k-steps)
 #define TPR (THREADS / TM)            // softmax: threads a row
 #define CPT ((KP + TPR - 1) / TPR)    // softmax: classes a thread
 #define PX (DP + 4)                   // a tile row's stride: 4 times an odd number, so that
@@ -215,7 +216,7 @@ evaluate_tf32(const float* __restrict__ X, const int* __restrict__ labels,
         cp_async_wait<STAGES - 1>();
         __syncthreads();
 
-        {   // 1. forward: two sets of sums (even and odd k-steps), added at the end
+        {   // 1. forward: FSETS sets of sums (even and odd k-steps), added at the end
             const int k0 = fk * KS / FK, k1 = (fk + 1) * KS / FK;
             float acc0[NT][4], acc1[NT][4];
 #pragma unroll
@@ -224,18 +225,24 @@ evaluate_tf32(const float* __restrict__ X, const int* __restrict__ labels,
                 for (int q = 0; q < 4; ++q) acc0[nt][q] = acc1[nt][q] = 0.f;
             const float* xa = cur + (fm * 16 + g) * PX + t;
             int ks = k0;
+#if FSETS == 2
             for (; ks + 1 < k1; ks += 2) {
                 forward_step(acc0, xa, wh, wl, ks, g, t);
                 forward_step(acc1, xa, wh, wl, ks + 1, g, t);
             }
-            if (ks < k1) forward_step(acc0, xa, wh, wl, ks, g, t);
+#endif
+            for (; ks < k1; ++ks) forward_step(acc0, xa, wh, wl, ks, g, t);
             float* pp = ps + (fk * TM + fm * 16 + g) * KP + 2 * t;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                pp[nt * 8] = acc0[nt][0] + acc1[nt][0];
-                pp[nt * 8 + 1] = acc0[nt][1] + acc1[nt][1];
-                pp[8 * KP + nt * 8] = acc0[nt][2] + acc1[nt][2];
-                pp[8 * KP + nt * 8 + 1] = acc0[nt][3] + acc1[nt][3];
+#if FSETS == 2
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc0[nt][q] += acc1[nt][q];
+#endif
+                pp[nt * 8] = acc0[nt][0];
+                pp[nt * 8 + 1] = acc0[nt][1];
+                pp[8 * KP + nt * 8] = acc0[nt][2];
+                pp[8 * KP + nt * 8 + 1] = acc0[nt][3];
             }
         }
         __syncthreads();

@@ -33,7 +33,9 @@ TILES = (64, 32, 16)
 """Rows a tile, in order of preference."""
 MAX_SUMS = 96
 """Gradient sums a thread at most (registers)."""
-MAX_CLASSES = 32
+MAX_CLASSES = 128
+MAX_SOFTMAX = 16
+"""Classes a softmax thread holds at most (its logits and float64 intercept sums)."""
 NEEDS = (8, 0)
 """mma.sync with tf32 operands and cp.async: compute capability 8.0 or newer."""
 ONE_PASS_FROM = 1 << 14
@@ -85,7 +87,7 @@ def shared_bytes(d: int, k: int, tile: int, warps: int, gm: int, stages: int,
     return max(pipeline, scratch)
 
 
-CANDIDATES = ((64, 8), (32, 4), (16, 8))
+CANDIDATES = ((64, 8), (32, 4), (32, 8), (16, 8))
 """(rows a tile, warps a block) in order of preference (the probes behind the order:
 docs/performance-history.md)."""
 
@@ -100,6 +102,8 @@ def layout(d: int, k: int, shared_optin: int) -> Layout | None:
     for tile, warps in CANDIDATES:
         # registers: a block of 8 warps keeps two an SM up to 48 sums a thread (one up to
         # 96); a block of 4 keeps two up to 96
+        if -(-_up(k, 8) // (32 * warps // tile)) > MAX_SOFTMAX:
+            continue  # too many classes a softmax thread
         fits = [g for g in (1, 2, 4, 8) if g <= warps and warps // g <= tile // 8
                 and sums_a_thread(d, k, g) <= MAX_SUMS]
         gm = next((g for g in fits if warps < 8 or sums_a_thread(d, k, g) <= MAX_SUMS // 2),
@@ -109,7 +113,8 @@ def layout(d: int, k: int, shared_optin: int) -> Layout | None:
         for wsplit in (True, False):
             shared = shared_bytes(d, k, tile, warps, gm, 2, wsplit)
             if shared <= shared_optin:
-                two = warps < 8 or sums_a_thread(d, k, gm) <= MAX_SUMS // 2
+                # more than 32 classes: the forward's sums take the registers of a second block
+                two = _up(k, 8) <= 32 and (warps < 8 or sums_a_thread(d, k, gm) <= MAX_SUMS // 2)
                 lay = Layout(tile, warps, gm, 2, wsplit, shared, 2 if two else 1)
                 if 2 * (shared + 1024) <= shared_optin + 1024:
                     return lay
