@@ -23,11 +23,11 @@ def on_tensor_cores(obj: Any, n: int, d: int, k: int) -> bool:
     """Whether ``obj``'s float32 rows (``obj.X``, n x d, on ``obj.device``) evaluate in
     one pass on that GPU's tensor cores (:mod:`.onepass_tf32`)."""
     from . import onepass_tf32
+    from .onepass import capability, shared_optin
 
     dev = obj.device.id
     return (obj.X.dtype == np.float32 and obj.X.flags.c_contiguous
-            and onepass_tf32.usable(n, d, k, onepass_tf32.capability(dev),
-                                    onepass_tf32.shared_optin(dev)))
+            and onepass_tf32.usable(n, d, k, capability(dev), shared_optin(dev)))
 
 
 def tensor_ops(obj: Any, n: int, d: int, k: int) -> list[Any]:

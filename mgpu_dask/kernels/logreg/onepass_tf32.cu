@@ -335,26 +335,17 @@ evaluate_tf32(const float* __restrict__ X, const int* __restrict__ labels,
     __syncthreads();
 
     // The row groups' gradient sums, added in order (group 0 first) through shared memory.
-    float* red = reinterpret_cast<float*>(smem);
+    float* red = reinterpret_cast<float*>(smem) + gm * 32 + lane;
+    float* sums = &gacc[0][0][0];   // indexed by unrolled loops: still registers
     for (int step = 1; step < GK; ++step) {
         if (gk == step) {
 #pragma unroll
-            for (int mi = 0; mi < MPW; ++mi)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int q = 0; q < 4; ++q)
-                        red[((mi * NT + nt) * 4 + q) * (GM * 32) + gm * 32 + lane] = gacc[mi][nt][q];
+            for (int i = 0; i < ACC; ++i) red[i * (GM * 32)] = sums[i];
         }
         __syncthreads();
         if (gk == 0) {
 #pragma unroll
-            for (int mi = 0; mi < MPW; ++mi)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int q = 0; q < 4; ++q)
-                        gacc[mi][nt][q] += red[((mi * NT + nt) * 4 + q) * (GM * 32) + gm * 32 + lane];
+            for (int i = 0; i < ACC; ++i) sums[i] += red[i * (GM * 32)];
         }
         __syncthreads();
     }

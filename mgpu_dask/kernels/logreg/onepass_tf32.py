@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..cuda_source import source
+from .onepass import shared_optin as optin_of
 
 TILES = (64, 32, 16)
 """Rows a tile, in order of preference."""
@@ -163,7 +164,7 @@ def build(X: Any, k: int) -> Built:
 
     n, d = X.shape
     device_id = X.device.id
-    lay = layout(d, k, shared_optin(device_id))
+    lay = layout(d, k, optin_of(device_id))
     if lay is None:
         raise ValueError(f"no one-pass tensor-core build for {d} features and {k} classes")
     vec = 4 if d % 4 == 0 and X.data.ptr % 16 == 0 else 1
@@ -194,19 +195,3 @@ def bound(built: Built, X: Any, labels: Any, params: Any, weights: Any, weighted
         with stream:
             kernel((grid,), (threads,), args, shared_mem=shared)
     return launch
-
-
-def shared_optin(device_id: int) -> int:
-    """The shared memory a block may opt in to on GPU ``device_id``."""
-    import cupy
-
-    return int(cupy.cuda.runtime.deviceGetAttribute(
-        cupy.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id))
-
-
-def capability(device_id: int) -> tuple[int, int]:
-    """GPU ``device_id``'s compute capability."""
-    import cupy
-
-    cc = cupy.cuda.Device(device_id).compute_capability
-    return int(cc[:-1]), int(cc[-1])
