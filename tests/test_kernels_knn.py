@@ -213,7 +213,13 @@ def test_vote_matches_reference(target, weights):
     proba, pred = K.vote(cand, 4, weights, target=target)
     ref_proba, ref_pred = _reference_vote(cand, 4, weights)
     np.testing.assert_allclose(proba, ref_proba, rtol=1e-12)
-    np.testing.assert_array_equal(pred, ref_pred)
+    # Classes whose summed weights tie exactly (1/6 + 1/12 against 1/4, say) differ only
+    # by the rounding of the sums' order: either is the vote's answer.
+    top = ref_proba.max(axis=1, keepdims=True)
+    tied = np.abs(ref_proba - top) <= 1e-12 * top
+    assert tied[np.arange(m), pred].all(), np.flatnonzero(~tied[np.arange(m), pred])
+    untied = tied.sum(axis=1) == 1
+    np.testing.assert_array_equal(pred[untied], ref_pred[untied])
 
 
 @pytest.mark.parametrize("requested, eight_bit, capability, expected", [
