@@ -7,8 +7,9 @@ them once but multiplies on the float32 cores, one instruction a multiply-add.
 ``onepass_tf32.cu`` keeps a tile of whole rows in shared memory (the next one arriving
 meanwhile) and takes the forward product, the softmax and the gradient's product from
 it on the tensor cores, in float32 accuracy: each operand is split into two tf32 parts
-and a product is three of theirs ("3xTF32", as CUTLASS's fast float32 products), every
-sum float32 as a float32 product's.  The softmax's arithmetic is
+and a product is three of theirs ("3xTF32", as CUTLASS's fast float32 products); the
+tensor cores round their float32 sums toward zero, so each k-step's sums start from zero
+and go into the running sums by float32 adds, which round to nearest.  The softmax's arithmetic is
 :func:`.cuda.softmax_xent_rows`'s: float32 logits, float32 exponentials of differences
 rounded once to float32, float64 exp-sums, log-sum-exp, cross-entropies and intercept
 sums.  A block keeps its gradient sums in registers for every tile it walks and writes
@@ -16,9 +17,9 @@ its parts once; :func:`.cuda_float.sum_block_parts` adds the blocks' parts in bl
 order, so repeated evaluations give the same bits.  No ``n x k`` buffer is made.
 
 A kernel is built per feature and class count (NVRTC through CuPy, cached by CuPy) with
-its tile (16 to 64 rows, the most whose buffers fit a block's shared memory) and split of
-the gradient's sums over the warps (at most :data:`MAX_SUMS` a thread) chosen by
-:func:`layout`; rows of more features or classes than fit keep the products.
+the tile and block that :func:`layout` picks from :data:`CANDIDATES` (the first whose
+block leaves room for two an SM), the gradient's sums split over its warps (at most
+:data:`MAX_SUMS` a thread); rows of more features or classes than fit keep the products.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ import numpy as np
 from ..cuda_source import source
 from .onepass import shared_optin as optin_of
 
-TILES = (64, 32, 16)
-"""Rows a tile, in order of preference."""
 MAX_SUMS = 96
 """Gradient sums a thread at most (registers)."""
 MAX_CLASSES = 128
