@@ -95,9 +95,9 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         The products of each evaluation on a GPU.  ``"fp32"``: float32 products;
         on shards of 16,384 rows or more and up to 128 classes in one pass over the
         rows on the tensor cores, in float32 accuracy (each operand split into two
-        tf32 parts, three products of them), else cuBLAS's.  ``"int8"``: int8 tensor cores where the rows are 8-bit
-        levels in [0, 255] times one step (integer multiples of
-        ``max|X| / 255``, such as pixels / 255) and the GPU has them (compute
+        tf32 parts, three products of them), else cuBLAS's.  ``"int8"``: int8 tensor
+        cores where the rows are 8-bit levels in [0, 255] times one step (integer
+        multiples of ``max|X| / 255``, such as pixels / 255) and the GPU has them (compute
         capability 7.5 or newer): X is read at one byte per value, the
         coefficients and residuals go in as four int8 terms each, and the
         int32 sums are exact, so the loss and gradient are closer to float64's

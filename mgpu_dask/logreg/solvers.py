@@ -151,6 +151,6 @@ def _evaluation(objective: Any) -> str:
     how = str(objective.precision)
     if objective.one_pass:
         how += " in one pass"
-    if getattr(objective, "tensor_cores", False):
+    if objective.tensor_cores:
         how += ", 3xTF32 tensor cores"
     return how

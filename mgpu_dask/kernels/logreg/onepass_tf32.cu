@@ -127,8 +127,9 @@ __device__ __forceinline__ void load_tile(float* dst, const float* __restrict__ 
 
 // One forward k-step (8 features from ks * 8) of the warp's 16 rows into acc.  The
 // coefficients: wh (and wl) their tf32 parts where WSPLIT, else float32 split here.
-__device__ __forceinline__ void forward_step(float (&acc)[NT][4], const float* xa, const unsigned* wh,
-                                             const unsigned* wl, int ks, int g, int t) {
+__device__ __forceinline__ void forward_step(float (&acc)[NT][4], const float* xa,
+                                             const unsigned* wh, const unsigned* wl, int ks,
+                                             int g, int t) {
     const float* xk = xa + ks * 8;
     unsigned ah[4], al[4];
     split(xk[0], ah[0], al[0]);
@@ -199,8 +200,10 @@ evaluate_tf32(const float* __restrict__ X, const int* __restrict__ labels,
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) {
         const int at = blockIdx.x + i * gridDim.x;
-        if (at < tiles) load_tile(xs + i * TM * PX, X, (long long)at * TM, min(TM, n - at * TM), tid);
-        else cp_async_commit();
+        if (at < tiles)
+            load_tile(xs + i * TM * PX, X, (long long)at * TM, min(TM, n - at * TM), tid);
+        else
+            cp_async_commit();
     }
     int tile = blockIdx.x;
     for (int j = 0; tile < tiles; tile += gridDim.x, ++j) {
@@ -264,7 +267,8 @@ evaluate_tf32(const float* __restrict__ X, const int* __restrict__ labels,
                 }
             }
 #pragma unroll
-            for (int o = TPR / 2; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+            for (int o = TPR / 2; o > 0; o >>= 1)
+                top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
             double total = 0.0;
 #pragma unroll
             for (int i = 0; i < CPT; ++i)

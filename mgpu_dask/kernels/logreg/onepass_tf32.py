@@ -100,10 +100,10 @@ def layout(d: int, k: int, shared_optin: int) -> Layout | None:
         return None
     fitting = []
     for tile, warps in CANDIDATES:
-        # registers: a block of 8 warps keeps two an SM up to 48 sums a thread (one up to
-        # 96); a block of 4 keeps two up to 96
         if -(-_up(k, 8) // (32 * warps // tile)) > MAX_SOFTMAX:
             continue  # too many classes a softmax thread
+        # registers: a block of 8 warps keeps two an SM up to 48 sums a thread (one up to
+        # 96); a block of 4 keeps two up to 96
         fits = [g for g in (1, 2, 4, 8) if g <= warps and warps // g <= tile // 8
                 and sums_a_thread(d, k, g) <= MAX_SUMS]
         gm = next((g for g in fits if warps < 8 or sums_a_thread(d, k, g) <= MAX_SUMS // 2),
