@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import cu_defines
 
+from mgpu_dask.kernels import cuda_source
 from mgpu_dask.kernels.cuda_source import source
 from mgpu_dask.kernels.logreg import cuda_int8 as C
 from mgpu_dask.kernels.logreg import onepass
@@ -136,7 +137,7 @@ def test_on_a_gpu_one_pass_leaves_the_unfused_bits(monkeypatch, n, d, k, special
     if specialize and not onepass.specialized(onepass.capability(0)):
         pytest.skip("the softmax on warps of its own is Hopper's build")
     monkeypatch.setattr(onepass, "SPECIALIZE", specialize)
-    onepass._MODULES.clear()
+    cuda_source.forget()
     fast, slow = int8_objectives_agree(
         monkeypatch, n, d, k, {"ONE_PASS_FROM": 0, "ONE_PASS": True, "FUSED": True},
         {"ONE_PASS": False, "FUSED": False})
@@ -172,11 +173,12 @@ def test_on_a_gpu_the_warm_up_compiles_the_one_pass_evaluation():
     assert not warmup._one_pass(warmup.Fit(gpu=True, **{**fields, "large_shards": False}))
     if not warmup._one_pass(warmup.Fit(gpu=True, **fields)):
         pytest.skip("this GPU does not take the evaluation in one pass")
-    onepass._MODULES.clear()
+    cuda_source.forget()
     got = warmup.warm_up(gpu=True, **fields)
     assert "the one-pass evaluation" in got["steps"]
     wanted = onepass.options(10, term_columns(10), padded_shape(1, 784)[1],
                              onepass.capability(0))
-    assert any(key[1] == wanted for key in onepass._MODULES)
+    assert any(key[:2] == (onepass.__package__, "onepass.cu") and key[3] == wanted
+               for key in cuda_source._MODULES)
     assert C.combine_i8_once.overloads
     assert int8.ONE_PASS_FROM == 1 << 20

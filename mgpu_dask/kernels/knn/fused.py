@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from .. import tensor_map
-from ..cuda_source import source
+from ..cuda_source import module
 from ..precision import Precision
 
 ROWS, STAGE_BYTES, THREADS, QUEUE = 128, 64, 256, 32   # as fused.cu has them
@@ -68,7 +68,6 @@ NEEDS = (8, 0)
 # work: what makes a split shorter than a few tiles a loss.  The TMA build's blocks
 # start slower (their query rows, mbarriers and tensor map first): its own, Build.start_tiles.
 START_TILES = 1.5
-_MODULES: dict[tuple, Any] = {}
 _OPTIN: dict[int, tuple[int, int, tuple[int, int]]] = {}
 
 
@@ -209,13 +208,8 @@ def usable(train: Any, K: int, split: bool = False) -> bool:
 
 
 def _kernels(build: Build, half: bool = False) -> tuple[Any, Any]:
-    import cupy
-
-    key = (cupy.cuda.Device().id, build.options(half))
-    if key not in _MODULES:
-        _MODULES[key] = cupy.RawModule(code=source(__package__, "fused.cu"), options=key[1])
-    module = _MODULES[key]
-    return module.get_function("fused_int8_topk"), module.get_function("fused_merge")
+    built = module(__package__, "fused.cu", build.options(half))
+    return built.get_function("fused_int8_topk"), built.get_function("fused_merge")
 
 
 def splits(query_blocks: int, tiles: int, sms: int, start_tiles: float = START_TILES) -> int:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..cuda_source import source
+from ..cuda_source import module
 
 ROWS, THREADS = 128, 256  # as fused.cu has them
 # Passed to fused.cu: bytes of a row per pipeline stage (whole 128-byte lines), the
@@ -33,7 +33,6 @@ NEEDS = (8, 0)
 SHARED_OPTIN = 99 << 10
 """Shared memory a block may opt in to on every GPU from compute capability 8.0 (as much
 as consumer Ampere and Ada GPUs allow; data-centre GPUs allow more)."""
-_MODULES: dict[tuple, Any] = {}
 
 
 def shared_bytes(k: int, width: int) -> int:
@@ -61,12 +60,7 @@ def options(k: int, width: int) -> tuple[str, ...]:
 
 
 def _kernel(k: int, width: int) -> Any:
-    import cupy
-
-    key = (cupy.cuda.Device().id, options(k, width))
-    if key not in _MODULES:
-        _MODULES[key] = cupy.RawModule(code=source(__package__, "fused.cu"), options=key[1])
-    return _MODULES[key].get_function("forward_softmax_i8")
+    return module(__package__, "fused.cu", options(k, width)).get_function("forward_softmax_i8")
 
 
 def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, resid8: Any, bpart: Any,

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..cuda_source import source
+from ..cuda_source import module
 
 TILE, UNIT, THREADS = 64, 128, 256  # as onepass.cu has them
 SPECIALIZED_THREADS = 384  # onepass.cu's BLOCK: four softmax warps and eight others
@@ -46,7 +46,6 @@ MAX_FEATURES = 1024
 MAX_ROWS_PER_BLOCK = 131072
 """A block's int32 gradient sums are exact up to this many rows (cuda_int8.I8_MAX_K)."""
 NEEDS = (8, 0)
-_MODULES: dict[tuple, Any] = {}
 
 
 def ksteps(d_pad: int) -> int:
@@ -118,11 +117,9 @@ def _kernel(k: int, width: int, d_pad: int) -> tuple[Any, int]:
     import cupy
 
     device = cupy.cuda.Device().id
-    key = (device, options(k, width, d_pad, capability(device)))
-    if key not in _MODULES:
-        _MODULES[key] = cupy.RawModule(code=source(__package__, "onepass.cu"), options=key[1])
-    threads = SPECIALIZED_THREADS if "-DSPECIALIZED" in key[1] else THREADS
-    return _MODULES[key].get_function("evaluate_i8"), threads
+    opts = options(k, width, d_pad, capability(device))
+    threads = SPECIALIZED_THREADS if "-DSPECIALIZED" in opts else THREADS
+    return module(__package__, "onepass.cu", opts).get_function("evaluate_i8"), threads
 
 
 def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, g64: Any, bpart: Any,

@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..cuda_source import source
+from ..cuda_source import module
 from .onepass import shared_optin as optin_of
 
 MAX_SUMS = 96
@@ -42,7 +42,6 @@ ONE_PASS_FROM = 1 << 14
 """Rows of a shard from which its float32 evaluation runs in one pass here."""
 ENABLED = True
 """Whether float32 evaluations may run here (tests turn it off to compare)."""
-_MODULES: dict[tuple, Any] = {}
 
 
 class Layout(NamedTuple):
@@ -137,16 +136,6 @@ def options(d: int, k: int, lay: Layout, vec: int) -> tuple[str, ...]:
             f"-DVEC={vec}", f"-DMINB={lay.min_blocks}")
 
 
-def _kernel(opts: tuple[str, ...]) -> Any:
-    import cupy
-
-    key = (cupy.cuda.Device().id, opts)
-    if key not in _MODULES:
-        _MODULES[key] = cupy.RawModule(code=source(__package__, "onepass_tf32.cu"),
-                                       options=opts).get_function("evaluate_tf32")
-    return _MODULES[key]
-
-
 class Built(NamedTuple):
     """A kernel built for a shard's rows, and its launch."""
 
@@ -167,7 +156,8 @@ def build(X: Any, k: int) -> Built:
     if lay is None:
         raise ValueError(f"no one-pass tensor-core build for {d} features and {k} classes")
     vec = 4 if d % 4 == 0 and X.data.ptr % 16 == 0 else 1
-    kernel = _kernel(options(d, k, lay, vec))
+    kernel = module(__package__, "onepass_tf32.cu",
+                    options(d, k, lay, vec)).get_function("evaluate_tf32")
     kernel.max_dynamic_shared_size_bytes = max(lay.shared, kernel.max_dynamic_shared_size_bytes)
     per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
         kernel.kernel.ptr, 32 * lay.warps, lay.shared)  # the RawKernel's CUfunction
