@@ -320,6 +320,10 @@ def recorded(out: str, scheduler_address: str | None) -> Iterator[tuple[Any, dic
     case and on the way out, a time limit's SIGTERM included (a cut run keeps its cases)."""
     started = time.perf_counter()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if __name__ != "__main__":  # imported by logreg_data.py: a scheduler's workers
+        import cloudpickle     # started elsewhere cannot import this folder's modules
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
     with users_client(scheduler_address) as client:
         from mgpu_dask.jobs.machine import machine
 

@@ -16,8 +16,10 @@ imports nothing.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
+import threading
 from typing import Any
 
 
@@ -69,3 +71,15 @@ class WorkerFunction:
     @property
     def __name__(self) -> str:  # Dask names tasks and reports after their function
         return self.name
+
+
+def in_background(qualified: str) -> None:
+    """Run on a worker (``client.run``): call the function named ``qualified`` with no
+    arguments on a thread of its own, and return at once.  Its module is imported on that
+    thread too, not on the worker's event loop; what it raises is dropped (a head start
+    that fails leaves the work to whoever needs it)."""
+    def call() -> None:
+        with contextlib.suppress(Exception):
+            WorkerFunction(qualified)()
+
+    threading.Thread(target=call, daemon=True, name=f"mgpu-dask {qualified}").start()
