@@ -191,7 +191,7 @@ def test_a_query_block_that_cannot_be_fetched_falls_back_to_tasks(client, parts,
     want = clf.predict(Q, on_host=True)
     assert placement.blocks_in_hand(want) is not None  # straight while the blocks are had
 
-    def gone(key, name="", dask_worker=None):  # runs on the holder, a copy of it (pickled)
+    def gone(key, name="", inbox=None, reply=0, dask_worker=None):  # runs on the holder, a copy of it (pickled)
         raise KeyError(key)
 
     monkeypatch.setattr(blocks, "held_block", gone)

@@ -80,7 +80,8 @@ def predict(client: Client, name: str, layout: TrainLayout, queries: list, where
                   for field in ("X", "y")]
         calls = [(w, fn, (direct.Held(q.key), *shards)) for q, w in zip(queries, where)]
         return placement.run_straight(client, name, calls, chunks, meta, timeout)
-    return _across(client, name, layout, queries, where, opts, vote, chunks, meta, timeout)
+    return _across(client, name, layout, queries, where, opts, vote, chunks, meta, timeout,
+                   row_bytes)
 
 
 def _calls_on_copies(layout: TrainLayout, queries: list, where: list, opts: dict,
@@ -175,8 +176,8 @@ def _one_search_per_gpu(client: Client, name: str, layout: TrainLayout, queries:
 
 
 def _across(client: Client, name: str, layout: TrainLayout, queries: list, where: list,
-            opts: dict, vote: tuple, chunks: tuple, meta: Any,
-            timeout: float) -> da.Array | None:
+            opts: dict, vote: tuple, chunks: tuple, meta: Any, timeout: float,
+            row_bytes: int) -> da.Array | None:
     """The shard plan over several workers: every shard holder asked at once for its
     candidates for every query block.  Where every block's holder holds a shard, the
     holders hand each other the candidates of the blocks they lack (:class:`.blocks.Mail`)
@@ -192,8 +193,9 @@ def _across(client: Client, name: str, layout: TrainLayout, queries: list, where
     for w in holders:
         mine = tuple(p for p, held in enumerate(layout.workers) if held == w)
         local = [i for i, h in enumerate(where) if h == w]
-        remote = tuple((i, h, queries[i].key) for i, h in enumerate(where) if h != w)
-        box = blocks.Mail(name, mine, len(layout.X), tuple((i, h) for i, h, _ in remote),
+        remote = tuple((i, h, queries[i].key, chunks[0][i], chunks[0][i] * row_bytes)
+                       for i, h in enumerate(where) if h != w)
+        box = blocks.Mail(name, mine, len(layout.X), tuple((i, h) for i, h, *_ in remote),
                           vote, gpu) if mail else None
         out = blocks.HandOut(name, tuple(queries[i].key for i in local), len(holders) - 1)
         fn = functools.partial(
