@@ -75,11 +75,15 @@ class WorkerFunction:
 
 def in_background(qualified: str) -> None:
     """Run on a worker (``client.run``): call the function named ``qualified`` with no
-    arguments on a thread of its own, and return at once.  Its module is imported on that
-    thread too, not on the worker's event loop; what it raises is dropped (a head start
-    that fails leaves the work to whoever needs it)."""
+    arguments on a thread of its own, and return once it started.  Its module is imported
+    first, here: a thread importing Numba while another does can find it half made (an
+    ``ImportError`` that takes the worker down).  What the call raises is dropped (a
+    head start that fails leaves the work to whoever needs it)."""
+    module, _, name = qualified.rpartition(".")
+    function = resolve(module, name)
+
     def call() -> None:
         with contextlib.suppress(Exception):
-            WorkerFunction(qualified)()
+            function()
 
     threading.Thread(target=call, daemon=True, name=f"mgpu-dask {qualified}").start()
