@@ -233,11 +233,11 @@ class LogisticRegression(ClassifierMixin, BaseEstimator):
         self._check_params()
         client = inputs.active_client()
         timeout = config.seconds("cluster.compute-timeout")
-        rows = None  # X's row blocks and holders, found once (None: not persisted on a cluster)
+        # X's row blocks and their holders, found once (None: not persisted on a cluster).
+        rows = None
         if client is not None and isinstance(X, da.Array) and X.ndim == 2:
             moved = inputs.rows_on_gpus(X, client)  # NumPy blocks on GPU workers: to the GPU
             X, rows = moved, (None if moved is not X else spread.located(client, X))
-            single_host.compile_soon(client, X, rows, self.optimizer)
         # Integer labels persisted beside their rows stay there: the fit's leader finds
         # their classes and encodes them on the GPUs (nothing label-sized on the client).
         held = None

@@ -20,14 +20,12 @@ from ..exceptions import DataError
 from ..parallel import labels as labels_mod
 from ..parallel import direct, kept_with_blocks, peer_views, placement, results, spread
 from ..parallel.by_name import WorkerFunction
-from ..parallel.inputs import device_of
 from ..parallel.workers import alive_workers
 from .problem import NOT_FINITE, HeldLabels, Problem
 
 FIT_ON_LEADER = WorkerFunction("mgpu_dask.logreg.leader.fit_on_leader")
 """The leader's task, named: the client never imports the leader's kernels and L-BFGS."""
 FIT_HERE = WorkerFunction("mgpu_dask.logreg.leader.fit_here")
-IN_BACKGROUND = WorkerFunction("mgpu_dask.parallel.by_name.in_background")
 """The leader's fit asked of it straight (:func:`~mgpu_dask.parallel.direct.from_client`)."""
 
 LOSS_SECONDS = 10.0
@@ -104,37 +102,6 @@ def _as_task_inputs(shard: dict[str, Any], futures: list[Any], labels: Any,
     return shard
 
 
-def leader_of(chunks: tuple[int, ...], where: list[str]) -> str:
-    """The fit's leader: the worker holding the most rows (the first such in ``where``)."""
-    sizes: dict[str, int] = {}
-    for size, worker in zip(chunks, where):
-        sizes[worker] = sizes.get(worker, 0) + size
-    return max(sizes, key=sizes.get)
-
-
-_COMPILING: set[tuple[str, str]] = set()  # (client, leader) asked to compile ahead
-
-
-def compile_soon(client: Any, X: da.Array, rows: Holders | None, optimizer: str) -> None:
-    """As a fit of GPU rows on the device begins, once per client and leader: the leader
-    to be starts compiling the device L-BFGS's kernels in side processes
-    (``lbfgs.launches.compile_ahead``, on a thread of its own), which the leader would
-    otherwise start only when asked to fit, after the labels' round trips and the rows'
-    checks: on a machine's first fit, seconds of compiling overlap them.  A worker whose
-    cache holds the kernels finds so and starts nothing; a failure says nothing."""
-    if rows is None or optimizer == "host" or device_of(X) != "gpu":
-        return
-    leader = leader_of(X.chunks[0], rows[1])
-    if (client.id, leader) in _COMPILING:
-        return
-    _COMPILING.add((client.id, leader))
-    try:
-        client.run(IN_BACKGROUND, "mgpu_dask.logreg.lbfgs.launches.compile_ahead",
-                   workers=[leader])
-    except Exception:  # noqa: BLE001 - compiling ahead never stops a fit
-        pass
-
-
 def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeout: float,
                     problem: Problem, strict: bool, weights: np.ndarray | None = None) -> Outcome:
     """The whole L-BFGS in one worker that maps every shard of its host.
@@ -161,10 +128,11 @@ def fit_single_host(X: da.Array, rows: Holders, labels: Any, client: Any, timeou
     by_worker: dict[str, list[int]] = {}
     for i, worker in enumerate(where):
         by_worker.setdefault(worker, []).append(i)
+    sizes = {w: sum(X.chunks[0][i] for i in idx) for w, idx in by_worker.items()}
     held = isinstance(labels, list)
     if not held:
         labels = label_codes(labels, problem.n_classes)
-    leader = leader_of(X.chunks[0], where)
+    leader = max(sizes, key=sizes.get)
     # The leader reads its own blocks where they are; the others are named by
     # their keys and exported by their holders when the leader asks: nothing but
     # the exports' small descriptions travels.

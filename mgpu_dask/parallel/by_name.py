@@ -16,10 +16,8 @@ imports nothing.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import sys
-import threading
 from typing import Any
 
 
@@ -71,19 +69,3 @@ class WorkerFunction:
     @property
     def __name__(self) -> str:  # Dask names tasks and reports after their function
         return self.name
-
-
-def in_background(qualified: str) -> None:
-    """Run on a worker (``client.run``): call the function named ``qualified`` with no
-    arguments on a thread of its own, and return once it started.  Its module is imported
-    first, here: a thread importing Numba while another does can find it half made (an
-    ``ImportError`` that takes the worker down).  What the call raises is dropped (a
-    head start that fails leaves the work to whoever needs it)."""
-    module, _, name = qualified.rpartition(".")
-    function = resolve(module, name)
-
-    def call() -> None:
-        with contextlib.suppress(Exception):
-            function()
-
-    threading.Thread(target=call, daemon=True, name=f"mgpu-dask {qualified}").start()
