@@ -144,3 +144,35 @@ def test_what_a_worker_has_is_asked_once_per_set_of_workers(process_client, monk
     assert asked == ["_fixed_facts"]
     workers._FIXED[process_client] = {"tcp://gone:1": workers.Facts(False, None, None)}  # asked again
     assert workers.fixed_facts(process_client) == first and asked == ["_fixed_facts"] * 2
+
+
+def test_a_clusters_own_client_checks_the_workers_without_a_round_trip(monkeypatch):
+    """With the client's cluster object at hand, whether the set of workers changed is
+    read from the copy the scheduler keeps current there: a warm check asks the
+    scheduler nothing, and a worker that joins is seen and asked what it has.  A client
+    given only an address asks the scheduler."""
+    from distributed import Client, LocalCluster
+
+    from mgpu_dask.parallel import workers
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        first = workers.fixed_facts(client)
+        assert set(first) == workers.pushed_workers(client) and len(first) == 1
+        asked = []
+        monkeypatch.setattr(client, "scheduler_info",
+                            lambda *a, **k: asked.append("scheduler") or {"workers": {}})
+        assert workers.fixed_facts(client) is first and asked == []
+        cluster.scale(2)
+        client.wait_for_workers(2, timeout=60)
+        deadline = time.monotonic() + 30
+        while len(workers.pushed_workers(client)) < 2:  # the copy follows by message
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert len(workers.fixed_facts(client)) == 2 and asked == []
+        with Client(cluster.scheduler_address) as by_address:
+            assert workers.pushed_workers(by_address) == set()
+            monkeypatch.setattr(by_address, "scheduler_info",
+                                lambda *a, **k: asked.append("scheduler") or {
+                                    "workers": dict.fromkeys(workers.pushed_workers(client))})
+            assert len(workers.fixed_facts(by_address)) == 2 and asked == ["scheduler"]

@@ -145,15 +145,30 @@ def gpu_ids(client: Any, addresses: Sequence[str]) -> dict[str, str | None]:
 _FIXED: "weakref.WeakKeyDictionary[Any, dict[str, Facts]]" = weakref.WeakKeyDictionary()
 
 
+def pushed_workers(client: Any) -> set[str]:
+    """The workers of the client's own cluster object (``LocalCluster``,
+    ``LocalCUDACluster``, a dask-jobqueue cluster): its ``scheduler_info`` is a copy of
+    the scheduler's that the scheduler keeps current by messages, so reading it costs no
+    round trip.  Empty for a client given an address, or while the copy has none."""
+    info = getattr(getattr(client, "cluster", None), "scheduler_info", None)
+    try:
+        return set(info["workers"]) if info else set()
+    except (KeyError, TypeError, RuntimeError):  # not a cluster's, or changing as read
+        return set()
+
+
 def fixed_facts(client: Any) -> dict[str, Facts]:
     """Each worker's :class:`Facts` (address -> facts), asked of the workers once per
     client and set of workers (every fit needs them), again when the set the client
-    last heard of differs."""
+    last heard of differs: the set of the client's cluster object where it has one
+    (:func:`pushed_workers`, no round trip: a warm fit asks the scheduler nothing), else
+    the scheduler's."""
     known = _FIXED.get(client)
     held = getattr(_views, "held", None)
     try:
-        current = set(scheduler_workers(client) if held is not None and id(client) in held
-                      else client.scheduler_info()["workers"])
+        current = pushed_workers(client) or set(
+            scheduler_workers(client) if held is not None and id(client) in held
+            else client.scheduler_info()["workers"])
     except Exception:  # no answer cached yet: ask
         current = set()
     if known is None or not current or set(known) != current:
