@@ -48,12 +48,12 @@ def test_inboxes_are_lent_until_given_back_and_reused_smallest_first(monkeypatch
 def test_candidates_in_an_inbox_not_lent_fall_back():
     """A deposit naming an inbox this process no longer lends is refused (KeyError: the
     straight predict answers None and tasks take over)."""
-    from mgpu_dask.knn import blocks
+    from mgpu_dask.knn import exchange
 
     host = np.zeros((2, 3, 3))
-    assert blocks._in_place(host) is host
+    assert exchange._in_place(host) is host
     with pytest.raises(KeyError):
-        blocks._in_place(peer_copy.Landed(10**9, (2, 3, 3), "<f8"))
+        exchange._in_place(peer_copy.Landed(10**9, (2, 3, 3), "<f8"))
 
 
 def _predicted(n_workers: int, X, y, Q) -> tuple[np.ndarray, int, bool]:

@@ -165,7 +165,7 @@ def test_candidates_that_never_come_fall_back_to_tasks(client, parts, monkeypatc
     after the compute timeout, and the same predictions come from tasks."""
     import dask
 
-    from mgpu_dask.knn import blocks
+    from mgpu_dask.knn import exchange
 
     Q = shard(parts.X_test, client, dtype=np.float32)
     clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
@@ -174,7 +174,7 @@ def test_candidates_that_never_come_fall_back_to_tasks(client, parts, monkeypatc
     def lost(name, block, candidates):  # runs on the holder, a copy of it (pickled)
         return None
 
-    monkeypatch.setattr(blocks, "deposit", lost)
+    monkeypatch.setattr(exchange, "deposit", lost)
     with dask.config.set({"mgpu-dask.cluster.compute-timeout": "2s"}):
         pred = clf.predict(Q, on_host=True)
     assert placement.blocks_in_hand(pred) is None
@@ -184,17 +184,17 @@ def test_candidates_that_never_come_fall_back_to_tasks(client, parts, monkeypatc
 def test_a_query_block_that_cannot_be_fetched_falls_back_to_tasks(client, parts, monkeypatch):
     """A shard holder that cannot have another worker's query block (moved on, its holder
     lost) answers None, and the same predictions come from tasks."""
-    from mgpu_dask.knn import blocks
+    from mgpu_dask.knn import exchange
 
     Q = shard(parts.X_test, client, dtype=np.float32)
     clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)
     want = clf.predict(Q, on_host=True)
     assert placement.blocks_in_hand(want) is not None  # straight while the blocks are had
 
-    def gone(key, name="", inbox=None, reply=0, dask_worker=None):  # runs on the holder, a copy of it (pickled)
-        raise KeyError(key)
+    def gone(key, name="", inbox=None, reply=0, dask_worker=None):  # runs on the holder
+        raise KeyError(key)  # (a copy of it: pickled)
 
-    monkeypatch.setattr(blocks, "held_block", gone)
+    monkeypatch.setattr(exchange, "held_block", gone)
     pred = clf.predict(Q, on_host=True)
     assert placement.blocks_in_hand(pred) is None
     np.testing.assert_array_equal(to_host(pred), to_host(want))
@@ -207,10 +207,10 @@ def test_a_query_blocks_holder_hands_it_out_before_searching_it(client, parts, m
     tasks' ones."""
     import threading
 
-    from mgpu_dask.knn import blocks
+    from mgpu_dask.knn import blocks, exchange
 
     events = []  # (what, thread): the workers run in this process
-    real_search, real_handed = blocks.search, blocks._handed_out
+    real_search, real_handed = blocks.search, exchange._handed_out
 
     def search(*args, **kwargs):
         events.append(("search", threading.current_thread().name))
@@ -222,7 +222,7 @@ def test_a_query_blocks_holder_hands_it_out_before_searching_it(client, parts, m
         return done
 
     monkeypatch.setattr(blocks, "search", search)
-    monkeypatch.setattr(blocks, "_handed_out", handed)
+    monkeypatch.setattr(exchange, "_handed_out", handed)
     workers = sorted(client.nthreads())
     Q = shard(parts.X_test, client, dtype=np.float32, workers=workers[:1])  # one block
     clf = KNeighborsClassifier(3, plan="shard").fit(parts.X_train, parts.y_train)

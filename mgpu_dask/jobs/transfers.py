@@ -3,7 +3,7 @@
 Every worker logs each transfer it receives from another worker
 (``Worker.transfer_incoming_log``: when, how many bytes, from whom), and each
 query block or set of candidates it has from another worker in a straight KNN
-predict, which Dask does not see (:data:`mgpu_dask.knn.blocks.RECEIVED`).  After a
+predict, which Dask does not see (:data:`mgpu_dask.knn.exchange.RECEIVED`).  After a
 job one message collects those logs, and each transfer counts in the phase
 whose wall-clock span holds its midpoint.  Rows sent by the client (sharding)
 are not worker-to-worker transfers and do not appear here.
@@ -17,10 +17,10 @@ from .phases import Phases
 
 
 def _incoming(dask_worker: Any) -> list[tuple[float, int]]:
-    from ..knn import blocks  # on the worker: the client's first imports stay light
+    from ..knn import exchange  # on the worker: the client's first imports stay light
 
     return [(float(e["middle"]), int(e["total"])) for e in dask_worker.transfer_incoming_log] + [
-        (float(when), int(size)) for when, size in list(blocks.RECEIVED)]
+        (float(when), int(size)) for when, size in list(exchange.RECEIVED)]
 
 
 def _phase_of(when: float, windows: dict[str, list[tuple[float, float]]]) -> str | None:

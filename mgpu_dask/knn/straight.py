@@ -38,7 +38,7 @@ from distributed import Client
 from .. import config
 from ..parallel import direct, kept_with_blocks, lane, placement
 from ..parallel.workers import gpu_ids
-from . import blocks, joined
+from . import blocks, exchange, joined
 from .layout import TrainLayout
 
 MAIL = True
@@ -180,7 +180,7 @@ def _across(client: Client, name: str, layout: TrainLayout, queries: list, where
             row_bytes: int) -> da.Array | None:
     """The shard plan over several workers: every shard holder asked at once for its
     candidates for every query block.  Where every block's holder holds a shard, the
-    holders hand each other the candidates of the blocks they lack (:class:`.blocks.Mail`)
+    holders hand each other the candidates of the blocks they lack (:class:`.exchange.Mail`)
     and answer with their own blocks' predictions: one call a holder.  Otherwise the
     candidates come here and each block's holder is asked to merge and vote."""
     holders = list(dict.fromkeys(layout.workers))
@@ -195,11 +195,11 @@ def _across(client: Client, name: str, layout: TrainLayout, queries: list, where
         local = [i for i, h in enumerate(where) if h == w]
         remote = tuple((i, h, queries[i].key, chunks[0][i], chunks[0][i] * row_bytes)
                        for i, h in enumerate(where) if h != w)
-        box = blocks.Mail(name, mine, len(layout.X), tuple((i, h) for i, h, *_ in remote),
+        box = exchange.Mail(name, mine, len(layout.X), tuple((i, h) for i, h, *_ in remote),
                           vote, gpu) if mail else None
-        out = blocks.HandOut(name, tuple(queries[i].key for i in local), len(holders) - 1)
+        out = exchange.HandOut(name, tuple(queries[i].key for i in local), len(holders) - 1)
         fn = functools.partial(
-            blocks.candidates_here, offsets=tuple(int(layout.offsets[p]) for p in mine),
+            exchange.candidates_here, offsets=tuple(int(layout.offsets[p]) for p in mine),
             local=tuple(local), remote=remote, wait=wait, mail=box, hand_out=out, lanes=lanes,
             **opts)
         args = (direct.Here(), *[direct.Held(layout.ref(field, p)) for p in mine
