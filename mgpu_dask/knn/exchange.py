@@ -70,14 +70,17 @@ def held_block(key: Any, name: str = "", inbox: dict[str, Any] | None = None,
 
         with cupy.cuda.Device(block.device.id):
             back = peer_copy.take(reply)
+    dropped: list[int] = []  # inboxes of predicts that gave up long ago
     with _MAIL_CHANGED:
         _SERVED[(name, key)] = _SERVED.get((name, key), 0) + 1
         if back is not None:
             _REPLIES.setdefault((name, key), []).append(back.id)
-        for kept in (_SERVED, _REPLIES):
-            while len(kept) > _MAIL_KEPT:
-                kept.popitem(last=False)
+        while len(_SERVED) > _MAIL_KEPT:
+            _SERVED.popitem(last=False)
+        while len(_REPLIES) > _MAIL_KEPT:
+            dropped += _REPLIES.popitem(last=False)[1]
         _MAIL_CHANGED.notify_all()
+    peer_copy.give_back(*dropped)
     return Handed(host, landed, back.desc if back is not None else None)
 
 
