@@ -32,6 +32,8 @@ class _Box:
 
 
 def test_inboxes_are_lent_until_given_back_and_reused_smallest_first(monkeypatch):
+    """An inbox given back is free again, never freed (another process may map it); the
+    smallest free one that fits is lent next, on the current GPU."""
     monkeypatch.setattr(peer_copy, "_FREE", [])
     monkeypatch.setattr(peer_copy, "_LENT", {})
     small, large = _Box(1, 1 << 20), _Box(2, 4 << 20)
@@ -39,10 +41,13 @@ def test_inboxes_are_lent_until_given_back_and_reused_smallest_first(monkeypatch
     assert peer_copy.lent(1) is small
     peer_copy.give_back(small, 2, None, 99)  # by box or id; unknown ids are ignored
     assert peer_copy.lent(1) is None and peer_copy._FREE == [small, large]
-    monkeypatch.setattr(peer_copy, "MAX_FREE", 2)
-    peer_copy._LENT[3] = _Box(3, 1 << 20)
-    peer_copy.give_back(3)  # past MAX_FREE: not listed again
-    assert len(peer_copy._FREE) == 2
+    if has_gpu():
+        import cupy
+
+        monkeypatch.setattr(small, "device", cupy.cuda.Device().id)
+        monkeypatch.setattr(large, "device", cupy.cuda.Device().id)
+        assert peer_copy.take(2 << 20) is large and peer_copy.take(1) is small
+        assert peer_copy._FREE == [] and peer_copy.lent(2) is large
 
 
 def test_candidates_in_an_inbox_not_lent_fall_back():

@@ -39,9 +39,6 @@ QUANTUM = 1 << 20
 share them."""
 COPIED = [0]
 """Arrays this process copied into another's inbox (for the tests)."""
-MAX_FREE = 16
-"""Free inboxes kept at most; past that, a new one is not kept once given back (it
-stays allocated, unlisted: another process may map it)."""
 
 
 class Landed(NamedTuple):
@@ -117,7 +114,7 @@ def give_back(*boxes: Inbox | int | None) -> None:
         for box in boxes:
             found = _LENT.pop(box if isinstance(box, int) else box.id, None) \
                 if box is not None else None
-            if found is not None and len(_FREE) < MAX_FREE:
+            if found is not None:  # kept for good: another process may map it
                 _FREE.append(found)
 
 
