@@ -141,7 +141,8 @@ def _mapped(desc: dict[str, Any]) -> tuple[int, int] | None:
 def copy_into(desc: dict[str, Any] | None, array: Any) -> Landed | None:
     """Copy CuPy ``array`` into the inbox ``desc`` names (another process's, on this host)
     and wait for the copy; what to tell the reader, or None where it cannot be done here
-    (no inbox, another host or this process, a host array, too large, a GPU not seen)."""
+    (no inbox, another host or this process, a host array, too large, a GPU not seen, a
+    copy that failed)."""
     if (desc is None or not on_gpu(array) or desc["host"] != socket.gethostname()
             or desc["pid"] == os.getpid() or array.nbytes > desc["capacity"]):
         return None
@@ -151,14 +152,17 @@ def copy_into(desc: dict[str, Any] | None, array: Any) -> Landed | None:
     import cupy
 
     ptr, device = mapped
-    with cupy.cuda.Device(array.device.id):
-        src = cupy.ascontiguousarray(array)
-        made = cupy.cuda.get_current_stream().record()
-        # a stream of its own: not behind this worker's other work (its own search)
-        stream = cupy.cuda.Stream(non_blocking=True)
-        stream.wait_event(made)
-        cupy.cuda.runtime.memcpyPeerAsync(ptr, device, src.data.ptr, src.device.id,
-                                          src.nbytes, stream.ptr)
-        stream.synchronize()
+    try:
+        with cupy.cuda.Device(array.device.id):
+            src = cupy.ascontiguousarray(array)
+            made = cupy.cuda.get_current_stream().record()
+            # a stream of its own: not behind this worker's other work (its own search)
+            stream = cupy.cuda.Stream(non_blocking=True)
+            stream.wait_event(made)
+            cupy.cuda.runtime.memcpyPeerAsync(ptr, device, src.data.ptr, src.device.id,
+                                              src.nbytes, stream.ptr)
+            stream.synchronize()
+    except cupy.cuda.runtime.CUDARuntimeError:  # the reader's process gone, say: the
+        return None                             # array goes through host memory instead
     COPIED[0] += 1
     return Landed(desc["box"], tuple(array.shape), array.dtype.str)
