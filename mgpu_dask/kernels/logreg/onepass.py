@@ -136,7 +136,7 @@ def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, g64: Any, bpart: A
     kernel, threads = _kernel(k, width, d_pad)
     shared = shared_bytes(k, width, d_pad)
     kernel.max_dynamic_shared_size_bytes = max(shared, kernel.max_dynamic_shared_size_bytes)
-    grid, per = blocks(n, _sms(v.device.id))
+    grid, per = blocks(n, multiprocessors(v.device.id))
     args = (v, np.int32(v.shape[0]), np.int32(d_pad), w8, colinfo, labels, np.int32(n),
             np.int32(per), np.int32(-(-n // UNIT)), g64, bpart)
 
@@ -146,7 +146,8 @@ def bound(v: Any, n: int, w8: Any, colinfo: Any, labels: Any, g64: Any, bpart: A
     return launch
 
 
-def _sms(device_id: int) -> int:
+def multiprocessors(device_id: int) -> int:
+    """The streaming multiprocessors of GPU ``device_id``."""
     import cupy
 
     return int(cupy.cuda.runtime.deviceGetAttribute(

@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..cuda_source import module
-from .onepass import shared_optin as optin_of
+from .onepass import multiprocessors, shared_optin as optin_of
 
 MAX_SUMS = 96
 """Gradient sums a thread at most (registers)."""
@@ -161,8 +161,7 @@ def build(X: Any, k: int) -> Built:
     kernel.max_dynamic_shared_size_bytes = max(lay.shared, kernel.max_dynamic_shared_size_bytes)
     per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
         kernel.kernel.ptr, 32 * lay.warps, lay.shared)  # the RawKernel's CUfunction
-    sms = cupy.cuda.runtime.deviceGetAttribute(
-        cupy.cuda.runtime.cudaDevAttrMultiProcessorCount, device_id)
+    sms = multiprocessors(device_id)
     return Built(kernel, lay, max(1, min(-(-n // lay.tile), max(1, per_sm) * sms)))
 
 
