@@ -201,6 +201,22 @@ def http_root(tmp_path):
         server.server_close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _device_loop_compiled():
+    """On a GPU: the device L-BFGS's kernels compiled once into the session's kernel cache,
+    as a machine's first fit leaves them, so that the tests' fits run the loop on the
+    device (a fit whose loop is still compiling runs the host's loop on its evaluations
+    meanwhile: test_first_fit_meanwhile, in a process of its own with an empty cache)."""
+    from mgpu_dask.config.environment import has_gpu
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not has_gpu():
+        return
+    from mgpu_dask.kernels.ahead import Compiling
+    from mgpu_dask.logreg.lbfgs.launches import AHEAD_PROCESSES, loop_items
+
+    Compiling(loop_items(), AHEAD_PROCESSES).wait(600)
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip ``gpu`` tests cleanly where no GPU (or only the simulator) is available."""
     from mgpu_dask.config.environment import has_gpu

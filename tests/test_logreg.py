@@ -531,15 +531,16 @@ def test_device_lbfgs_builds_its_evaluations_before_it_waits_for_the_loops_kerne
     processes compile the loop's (``launches.compile_ahead``): the backend makes its
     shards' objectives before ``launches``, which waits for those processes."""
     from mgpu_dask.logreg.lbfgs import device as device_mod
+    from mgpu_dask.logreg.lbfgs import launches as launches_mod
 
     seen = []
-    real = device_mod.launches
+    real = launches_mod.launches
 
     def launches(b, *args):
         seen.append(len(getattr(b, "objectives", ())))
         return real(b, *args)
 
-    monkeypatch.setattr(device_mod, "launches", launches)
+    monkeypatch.setattr(launches_mod, "launches", launches)
     shards, n, d, k = _two_shard_problem()
     backend = device_mod.DeviceBackend(shards, k, n, 1.0 / n, memory=3)
     assert seen == [len(shards)] and len(backend.objectives) == len(shards)

@@ -312,6 +312,10 @@ class Compiling:
                     with self._lock:
                         self.done.append(got)
 
+    def finished(self) -> bool:
+        """Whether every child has ended (without waiting)."""
+        return all(child.poll() is not None for child in self._children)
+
     def _stop(self) -> None:
         for child in self._children:
             if child.poll() is None:

@@ -32,7 +32,7 @@ def keep(model: Any, result: dict[str, Any], d: int) -> None:
     model.notes_ = [n for n in (model.precision_note_, model.comm_note_,
                                 graph_note and f"each L-BFGS iteration ran op by op, not as "
                                                f"one CUDA graph: {graph_note}",
-                                result.get("launch_note")) if n]
+                                result.get("launch_note"), result.get("optimizer_note")) if n]
     model.loss_ = float(result["fun"])
     model.converged_ = bool(result["success"])
     model.stop_reason_ = str(result.get("message", ""))

@@ -8,6 +8,7 @@ by messages), so the CUDA kernels of the device L-BFGS never load there.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -17,7 +18,8 @@ from ..exceptions import DataError
 from ..kernels.lbfgs.rules import FLOAT32_ROUNDING
 from ..parallel import kept_with_blocks
 from .lbfgs import device as device_lbfgs
-from .lbfgs import loop
+from .lbfgs import loop, meanwhile
+from .lbfgs.launches import bind
 from .problem import Problem, products
 
 
@@ -64,24 +66,40 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
     (its own, or the shards it joined): the L-BFGS's buffers, bound launches and
     captured graph are then kept with those blocks and the next fit of the same rows
     and problem starts from them (``profile["state kept"]``), not from new ones.
+
+    With ``optimizer="auto"``, a fit whose loop kernels are still being compiled once its
+    evaluations are ready (a machine's first) runs the host's L-BFGS on those
+    evaluations instead of waiting (:mod:`.lbfgs.meanwhile`; ``optimizer`` "host" and a
+    note in the result); ``"device"`` waits for them.
     """
     started = time.perf_counter()
     fingerprint = _fingerprint(problem)
     backend = None if kept_under is None else kept_backend(kept_under, fingerprint, arrays)
     reused = backend is not None
+    wait = problem.optimizer == "device"
     if backend is None:
         backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes,
                                              problem.weight_sum or problem.n,
                                              problem.penalty, precision=problem.precision,
                                              scale=problem.scale,
                                              fit_intercept=problem.fit_intercept,
-                                             l1=problem.l1)
+                                             l1=problem.l1, meanwhile=not wait)
     keep = False
     try:
         ready = time.perf_counter()
-        result = loop.run(backend, maxiter=problem.max_iter, gtol=problem.gtol)
-        solved = time.perf_counter()
-        details = device_profile(backend, result, solved - ready)
+        if bind(backend, wait):
+            result = loop.run(backend, maxiter=problem.max_iter, gtol=problem.gtol)
+            solved = time.perf_counter()
+            details = device_profile(backend, result, solved - ready)
+            how = {"optimizer": "device", "graph": details["graph"],
+                   "graph_note": details["graph note"], "launch_note": details["launch note"]}
+        else:  # the loop's kernels are compiling: the host's L-BFGS on these evaluations
+            result = lbfgs_on_host(functools.partial(meanwhile.evaluate, backend), problem,
+                                   backend.rounding)
+            solved = time.perf_counter()
+            details = {"optimizer": "host", "iterations": result["nit"],
+                       "evaluations": result["nfev"], "loop kernels compiling": True}
+            how = {"optimizer": "host", "graph": None, "optimizer_note": meanwhile.NOTE}
         ran = products(backend.objectives)
         keep = kept_under is not None
     finally:
@@ -89,8 +107,7 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
             kept_with_blocks.keep(kept_under[0], kept_under[1], KeptFit(fingerprint, backend))
         else:
             backend.close()
-    return {**result, **ran, "optimizer": "device", "graph": details["graph"],
-            "graph_note": details["graph note"], "launch_note": details["launch note"],
+    return {**result, **ran, **how,
             "profile": {"buffers": ready - started, "L-BFGS": solved - ready, **details,
                         "state kept": reused}}
 

@@ -59,7 +59,7 @@ from ...kernels.lbfgs.rules import rounding_of
 from ...kernels.logreg import ShardObjective, rows_on_gpu
 from ...kernels.precision import Precision
 from . import again
-from .launches import buffers, launch_note, launches
+from .launches import bind, buffers, launch_note
 from .loop import Step
 from .pace import RunAhead, elapsed
 from .scalars import Scalars
@@ -107,6 +107,9 @@ class DeviceBackend:
         intercept stays at its start, zero (scikit-learn's ``fit_intercept=False``).
     l1 : float
         The L1 weight on the coefficients; above 0: OWL-QN (:mod:`.owlqn`), same graph.
+    meanwhile : bool
+        Where the loop's kernels are still being compiled ahead, leave its launches unbound
+        (``launches.bind`` later): a host loop runs on the evaluations meanwhile.
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
@@ -114,7 +117,7 @@ class DeviceBackend:
                  precision: Precision | str = Precision.FP32,
                  run_ahead: int | None = None, graph: bool = True,
                  scale: float | None = None, bridge: int | None = None,
-                 fit_intercept: bool = True, l1: float = 0.0) -> None:
+                 fit_intercept: bool = True, l1: float = 0.0, meanwhile: bool = False) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
         self._run_ahead, self._bridge = run_ahead, bridge
@@ -163,13 +166,11 @@ class DeviceBackend:
                                           if self.gpu and X.device.id in near else None,
                                           weights=weights[0] if weights else None)
                            for i, (X, labels, *weights) in enumerate(shards)]
+        self._loop = (memory, chunks, sweep, 1.0 / n_rows, float(penalty), float(l1), d * k)
+        self._propose_launches, self._trial_blocks = None, -(-m // 256)  # launches.bind's
         with self._leader():
-            (self._propose_launches, self._finish_launches, self._k_trial, self._k_forget,
-             self._k_arm) = launches(self, memory, chunks, sweep, 1.0 / n_rows, float(penalty),
-                                     float(l1), d * k)
-            self._trial_blocks = -(-m // 256)
-            if self.gpu:
-                self._ready = cupy.cuda.Event(disable_timing=True)
+            self._ready = cupy.cuda.Event(disable_timing=True) if self.gpu else None
+        bind(self, wait=not meanwhile)
         self.scalars = Scalars(self.scal, self.device, self.stream)
         self.fresh_counts()
         self._done = []

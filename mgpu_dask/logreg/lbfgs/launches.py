@@ -81,6 +81,27 @@ def _laid_out(b: Any, memory: int, chunks: int, sweep: int, inv_n: float, penalt
         "arm": (K.arm, [b.scal, 0.0, 0.0, 0.0], 1, None)}
 
 
+def compiling() -> bool:
+    """Whether side processes started by :func:`compile_ahead` are still compiling the
+    loop's kernels (a machine's first device fit, while it runs)."""
+    with _LOCK:
+        return any(not c.finished() for c in _AHEAD)
+
+
+def bind(b: Any, wait: bool = True) -> bool:
+    """Bind backend ``b``'s loop launches (:func:`launches` over ``b._loop``) unless they are;
+    where ``wait`` is False and the kernels are still being compiled ahead
+    (:func:`compiling`), nothing: returns whether they are bound."""
+    if b._propose_launches is not None:
+        return True
+    if not wait and compiling():
+        return False
+    with b._leader():
+        (b._propose_launches, b._finish_launches, b._k_trial, b._k_forget,
+         b._k_arm) = launches(b, *b._loop)
+    return True
+
+
 def launches(b: Any, memory: int, chunks: int, sweep: int, inv_n: float, penalty: float,
              l1: float, dk: int) -> tuple[list, list, Launcher, Launcher, Launcher]:
     """``(propose, finish, set_trial, forget, arm)`` over the buffers of backend ``b``:
