@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..kernels.launch import on_gpu
+from .peer_views import device_for
 
 _FREE: list["Inbox"] = []     # inboxes of this process no one holds
 _LENT: dict[int, "Inbox"] = {}  # inboxes handed out by id, until given back
@@ -128,7 +129,7 @@ def _mapped(desc: dict[str, Any]) -> tuple[int, int] | None:
     if found is not None:
         return found
     try:
-        device = int(cupy.cuda.runtime.deviceGetByPCIBusId(desc["pci_bus_id"]))
+        device = device_for(desc["pci_bus_id"])
         with cupy.cuda.Device(device):
             ptr = cupy.cuda.runtime.ipcOpenMemHandle(desc["handle"])
     except Exception:  # noqa: BLE001 - a GPU this process does not see, or no IPC

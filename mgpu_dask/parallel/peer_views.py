@@ -200,7 +200,9 @@ def _local(desc: dict[str, Any]) -> list[Any]:
     raise PeerUnavailable(f"export {desc['id']} is no longer held by this process")
 
 
-def _device_for(pci_bus_id: str) -> int:
+def device_for(pci_bus_id: str) -> int:
+    """This process's number of the GPU at ``pci_bus_id`` (:class:`PeerUnavailable` where it
+    does not see it)."""
     import cupy
 
     try:
@@ -241,7 +243,7 @@ def opened(descriptions: list[dict[str, Any]]) -> Iterator[list[list[Any]]]:
                     raise PeerUnavailable(f"export {desc['id']} was made in place for a reader "
                                           "in its own process")
                 if entry["kind"] == "cuda":
-                    arrays.append(_open_cuda(entry, _device_for(desc["pci_bus_id"]), closers))
+                    arrays.append(_open_cuda(entry, device_for(desc["pci_bus_id"]), closers))
                 else:
                     arrays.append(_open_host(entry, closers))
             shards.append(arrays)
