@@ -67,10 +67,10 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
     captured graph are then kept with those blocks and the next fit of the same rows
     and problem starts from them (``profile["state kept"]``), not from new ones.
 
-    With ``optimizer="auto"``, a fit whose loop kernels are still being compiled once its
-    evaluations are ready (a machine's first) runs the host's L-BFGS on those
-    evaluations instead of waiting (:mod:`.lbfgs.meanwhile`; ``optimizer`` "host" and a
-    note in the result); ``"device"`` waits for them.
+    With ``optimizer="auto"``, the first fit of a process whose loop kernels are still
+    being compiled once its evaluations are ready (a machine's first) runs the host's
+    L-BFGS on those evaluations instead of waiting (:mod:`.lbfgs.meanwhile`; ``optimizer``
+    "host" and a note in the result); later fits and ``"device"`` wait for them.
     """
     started = time.perf_counter()
     fingerprint = _fingerprint(problem)

@@ -108,8 +108,8 @@ class DeviceBackend:
     l1 : float
         The L1 weight on the coefficients; above 0: OWL-QN (:mod:`.owlqn`), same graph.
     meanwhile : bool
-        Where the loop's kernels are still being compiled ahead, leave its launches unbound
-        (``launches.bind`` later): a host loop runs on the evaluations meanwhile.
+        Leave the loop's launches unbound: the caller binds them (``launches.bind``), or
+        runs a host loop on the evaluations while the kernels are compiled ahead.
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
@@ -170,7 +170,8 @@ class DeviceBackend:
         self._propose_launches, self._trial_blocks = None, -(-m // 256)  # launches.bind's
         with self._leader():
             self._ready = cupy.cuda.Event(disable_timing=True) if self.gpu else None
-        bind(self, wait=not meanwhile)
+        if not meanwhile:
+            bind(self)
         self.scalars = Scalars(self.scal, self.device, self.stream)
         self.fresh_counts()
         self._done = []

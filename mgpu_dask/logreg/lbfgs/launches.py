@@ -35,6 +35,7 @@ AHEAD_SECONDS = 120.0
 """How long :func:`launches` waits for them; what is not done by then compiles here."""
 _AHEAD: list[Any] = []  # the Compiling started by compile_ahead, until launches waits
 _SETTLED: list[bool] = []  # compile_ahead found the kernels cached, or started them: once
+_MEANWHILE: list[bool] = []  # a fit ran the host's loop while these compiled: once
 _LOCK = threading.Lock()
 
 
@@ -90,12 +91,16 @@ def compiling() -> bool:
 
 def bind(b: Any, wait: bool = True) -> bool:
     """Bind backend ``b``'s loop launches (:func:`launches` over ``b._loop``) unless they are;
-    where ``wait`` is False and the kernels are still being compiled ahead
-    (:func:`compiling`), nothing: returns whether they are bound."""
+    where ``wait`` is False, the kernels are still being compiled ahead (:func:`compiling`)
+    and no fit of this process has gone without them yet, nothing: returns whether they
+    are bound.  One fit meanwhile (a machine's first); later ones wait for the kernels."""
     if b._propose_launches is not None:
         return True
     if not wait and compiling():
-        return False
+        with _LOCK:
+            first, _MEANWHILE[:] = not _MEANWHILE, [True]
+        if first:
+            return False
     with b._leader():
         (b._propose_launches, b._finish_launches, b._k_trial, b._k_forget,
          b._k_arm) = launches(b, *b._loop)

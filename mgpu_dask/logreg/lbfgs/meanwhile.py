@@ -5,9 +5,10 @@ A machine's first device fit has its loop's Numba kernels compiled in side proce
 evaluations are ready, waiting for them.  Meanwhile those same evaluations -- the
 backend's own, on every shard's GPU, written where the loop's kernels would read them
 -- serve the host's L-BFGS (the same :func:`.loop.run` with its host backend: the same
-stopping rules, OWL-QN with an L1 part), and the backend's loop binds at its next fit
-(:func:`.launches.bind`).  The host reads the summed gradient once per evaluation, which
-costs far less than the compile it does not wait for.
+stopping rules, OWL-QN with an L1 part).  The host reads the summed gradient once per
+evaluation, which costs far less than the compile it does not wait for.  One fit of a
+process runs so; the next binds the loop (:func:`.launches.bind`), waiting for what is
+left of the compile.
 """
 
 from __future__ import annotations
