@@ -14,13 +14,10 @@ from mgpu_dask.logreg.lbfgs.pace import AHEAD_SECONDS, MAX_AHEAD, SIMULATOR_AHEA
 
 @pytest.fixture
 def elapsed_ms(monkeypatch):
-    """A stand-in for CuPy's event timing: ``elapsed_ms[0]`` across a look's span (from an
-    event named "start..." to its end), ``elapsed_ms[1]`` from one look's end to the
-    next look's start (the device's idle turn)."""
-    value = [0.0, 0.0]
+    """A stand-in for CuPy's event timing: ``elapsed_ms[0]`` between any two events."""
+    value = [0.0]
     cupy = types.ModuleType("cupy")
-    cupy.cuda = types.SimpleNamespace(
-        get_elapsed_time=lambda a, b: value[0] if a.startswith("start") else value[1])
+    cupy.cuda = types.SimpleNamespace(get_elapsed_time=lambda a, b: value[0])
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     return value
 
@@ -75,34 +72,3 @@ def test_the_bridge_covers_the_hosts_turn_once_an_iteration_is_timed(elapsed_ms)
     elapsed_ms[0] = 8 * 1e-3  # 1 us iterations: a look's worth at most
     ahead.settle(("start", "end"), 8, 8)
     assert ahead.value == MAX_AHEAD and ahead.bridge() == MAX_AHEAD
-
-
-def test_a_long_iteration_gets_a_bridge_of_one_where_the_idle_turn_costs_more_than_stops(
-        elapsed_ms):
-    """Iterations longer than ``BRIDGE_SECONDS``: one iteration past a look once the device's
-    idle turn between two looks (measured where the first's steps were all kept and nothing
-    ran past it) exceeds ``STOP_SHARE`` of an iteration; kept for the backend's next fit."""
-    look = 1.2e-3  # seconds of one iteration (two GPUs at 10M x 96)
-    elapsed_ms[0] = 1e3 * look
-    ahead = RunAhead(None)
-    ahead.first(look)
-    ahead.settle(("start1", "end1"), 1, 1)
-    assert ahead.bridge() == 0  # no idle turn measured yet
-    elapsed_ms[1] = 1e3 * pace.STOP_SHARE * look * 0.9  # a short turn: not worth a bridge
-    ahead.settle(("start2", "end2"), 1, 1)
-    assert ahead.idle and ahead.bridge() == 0
-    ahead.settle(("start3", "end3"), 1, 0)  # a look that stopped: the turn after it is not
-    elapsed_ms[1] = 1e3 * 0.4e-3           # measured (a line search ran in it)
-    ahead.settle(("start4", "end4"), 1, 1)
-    assert len(ahead.idle) == 2 and ahead.bridge() == 0
-    ahead.settle(("start5", "end5"), 1, 1)  # a multi-GPU graph's launch: 0.4 ms idle a look
-    assert ahead.bridge() == 0
-    ahead.settle(("start6", "end6"), 1, 1)
-    assert ahead.bridge() == 1  # the median turn now exceeds the stops' share
-    ahead.settle(("start7", "end7"), 1, 1, bridged=1)  # a bridge ran past this look:
-    elapsed_ms[1] = 0.0                                  # the next turn is not measured
-    ahead.settle(("start8", "end8"), 1, 1)
-    assert ahead.bridge() == 1
-    later = RunAhead(None, before=ahead)  # the same backend's next fit
-    later.first(look)
-    assert later.bridge() == 1

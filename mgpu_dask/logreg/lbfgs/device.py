@@ -181,7 +181,7 @@ class DeviceBackend:
 
     def fresh_counts(self) -> None:
         """A fit's counts, pacing and scalars as before its first look (also :mod:`.again`)."""
-        self._ahead = RunAhead(self._run_ahead, self._bridge, getattr(self, "_ahead", None))
+        self._ahead = RunAhead(self._run_ahead, self._bridge)
         self.evaluations = self.graph_launches = self.bridged = 0  # bridged: queued as bridges
         self._pending = self._done_at = 0  # the live bridge past the last look; DONE there
         self.scalars.reset()
@@ -363,7 +363,7 @@ class DeviceBackend:
         self.bridged += bridge
         # Steps skipped on the device are not evaluations; a live bridge's are counted.
         self.evaluations = before + done + (step.status != K.ACCEPTED) + self._pending
-        self._ahead.settle(span, new, done - pending, bridge)
+        self._ahead.settle(span, new, done - pending)
         return step, done
 
     def probe(self, step: float) -> tuple[float, float]:

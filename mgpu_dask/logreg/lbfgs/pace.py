@@ -12,10 +12,8 @@ AHEAD_SECONDS = 2e-3   # device time worth queueing per look (each wait has a fi
 MAX_AHEAD = 16
 SIMULATOR_AHEAD = 4
 BRIDGE_SECONDS = 3e-4  # device time queued past a look: the host's turn between two looks
-                       # (its wait ending, the scalars read, the next look queued)
-STOP_SHARE = 0.125     # looks that stop (a step not kept, a stopping rule met): about three
-                       # of a fit's two dozen; each wastes the evaluations bridged past it
-IDLE_KEPT = 16         # the latest measurements of the device's idle turn kept
+                       # (its wait ending, the scalars read, the next look queued); no bridge
+                       # for longer iterations, whose evaluations a stop would waste
 
 
 class RunAhead:
@@ -28,8 +26,7 @@ class RunAhead:
     the loop's own iterations are what is queued.
     """
 
-    def __init__(self, fixed: int | None, bridge: int | None = None,
-                 before: "RunAhead | None" = None) -> None:
+    def __init__(self, fixed: int | None, bridge: int | None = None) -> None:
         if fixed is not None and fixed < 1:
             raise ValueError(f"run_ahead={fixed} must be at least 1")
         if bridge is not None and bridge < 0:
@@ -38,10 +35,6 @@ class RunAhead:
         self.paced = fixed is None
         self._bridge = bridge
         self.seconds: float | None = None  # device time of one iteration, once known
-        # the device's idle seconds between two looks (the host's turn), measured where no
-        # bridge ran in between: kept from the fit ``before`` (the same backend's last)
-        self.idle: list[float] = [] if before is None else before.idle[-IDLE_KEPT:]
-        self._end: Any = None  # the last look's end, where nothing was queued past it
 
     def bridge(self) -> int:
         """Iterations to queue past a look, while the host reads it and queues the next:
@@ -49,18 +42,13 @@ class RunAhead:
         device time is known and is at most that; the number given, if one was.  Each
         look then finds the device busy instead of idle for the host's turn.  A look
         that stops (a step not kept, a stopping rule met) leaves its bridge to be
-        skipped on the device, but the shards' evaluations still run there.  So a longer
-        iteration gets a bridge of one only where the device's measured idle turn
-        (:meth:`settle`) costs more than the evaluations the stops waste, about
-        ``STOP_SHARE`` of an iteration per look (a graph over several GPUs takes the host
-        longer to launch than one GPU's)."""
+        skipped on the device, but the shards' evaluations still run there: iterations
+        longer than ``BRIDGE_SECONDS``, whose waits cost them little, get no bridge."""
         if self._bridge is not None:
             return self._bridge
-        if self.seconds is None or self.value is None:
+        if self.seconds is None or self.value is None or self.seconds > BRIDGE_SECONDS:
             return 0
-        if self.seconds <= BRIDGE_SECONDS:
-            return min(self.value, math.ceil(BRIDGE_SECONDS / self.seconds))
-        return int(bool(self.idle) and float(np.median(self.idle)) > STOP_SHARE * self.seconds)
+        return min(self.value, math.ceil(BRIDGE_SECONDS / self.seconds))
 
     def first(self, seconds: float) -> int:
         """The number, chosen from one evaluation's device time (nan: the simulator)."""
@@ -80,23 +68,11 @@ class RunAhead:
         with device:
             return cupy.cuda.Event(), cupy.cuda.Event()
 
-    def settle(self, span: tuple[Any, Any] | None, queued: int, kept: int,
-               bridged: int = 0) -> None:
-        """After the look: every queued step kept, the number follows their device time;
-        the device's idle turn since the last look is measured where that look's steps
-        were all kept and nothing ran past it (``bridged``: iterations queued past this
-        look)."""
-        if span is None:
-            self._end = None
-            return
-        import cupy
+    def settle(self, span: tuple[Any, Any] | None, queued: int, kept: int) -> None:
+        """After the look: every queued step kept, the number follows their device time."""
+        if span is not None and kept == queued > 0:
+            import cupy
 
-        if self._end is not None:
-            self.idle = [*self.idle, cupy.cuda.get_elapsed_time(self._end, span[0]) / 1e3
-                         ][-IDLE_KEPT:]
-        moving = kept == queued > 0
-        self._end = span[1] if moving and not bridged else None
-        if moving:
             self.seconds = cupy.cuda.get_elapsed_time(*span) / 1e3 / queued
             self.value = self._of(self.seconds)
 
