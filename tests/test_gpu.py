@@ -458,6 +458,33 @@ def test_device_lbfgs_over_every_gpu_follows_the_host_loop():
     assert 0 < per_eval < 0.05
 
 
+def test_a_kept_device_lbfgs_evaluates_no_first_touch_again():
+    """A fit's first evaluation at zero, not counted, lets the kernels touch rows that no
+    evaluation has read yet (CUDA IPC mappings are slow the first time); a kept backend
+    taken up again (``reuse``) has read them: its fit makes no such evaluation."""
+    from mgpu_dask.logreg.lbfgs import loop as lbfgs
+    from mgpu_dask.logreg.lbfgs.device import DeviceBackend
+
+    rng = np.random.default_rng(5)
+    n, d, k = 20000, 40, 5
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    y = (X @ rng.standard_normal((d, k))).argmax(1).astype(np.int32)
+    shards, _ = _over_gpus(X, y)
+    with cupy.cuda.Device(0):
+        backend = DeviceBackend(shards, k, n, 1.0 / n)
+        calls, real = [], backend._evaluate
+        backend._evaluate = lambda counted=True: calls.append(counted) or real(counted)
+        first = lbfgs.run(backend, maxiter=20, gtol=1e-6)
+        assert calls[0] is False  # the first touch, before the counted evaluation at zero
+        calls.clear()
+        assert backend.reuse(shards)
+        again = lbfgs.run(backend, maxiter=20, gtol=1e-6)
+        backend.close()
+    assert calls and False not in calls
+    assert (again["nit"], again["nfev"]) == (first["nit"], first["nfev"])
+    np.testing.assert_allclose(again["x"], first["x"], rtol=1e-6, atol=1e-8)
+
+
 def _level_shards(n: int, d: int, k: int, seed: int) -> tuple[list, int]:
     """Rows of 8-bit levels / 255 with something to learn, split over every GPU."""
     rng = np.random.default_rng(seed)

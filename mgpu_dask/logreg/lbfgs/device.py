@@ -135,15 +135,12 @@ class DeviceBackend:
 
             if not config.ENABLE_CUDASIM:
                 raise ValueError("the device L-BFGS needs CuPy shards (or the CUDA simulator)")
-        k = int(n_classes)
-        d = int(shards[0][0].shape[1])
-        m = d * k + k
-        self.shape = (d, k)
+        k, d = int(n_classes), int(shards[0][0].shape[1])
+        m, self.shape, self.touched = d * k + k, (d, k), False  # touched: rows evaluated
         if self.gpu:
             import cupy
 
-            xp = cupy
-            self.device = cupy.cuda.Device()
+            xp, self.device = cupy, cupy.cuda.Device()
             self.stream = cupy.cuda.Stream(non_blocking=True)
         else:
             xp, self.device, self.stream = np, None, None
@@ -198,6 +195,7 @@ class DeviceBackend:
     def _evaluate(self, counted: bool = True) -> None:
         """Every shard at ``params``; their partial sums land in ``parts`` / ``psums``."""
         self.evaluations += counted
+        self.touched = True
         if self.gpu:
             with self.device:
                 self._ready.record(self.stream)
@@ -300,8 +298,10 @@ class DeviceBackend:
             for o in self.objectives:  # their set-up (levels, buffers) is not the evaluation's
                 o.stream.synchronize()
             # Nor is a first touch: the first kernels to read another process's rows (CUDA IPC)
-            # take many times an evaluation (run_ahead 1).  One at zero first, not counted.
-            self._evaluate(counted=False)
+            # take many times an evaluation (run_ahead 1).  One at zero first, not counted,
+            # where no evaluation read these rows yet (a kept backend's have been).
+            if not self.touched:
+                self._evaluate(counted=False)
             with self.device:
                 self._timed = (cupy.cuda.Event(), cupy.cuda.Event())
                 self._timed[0].record(self.stream)
