@@ -29,7 +29,7 @@ from ..kernels.logreg import Levels, ShardObjective
 from ..kernels.precision import Precision
 from ..parallel import direct, kept_with_blocks, peer_views
 from ..parallel import labels as labels_mod
-from . import joined, kept_peers
+from . import joined, kept_peers, own_copies
 from .lbfgs.launches import compile_ahead
 from .problem import HeldLabels, Problem, products, sum_parts
 from .solvers import fit_on_device, lbfgs_on_host, on_device
@@ -266,14 +266,18 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
             elif not weighted and len(shards) == 1 and shards[0]["pid"] == os.getpid():
                 # this worker's own rows as they are: the next fit of them starts here
                 keep_join(arrays[0], parts, found.get("classes"))
-            mapped = time.perf_counter()
             own = one is not None or all(s["pid"] == os.getpid() for s in shards)
             keeping = not own and keep_mapped is not None and kept_under is not None
+            theirs = [s["pid"] != os.getpid() for s in shards]
+            arrays, copied = (own_copies.of_mapped(arrays, theirs) if one is None and not weighted
+                              else (arrays, 0))
+            mapped = time.perf_counter()
             result = fit_on_device(arrays, problem, kept_under if own or keeping else None)
             if keeping:
                 keep_mapped(list(arrays), mappings.pop_all(), parts, found.get("classes"))
             result["profile"] = {"map": mapped - started, **result["profile"],
                                  "shards joined": len(shards) if one is not None else 0,
+                                 "peer shards copied": copied,
                                  "mapped kept": False}
             arrays.clear()
             return {**result, **found, "exporters": exporters}
