@@ -266,9 +266,9 @@ def _fit_mapped(shards: list[dict[str, Any]], problem: Problem,
             elif not weighted and len(shards) == 1 and shards[0]["pid"] == os.getpid():
                 # this worker's own rows as they are: the next fit of them starts here
                 keep_join(arrays[0], parts, found.get("classes"))
-            own = one is not None or all(s["pid"] == os.getpid() for s in shards)
-            keeping = not own and keep_mapped is not None and kept_under is not None
             theirs = [s["pid"] != os.getpid() for s in shards]
+            own = one is not None or not any(theirs)
+            keeping = not own and keep_mapped is not None and kept_under is not None
             arrays, copied = (own_copies.of_mapped(arrays, theirs) if one is None and not weighted
                               else (arrays, 0))
             mapped = time.perf_counter()

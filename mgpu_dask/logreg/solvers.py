@@ -76,18 +76,17 @@ def fit_on_device(arrays: list[tuple[Any, Any]], problem: Problem,
     fingerprint = _fingerprint(problem)
     backend = None if kept_under is None else kept_backend(kept_under, fingerprint, arrays)
     reused = backend is not None
-    wait = problem.optimizer == "device"
     if backend is None:
         backend = device_lbfgs.DeviceBackend(arrays, problem.n_classes,
                                              problem.weight_sum or problem.n,
                                              problem.penalty, precision=problem.precision,
                                              scale=problem.scale,
                                              fit_intercept=problem.fit_intercept,
-                                             l1=problem.l1, meanwhile=not wait)
+                                             l1=problem.l1, bind_loop=False)
     keep = False
     try:
         ready = time.perf_counter()
-        if bind(backend, wait):
+        if bind(backend, wait=problem.optimizer == "device"):
             result = loop.run(backend, maxiter=problem.max_iter, gtol=problem.gtol)
             solved = time.perf_counter()
             details = device_profile(backend, result, solved - ready)

@@ -107,9 +107,9 @@ class DeviceBackend:
         intercept stays at its start, zero (scikit-learn's ``fit_intercept=False``).
     l1 : float
         The L1 weight on the coefficients; above 0: OWL-QN (:mod:`.owlqn`), same graph.
-    meanwhile : bool
-        Leave the loop's launches unbound: the caller binds them (``launches.bind``), or
-        runs a host loop on the evaluations while the kernels are compiled ahead.
+    bind_loop : bool
+        Bind the loop's launches now (waiting for kernels compiled ahead); False: the caller
+        binds them (``launches.bind``) or runs a host loop on the evaluations meanwhile.
     """
 
     def __init__(self, shards: list[tuple[Any, Any]], n_classes: int, n_rows: int,
@@ -117,7 +117,7 @@ class DeviceBackend:
                  precision: Precision | str = Precision.FP32,
                  run_ahead: int | None = None, graph: bool = True,
                  scale: float | None = None, bridge: int | None = None,
-                 fit_intercept: bool = True, l1: float = 0.0, meanwhile: bool = False) -> None:
+                 fit_intercept: bool = True, l1: float = 0.0, bind_loop: bool = True) -> None:
         if not 1 <= memory <= K.MAX_MEMORY:
             raise ValueError(f"memory={memory} must be between 1 and {K.MAX_MEMORY}")
         self._run_ahead, self._bridge = run_ahead, bridge
@@ -167,7 +167,7 @@ class DeviceBackend:
         self._propose_launches, self._trial_blocks = None, -(-m // 256)  # launches.bind's
         with self._leader():
             self._ready = cupy.cuda.Event(disable_timing=True) if self.gpu else None
-        if not meanwhile:
+        if bind_loop:
             bind(self)
         self.scalars = Scalars(self.scal, self.device, self.stream)
         self.fresh_counts()
