@@ -91,6 +91,28 @@ def test_the_three_part_product_settles_near_ties_on_the_gpu():
     assert stats["rows_split"] == len(Q) and stats["rows_recomputed"] == 0
 
 
+def test_query_rows_with_nan_are_refused_after_a_search_that_waits_for_nothing():
+    """On a GPU the queries' check is read after the search (no wait before it): rows
+    with NaN or infinity still get the one clear error, and the training block searches
+    as before afterwards."""
+    from mgpu_dask.exceptions import DataError
+    from mgpu_dask.knn import blocks
+
+    rng = np.random.default_rng(5)
+    X, Q = _clustered(rng, 20_000, 32), _clustered(rng, 2_000, 32)
+    train = prepare_train(cupy.asarray(X), "fp16", False, 0, split=True)
+    y = cupy.zeros(len(X), np.int32)
+    before = cupy.asnumpy(blocks.search(cupy.asarray(Q), train, y, 0, 10, None, None))
+    for bad in (np.nan, np.inf):
+        Qb = Q.copy()
+        Qb[1234, 7] = bad
+        with pytest.raises(DataError, match="query rows contain NaN or infinity"):
+            blocks.search(cupy.asarray(Qb), train, y, 0, 10, None, None)
+    after = cupy.asnumpy(blocks.search(cupy.asarray(Q), train, y, 0, 10, None, None))
+    np.testing.assert_array_equal(after, before)
+    _agree(after, *_truth(X, Q, 10, "euclidean"), "euclidean")
+
+
 @pytest.mark.slow
 def test_ten_thousand_queries_over_a_million_clustered_rows_in_one_chunk():
     """The search that ran out of memory on a 141 GB GPU: queries in passes, uncertain rows

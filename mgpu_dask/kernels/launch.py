@@ -48,6 +48,36 @@ def all_entries_finite(a: Any) -> bool:
     return bool(xp.isfinite(a.min())) and bool(xp.isfinite(a.max()))
 
 
+class _FiniteLater:
+    """A GPU's answer of :func:`finite_later`: the smallest and largest entries copied into
+    pinned host memory as soon as their reductions have run, so that reading the answer
+    waits for them alone."""
+
+    def __init__(self, a: Any) -> None:
+        import cupy
+        import cupyx
+
+        self._ends = (a.min().reshape(1), a.max().reshape(1))  # kept until copied
+        self._host = cupyx.empty_pinned(2, dtype=a.dtype)
+        for i, end in enumerate(self._ends):
+            end.get(out=self._host[i:i + 1], blocking=False)
+        self._done = cupy.cuda.get_current_stream().record()
+
+    def __bool__(self) -> bool:
+        self._done.synchronize()
+        return bool(np.isfinite(self._host).all())
+
+
+def finite_later(a: Any) -> Any:
+    """:func:`all_entries_finite`'s answer without waiting for it: on a GPU, two reductions
+    queued on the current stream whose answer is read (``bool``) later -- after a search
+    that follows them, say, where a check before it would leave the GPU idle while the
+    host waits; on a CPU, the answer."""
+    if array_module(a) is np or a.size == 0:
+        return all_entries_finite(a)
+    return _FiniteLater(a)
+
+
 def finite_flag(block: Any) -> np.ndarray:
     """``[all_entries_finite(block)]`` as a NumPy array: one block's answer where the
     blocks of a dask array are checked where they live."""

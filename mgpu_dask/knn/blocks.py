@@ -18,14 +18,7 @@ import numpy as np
 from ..exceptions import DataError
 from ..kernels import knn as kernels
 from ..kernels.allocator import pooled
-from ..kernels.launch import all_entries_finite, array_module, finished
-
-
-def _check_queries(Qb: Any, xp: Any) -> Any:
-    Qb = xp.asarray(Qb)
-    if not np.issubdtype(Qb.dtype, np.integer) and not all_entries_finite(Qb):
-        raise DataError("the query rows contain NaN or infinity; clean or impute them first")
-    return Qb
+from ..kernels.launch import array_module, finished
 
 
 def _out_of_memory(exc: BaseException, rows: int, n: int) -> DataError:
@@ -107,7 +100,7 @@ def row_index(xp: Any, n: int, offset: int) -> Any:
 def search(Qb: Any, train: Any, yb: Any, offset: int, k: int, margin: int | None,
             tile_bytes: int | None) -> Any:
     xp = array_module(train.norms)
-    Qb = _check_queries(Qb, xp)
+    Qb = xp.asarray(Qb)  # rows with NaN: local_candidates' ValueError, made a DataError
     index = row_index(xp, train.n, offset)
     stats: dict[str, Any] = {}
     cand = guarded(kernels.local_candidates, Qb, train, yb, index, k, margin=margin,
@@ -157,11 +150,11 @@ def merged(level: list[Any]) -> Any:
 def vote_pred(cand: Any, n_classes: int, weights: str, classes: np.ndarray | None,
                host: bool = False) -> Any:
     _, pred = kernels.vote(cand, n_classes, weights)
+    if host and hasattr(pred, "get"):
+        pred = pred.get()  # the classes then looked up here: no copy of them to the GPU
     if classes is not None:
         pred = array_module(pred).asarray(classes)[pred]
-    if host and hasattr(pred, "get"):
-        return pred.get()
-    return finished(pred)
+    return pred if host else finished(pred)
 
 
 def vote_block(cand: Any, vote: tuple) -> Any:

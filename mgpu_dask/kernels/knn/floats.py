@@ -173,8 +173,8 @@ def half_queries(xp: Any, rows: Any, frame: Frame, metric: str, out: Any) -> tup
     from . import cuda_rows
 
     m = int(rows.shape[0])
-    wide = xp.zeros(m, dtype=bool)
-    error, offs, q_norm = (xp.zeros(m, dtype=np.float64) for _ in range(3))
+    wide = xp.empty(m, dtype=bool)  # the kernel writes every row's entries
+    error, offs, q_norm = (xp.empty(m, dtype=np.float64) for _ in range(3))
     if m:
         part = frame.part
         ip = inner(metric)

@@ -51,9 +51,6 @@
 #define NT (BN / 8)      // n8 tiles of a warp
 #define AHEAD (STAGES - 2)   // stages loaded ahead: the products of one stage stay in flight
 #else
-#ifdef RESIDENT
-#error "RESIDENT needs WGMMA"
-#endif
 #define MT 4
 #define NT (BN / 32)
 #define AHEAD (STAGES - 1)
@@ -394,28 +391,56 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) done[mt] = 0ull;
         int full = 0;
+        // The tile's norms in registers, every load issued before the first is used (a
+        // column past the rows reads the last row's: its key is NO_KEY whatever it is).
+        float nv[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int i = nt * step + e;
+                nv[nt][e] = step == 2 ? nrm_at[i]
+                          : nrm_at[min(i, n_valid - 1 - col0 - my_col)];
+            }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
+            // Whether any key of this n8 tile may enter, with no branch a key: once the
+            // lists have filled, none does in nearly every tile.
+            bool any = false;
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = col0 + my_col + nt * 8 + e;
-#ifdef HALF
-                const float nrm = norm_at(nrm_at, step, nt * step + e, col);
-#else
-                const int nrm = col < n_valid ? __float2int_rn(nrm_at[nt * step + e]) : 0;
+#ifndef HALF
+                const int nrm = __float2int_rn(nv[nt][e]);
 #endif
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        const acc_t a = acc[mt][nt][h * 2 + e];
 #ifdef HALF
-                        const float f = nrm - 2.f * a;
+                        any |= !(nv[nt][e] - 2.f * acc[mt][nt][h * 2 + e] > tf[mt * 2 + h]);
+#else
+                        const int v = col < n_valid ? nrm - 2 * acc[mt][nt][h * 2 + e] : NO_KEY;
+                        acc[mt][nt][h * 2 + e] = v;  // the key, for the passes after a merge
+                        any |= v <= th[mt * 2 + h];
+#endif
+                    }
+                }
+            }
+            if (!any) continue;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = col0 + my_col + nt * 8 + e;
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+#ifdef HALF
+                        const float f = nv[nt][e] - 2.f * acc[mt][nt][h * 2 + e];
                         if (f > tf[mt * 2 + h]) continue;
                         const int v = col < n_valid ? ordered(f) : NO_KEY;
 #else
-                        const int v = col < n_valid ? nrm - 2 * a : NO_KEY;
-                        acc[mt][nt][h * 2 + e] = v;  // the key, for the passes after a merge
+                        const int v = acc[mt][nt][h * 2 + e];  // the key, as taken above
 #endif
                         if (v <= th[mt * 2 + h]) {  // rare once the lists have filled
                             const int r = my_row + mt * 16 + h * 8;

@@ -90,10 +90,10 @@ class Build:
         float16 build."""
         out = ("--std=c++17", f"-DBN={COLS}", f"-DSTAGES={self.stages}",
                f"-DMIN_BLOCKS={self.min_blocks}") + (("-DHALF",) if half else ())
-        if self.wgmma:
-            out += (("-DWGMMA",) + (("-DRESIDENT",) if self.resident else ())
-                    + (("-DTMA",) if self.tma else ()) + ("-arch=sm_90a",))
-        return out
+        resident = ("-DRESIDENT",) if self.resident else ()
+        if not self.wgmma:
+            return out + resident
+        return out + ("-DWGMMA",) + resident + (("-DTMA",) if self.tma else ()) + ("-arch=sm_90a",)
 
     @property
     def threads(self) -> int:
@@ -104,7 +104,7 @@ class Build:
     def label(self) -> str:
         """The build as a run's JSON names the search it ran."""
         if not self.wgmma:
-            return "fused, mma.sync"
+            return "fused, mma.sync" + (", query rows resident" if self.resident else "")
         if self.tma:
             return "fused, wgmma, query rows resident, TMA ring"
         return "fused, wgmma, query rows resident" if self.resident else "fused, wgmma"

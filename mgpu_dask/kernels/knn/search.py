@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..launch import array_module, launch
+from ..launch import all_entries_finite, array_module, finite_later, launch
 from . import floats
 from . import precision as precisions
 from .distances import INT_MAX, MAX_K, _cuda_target, refine
@@ -41,6 +41,8 @@ LONG_FEATURES = 256
 """From this many features on, an approximate search keeps :data:`MAX_K` candidates a
 row (where no ``margin`` is given): the float16 bound widens with the features, and
 lists of ``k + 8`` then leave most rows to the three-part product and float64."""
+NOT_FINITE = "the query rows contain NaN or infinity; clean or impute them first"
+"""What a search of rows with NaN or infinity raises (``ValueError``)."""
 LONG_VALUES = 1 << 26
 """From this many training values (rows times features) in the block on, lists of
 :data:`MAX_K` in the plain product cost less than the three-part product of short ones
@@ -181,25 +183,61 @@ def _run_tier(Q: Any, train: Any, split: bool, k: int, K: int, cuda: bool,
     return sq, best, doubtful, loop, queries.exact
 
 
+def _pack_into(out: Any, sq: Any, best: Any, k: int, train: Any, labels: Any, index: Any,
+               cuda: bool) -> None:
+    """Candidates ``sq`` / ``best`` packed into ``out`` (padded with "no neighbour" where
+    the block has fewer than k rows), on the current stream."""
+    xp = array_module(sq)
+    if sq.shape[1] < k:
+        pad = k - sq.shape[1]
+        sq = xp.concatenate([sq, xp.full((sq.shape[0], pad), np.inf)], axis=1)
+        best = xp.concatenate([best, xp.full((sq.shape[0], pad), INT_MAX, dtype=np.int32)],
+                              axis=1)
+    if cuda:  # one launch
+        from . import cuda_rows
+
+        entries = int(sq.shape[0]) * int(sq.shape[1])
+        launch(cuda_rows.pack_rows, max(1, -(-entries // 128)), 128, sq, best, labels, index,
+               cuda_rows.METRIC_CODES[train.metric], out)
+    else:
+        out[...] = _pack(xp, floats.finish(xp, sq, train.metric), best, labels, index)
+
+
+def _finite(check: Any) -> None:
+    if not bool(check):
+        raise ValueError(NOT_FINITE)
+
+
 def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int | None,
-                 target: str | None, stats: dict, out: Any, labels: Any, index: Any) -> None:
+                 target: str | None, stats: dict, out: Any, labels: Any, index: Any,
+                 check: bool) -> None:
     """The k nearest of one pass's query rows, packed into ``out``: each row through the
-    :func:`tiers` until one certifies it, float64 for any left."""
+    :func:`tiers` until one certifies it, float64 for any left.  The packing is queued
+    before the host asks which rows were not certified (rarely any, once a block's
+    searches start at the tier that certifies them), so that the GPU has it in hand
+    while the host waits; rows that go further are packed again.  ``check``: whether
+    the rows are finite is asked of the GPU once the first search is queued (its
+    reductions run beside it) and read when the host has waited for the search anyway;
+    rows with NaN or infinity raise ``ValueError`` before any goes further."""
     xp = array_module(train.norms)
     m = int(Q.shape[0])
     steps = tiers(train)
     first = min(train.loops.get(FIRST_TIER, 0), len(steps) - 1)
     sq, best, doubtful, home, exact = _run_tier(Q, train, steps[first], k, K, cuda, tile_bytes,
                                                 target, None)
+    finite = finite_later(Q) if check else True
     stats["kind"] = home.kind
     stats["graph"], stats["graph_note"] = home.graph is not None, home.graph_note
     scan = getattr(home.scan, "_launch", None)
     stats["scan"], stats["fused note"] = scan, getattr(home.fused, "note", None)
     with home.on_stream():
+        _pack_into(out, sq, best, k, train, labels, index, cuda)
         if doubtful is not None:  # approximate keys: the rows not certified go further
             rows = xp.nonzero(doubtful)[0]
+            _finite(finite)
             if rows.size > SPLIT_FIRST * m and first + 1 < len(steps):
                 train.loops[FIRST_TIER] = first + 1
+            further = bool(rows.size)
             for split in steps[first + 1:]:
                 if not rows.size:
                     break
@@ -214,20 +252,13 @@ def _search_pass(Q: Any, train: Any, k: int, K: int, cuda: bool, tile_bytes: int
                 sq[rows], best[rows] = refine(exact[rows], train.rows, found, min(k, K),
                                               target=target, inner=floats.inner(train.metric))
                 stats["rows_recomputed"] += int(rows.size)
-        if sq.shape[1] < k:  # fewer training rows here than k: pad with "no neighbour"
-            pad = k - sq.shape[1]
-            sq = xp.concatenate([sq, xp.full((m, pad), np.inf)], axis=1)
-            best = xp.concatenate([best, xp.full((m, pad), INT_MAX, dtype=np.int32)], axis=1)
-        if cuda:  # one launch
-            from . import cuda_rows
+            if further:
+                _pack_into(out, sq, best, k, train, labels, index, cuda)
+    if home.stream is not None:  # the caller's stream goes on after the loop's work
+        import cupy
 
-            entries = int(sq.shape[0]) * int(sq.shape[1])
-            launch(cuda_rows.pack_rows, max(1, -(-entries // 128)), 128, sq, best, labels, index,
-                   cuda_rows.METRIC_CODES[train.metric], out)
-        else:
-            out[...] = _pack(xp, floats.finish(xp, sq, train.metric), best, labels, index)
-    if home.stream is not None:  # the caller's stream knows nothing of the loop's
-        home.stream.synchronize()
+        cupy.cuda.get_current_stream().wait_event(home.stream.record())
+    _finite(finite)
 
 
 def list_length(k: int, margin: int | None, n_features: int, rows: int, exact: bool) -> int:
@@ -288,6 +319,12 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *,
         ``[distance, global index, label]``, nearest first, the distance as the
         training block's metric has it (``floats.finish``); missing neighbours
         (fewer than k rows here) are ``[inf, -1, 0]``.
+
+    Raises
+    ------
+    ValueError
+        Query rows with NaN or infinity (:data:`NOT_FINITE`): on a CPU before the search,
+        on a GPU once the host has waited for the first one (no wait before it).
     """
     xp = array_module(train.norms)
     m, n = int(Q.shape[0]), train.n
@@ -295,16 +332,19 @@ def local_candidates(Q: Any, train: Any, labels: Any, index: Any, k: int, *,
     ran = {"rows_split": 0, "rows_recomputed": 0}
     if stats is not None:
         stats.update(ran)
+    Q = xp.asarray(Q)
+    check = not np.issubdtype(Q.dtype, np.integer)
+    if check and (xp is np or n == 0 or m == 0) and not all_entries_finite(Q):
+        raise ValueError(NOT_FINITE)
     if n == 0 or m == 0:
         out[..., 0], out[..., 1], out[..., 2] = np.inf, -1, 0
         return out
     cuda = _cuda_target(train.norms, target)
     K = list_length(k, margin, train.d, n, train.rows is None)
-    Q = xp.asarray(Q)
     step = pass_rows(m, train, K, xp is not np, tile_bytes)
     for r0 in range(0, m, step):
         _search_pass(Q[r0:r0 + step], train, k, K, cuda, tile_bytes, target, ran,
-                     out[r0:r0 + step], labels, index)
+                     out[r0:r0 + step], labels, index, check and xp is not np)
     if stats is not None:
         scan = ran.pop("scan", None)
         stats.update(rows_split=ran["rows_split"], rows_recomputed=ran["rows_recomputed"],
