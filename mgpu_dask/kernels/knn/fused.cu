@@ -9,10 +9,11 @@
 // row's current K-th key; the rare key that can enter goes through a small
 // per-row queue into the row's list (a heap) in shared memory.  With WGMMA (Hopper,
 // sm_90a) each warpgroup (warps 0-3, 4-7) takes its 64 rows x BN with wgmma instead,
-// from the same stages, one stage's products in flight while the next is waited for;
-// with RESIDENT too, the block's query rows are loaded once, every k-stage of them, and
-// only the training rows stream through the ring.  With TMA as well, one warp more
-// loads the ring by the tensor memory accelerator (a tensor map of the training rows,
+// from the same stages, one stage's products in flight while the next is waited for.
+// With RESIDENT (either products) the block's query rows are loaded once, every
+// k-stage of them, and only the training rows stream through the ring.  With WGMMA,
+// RESIDENT and TMA, one warp more loads the ring by the tensor memory accelerator (a
+// tensor map of the training rows,
 // one bulk copy a stage, mbarriers saying when a stage landed and when both
 // warpgroups have read it), and the warpgroups, no longer held together by block-wide
 // barriers, run at their own pace: one takes its keys while the other's products run.
@@ -436,9 +437,9 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
 #ifdef HALF
-                        const float f = nv[nt][e] - 2.f * acc[mt][nt][h * 2 + e];
-                        if (f > tf[mt * 2 + h]) continue;
-                        const int v = col < n_valid ? ordered(f) : NO_KEY;
+                        // (the integer test alone: the float one above takes every key it does)
+                        const int v = col < n_valid ? ordered(nv[nt][e] - 2.f * acc[mt][nt][h * 2 + e])
+                                                    : NO_KEY;
 #else
                         const int v = acc[mt][nt][h * 2 + e];  // the key, as taken above
 #endif
@@ -538,8 +539,8 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #else
     for (int col0 = tile_begin * BN; col0 < tile_end * BN; col0 += BN) {
 #ifdef RESIDENT
-        // The tile's norms, loaded while its products run (one block an SM has too few
-        // warps to hide the loads' latency at the keys).
+        // The tile's norms, loaded while its products run (too few warps an SM to hide
+        // the loads' latency at the keys).
         float nf[NT][2];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)

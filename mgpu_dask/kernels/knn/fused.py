@@ -132,13 +132,14 @@ the two warpgroups each at its own pace.  Its blocks start slower than the other
 found: docs/performance-history.md)."""
 
 
-MMA_SYNC_SHORT = Build(wgmma=False, resident=False, stages=STAGES, min_blocks=MIN_BLOCKS,
+MMA_SYNC_SHORT = Build(wgmma=False, resident=True, stages=STAGES, min_blocks=MIN_BLOCKS,
                        start_tiles=30)
 """Hopper, float16 rows of at most :data:`SHORT_ROW` bytes and lists of at most
-:data:`SHORT_LISTS`: mma.sync, two blocks an SM.  A tile of such rows is so little work
-that a block's start-up (the first tiles' flood of candidates) costs about 30 tiles, and
-two blocks an SM hide each other's waits better than wgmma's one
-(docs/performance-history.md, "the per-row work in one launch")."""
+:data:`SHORT_LISTS`: mma.sync, two blocks an SM, the block's query rows loaded once (no
+more shared memory than a ring of them: such rows are at most three stages).  A tile of
+such rows is so little work that a block's start-up (the first tiles' flood of
+candidates) costs about 30 tiles, and two blocks an SM hide each other's waits better
+than wgmma's one (docs/performance-history.md, "the per-row work in one launch")."""
 SHORT_ROW = 192
 """Bytes of a float16 row up to which Hopper runs :data:`MMA_SYNC_SHORT`: 96 features in
 the plain product, 32 in the three-part one."""
