@@ -150,6 +150,42 @@ def test_error_bound_holds_for_the_three_part_float16_product():
     assert (split < plain / 10).all()
 
 
+def _bound_as_written(precision, d, q, t, scale=1.0, split=False, q_err=None, t_err=None):
+    """The bound term by term, as precision.error_bound's comments write it."""
+    P = precisions
+    u = P.OPERAND_ROUNDOFF[P.Precision(precision)]
+    a = P.UNDERFLOW.get(P.Precision(precision), 0.0) / scale
+    r = d ** 0.5
+    terms = 3 * d if split else d
+    g = terms * P.ACCUMULATION_ROUNDOFF / (1.0 - terms * P.ACCUMULATION_ROUNDOFF)
+    if split:
+        rounding = 3.1 * u * u * q * t + 2.0 * a * r * (q + t) + 8.0 * d * a * a
+        summed = 1.1 * g * (q + 3 * a * r) * (t + 3 * a * r)
+    elif q_err is not None:
+        rounding = q_err * t + q * t_err + q_err * t_err
+        summed = g * (q + q_err) * (t + t_err)
+    else:
+        rounding = (2.0 * u + u * u) * q * t + (1.0 + u) * a * r * (q + t) + d * a * a
+        summed = g * (q * (1 + u) + a * r) * (t * (1 + u) + a * r)
+    keys = 2.0 ** -23 * (t * t + 2.0 * q * t)
+    return P.SAFETY * (2.0 * (rounding + summed) + 2.0 ** -24 * t * t + keys)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
+def test_the_bound_in_few_operations_is_the_bound_as_written(precision):
+    """error_bound makes its coefficients from scalars first (two to four operations on an
+    array of rows): the same bound, term by term, to the last bits or so."""
+    rng = np.random.default_rng(11)
+    q, e = rng.lognormal(0, 2, 500), rng.lognormal(-12, 1, 500)
+    for d, t, scale in ((4, 0.5, 2.0 ** 8), (96, 30.0, 1.0), (768, 1e3, 2.0 ** -6)):
+        cases = [dict(), dict(split=True)] if precision == "fp16" else [dict()]
+        cases.append(dict(q_err=e, t_err=t * 1e-4))
+        for extra in cases:
+            got = precisions.error_bound(precision, d, q, t, scale=scale, **extra)
+            want = _bound_as_written(precision, d, q, t, scale=scale, **extra)
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_bf16_and_tf32_rounding_is_to_nearest_even():
     x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -9, -1.5, 255.0], np.float32)
     np.testing.assert_array_equal(precisions.round_operand(x, "bf16"),

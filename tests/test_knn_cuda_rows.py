@@ -119,6 +119,31 @@ def test_the_short_re_rank_equals_the_cpu_twin():
         np.testing.assert_array_equal(got[1], want[1])  # no near-ties in random rows
 
 
+def test_the_short_re_rank_places_few_candidates_and_drops_nan_as_the_cpu_twin_does():
+    """Fewer candidates than k (the rest "no neighbour"), values that tie to the last bit
+    (ordered by column), and a row whose values are NaN (no candidate kept)."""
+    from mgpu_dask.kernels.knn import cpu
+
+    rng = np.random.default_rng(7)
+    m, n, d, k = 6, 40, 5, 5
+    Q = rng.standard_normal((m, d)).astype(np.float32)
+    T = rng.standard_normal((n, d)).astype(np.float32)
+    T[10] = T[3]  # two columns at the same distance from every row
+    Q[2, 1] = np.nan
+    cand = np.array([[10, 3, 7], [3, 10, INT_MAX]] * 3, dtype=np.int32)
+    got = np.full((m, k), -1.0), np.full((m, k), -1, np.int32)
+    want = np.empty((m, k)), np.empty((m, k), np.int32)
+    cuda_rows.refine_rows_short[m, cuda_rows.REFINE_THREADS](Q, T, cand, k, 0, *got)
+    cpu.refine_rows(Q, T, cand, k, 0, *want)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+    for row in (0, 1, 3, 4, 5):  # the tie: column 3 right before 10, whatever their order
+        where = list(got[1][row])
+        assert where.index(10) == where.index(3) + 1
+        assert list(got[1][row, 3:]) == [INT_MAX, INT_MAX] and np.isinf(got[0][row, 3:]).all()
+    assert (got[1][2] == INT_MAX).all()
+
+
 @pytest.mark.parametrize("d, want", [(32, "refine_rows_short"), (128, "refine_rows_short"),
                                      (129, "refine_rows")])
 def test_a_machine_has_seen_float_searches_by_the_re_rank_they_run(monkeypatch, d, want):

@@ -28,7 +28,6 @@ from numba import config, cuda, float64, int32
 from ..blocks import block_max, block_sum
 from ..jitable import inlined_device
 from .cuda import INT_MAX, MAX_K
-from .lists import keep_sorted
 
 ROW_THREADS = 4 if config.ENABLE_CUDASIM else 64
 """Threads a query row (a power of two)."""
@@ -156,15 +155,16 @@ def refine_rows_short(Q, T, cand, k, inner, out_sq, out_idx):
     """:func:`.cuda.refine_rows` for rows of few features (at most :data:`SHORT_ROWS`): one block
     of REFINE_THREADS threads per row, each thread a candidate's whole value at a time,
     summed in feature order as the CPU twin sums it (``cpu.refine_rows``); no reduction over
-    the block for each candidate."""
+    the block for each candidate.  Each candidate then finds its place among the row's
+    by counting those before it (value, then column, then its place in the list: the
+    order ``lists.keep_sorted`` keeps), so that no thread sorts the row alone; a value
+    ``keep_sorted`` would never keep (NaN) counts as no candidate."""
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     if row >= Q.shape[0]:
         return
     vals = cuda.shared.array(MAX_K, float64)
     cols = cuda.shared.array(MAX_K, int32)
-    best = cuda.shared.array(MAX_K, float64)     # thread 0's list
-    best_i = cuda.shared.array(MAX_K, int32)
     nc = cand.shape[1]
     for j in range(tid, nc, cuda.blockDim.x):
         t = cand[row, j]
@@ -177,18 +177,22 @@ def refine_rows_short(Q, T, cand, k, inner, out_sq, out_idx):
                     acc -= 2.0 * q * v
                 else:
                     acc += (q - v) * (q - v)
-        else:
+        if t < 0 or t >= T.shape[0] or acc != acc:
+            acc = math.inf
             t = INT_MAX
         vals[j] = acc
         cols[j] = t
     cuda.syncthreads()
-    if tid == 0:
-        for j in range(k):
-            best[j] = math.inf
-            best_i[j] = INT_MAX
-        for j in range(nc):
-            if cols[j] != INT_MAX:
-                keep_sorted(best, best_i, k, vals[j], cols[j])
-        for j in range(k):
-            out_sq[row, j] = best[j]
-            out_idx[row, j] = best_i[j]
+    for j in range(tid, nc, cuda.blockDim.x):
+        v, c = vals[j], cols[j]
+        place = 0
+        for i in range(nc):
+            w, e = vals[i], cols[i]
+            if w < v or (w == v and (e < c or (e == c and i < j))):
+                place += 1
+        if place < k:
+            out_sq[row, place] = v
+            out_idx[row, place] = c
+    for j in range(nc + tid, k, cuda.blockDim.x):  # fewer candidates than k
+        out_sq[row, j] = math.inf
+        out_idx[row, j] = INT_MAX

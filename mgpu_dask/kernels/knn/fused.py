@@ -68,6 +68,9 @@ NEEDS = (8, 0)
 # work: what makes a split shorter than a few tiles a loss.  The TMA build's blocks
 # start slower (their query rows, mbarriers and tensor map first): its own, Build.start_tiles.
 START_TILES = 1.5
+MERGE_THREADS = 32
+"""Threads of a ``fused_merge`` block, a row each: its rows are few (10,000 queries, 79
+blocks of 128, left most SMs idle), so small blocks spread them over every SM."""
 _OPTIN: dict[int, tuple[int, int, tuple[int, int]]] = {}
 
 
@@ -277,6 +280,6 @@ class FusedTopK:
                      np.int32(t.operand.shape[0]), np.int32(t.n), t.norms,
                      np.int32(self.d_pad), np.int32(self.ld), np.int32(self.tiles_per_split),
                      np.int32(self.K), self.parts, tmap), shared_mem=self.shared)
-        self.merge((-(-self.m // 128),), (128,),
+        self.merge((-(-self.m // MERGE_THREADS),), (MERGE_THREADS,),
                    (self.parts, np.int32(self.splits), np.int32(self.m), np.int32(self.K),
                     self.keys, self.cols))

@@ -158,20 +158,37 @@ def error_bound(precision: Precision, d: int, q_norm: Any, t_max: float, method:
     root = d ** 0.5
     terms = 3 * d if split else d
     g = terms * ACCUMULATION_ROUNDOFF / (1.0 - terms * ACCUMULATION_ROUNDOFF)
+    t = t_max
+    # Every term is linear in the query's norm q (and its measured rounding e): its
+    # coefficients are made from scalars first, so that an array of rows takes two to
+    # four elementwise operations.  What each part bounds:
     if split:  # qh.th + qh.tl + ql.th: what is left out is u^2 of the product
-        rounding = (3.1 * u * u * q_norm * t_max + 2.0 * a * root * (q_norm + t_max)
-                    + 8.0 * d * a * a)
-        summed = 1.1 * g * (q_norm + 3 * a * root) * (t_max + 3 * a * root)
+        # rounding 3.1 u^2 q t + 2 a root (q + t) + 8 d a^2,
+        # summed 1.1 g (q + 3 a root)(t + 3 a root)
+        b = 3 * a * root
+        per_q = 3.1 * u * u * t + 2.0 * a * root + 1.1 * g * (t + b)
+        fixed = 2.0 * a * root * t + 8.0 * d * a * a + 1.1 * g * b * (t + b)
+        per_e = 0.0
     elif q_err is not None and t_err is not None:
-        rounding = q_err * t_max + q_norm * t_err + q_err * t_err
-        summed = g * (q_norm + q_err) * (t_max + t_err)
+        # rounding e t + q t_err + e t_err, summed g (q + e)(t + t_err)
+        per_q = t_err + g * (t + t_err)
+        per_e = t + t_err + g * (t + t_err)
+        fixed = 0.0
     else:
-        rounding = ((2.0 * u + u * u) * q_norm * t_max + (1.0 + u) * a * root * (q_norm + t_max)
-                    + d * a * a)
-        summed = g * (q_norm * (1 + u) + a * root) * (t_max * (1 + u) + a * root)
-    # 2x the product's error, the float32 norm and the float32 key's own rounding
-    keys = 2.0 ** -23 * (t_max * t_max + 2.0 * q_norm * t_max)
-    return SAFETY * (2.0 * (rounding + summed) + 2.0 ** -24 * t_max * t_max + keys)
+        # rounding (2u + u^2) q t + (1 + u) a root (q + t) + d a^2,
+        # summed g (q (1 + u) + a root)(t (1 + u) + a root)
+        c = t * (1 + u) + a * root
+        per_q = (2.0 * u + u * u) * t + (1 + u) * a * root + g * (1 + u) * c
+        fixed = (1 + u) * a * root * t + d * a * a + g * a * root * c
+        per_e = 0.0
+    # 2x the product's error, the float32 norm (2^-24 t^2) and the float32 key's own
+    # rounding (2^-23 (t^2 + 2 q t))
+    per_q = SAFETY * (2.0 * per_q + 2.0 ** -22 * t)
+    fixed = SAFETY * (2.0 * fixed + (2.0 ** -24 + 2.0 ** -23) * t * t)
+    bound = per_q * q_norm + fixed
+    if per_e:
+        bound = bound + (SAFETY * 2.0 * per_e) * q_err
+    return bound
 
 
 def round_operand(X: np.ndarray, precision: Precision) -> np.ndarray:
