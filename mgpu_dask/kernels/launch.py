@@ -67,6 +67,14 @@ class _FiniteLater:
         self._done.synchronize()
         return bool(np.isfinite(self._host).all())
 
+    def __del__(self) -> None:
+        """The copy landed before its pinned memory goes back to CuPy's pool (an answer
+        dropped unread, on an error's way out)."""
+        try:
+            self._done.synchronize()
+        except Exception:  # made in part, or CuPy gone at exit
+            pass
+
 
 def finite_later(a: Any) -> Any:
     """:func:`all_entries_finite`'s answer without waiting for it: on a GPU, two reductions
