@@ -438,8 +438,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                     for (int h = 0; h < 2; ++h) {
 #ifdef HALF
                         // (the integer test alone: the float one above takes every key it does)
-                        const int v = col < n_valid ? ordered(nv[nt][e] - 2.f * acc[mt][nt][h * 2 + e])
-                                                    : NO_KEY;
+                        const int v = key_at(nv[nt][e], acc[mt][nt][h * 2 + e], col);
 #else
                         const int v = acc[mt][nt][h * 2 + e];  // the key, as taken above
 #endif
