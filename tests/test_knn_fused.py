@@ -236,7 +236,8 @@ def test_fused_source_compiles_with_nvrtc_without_warnings(arch, build):
     ok, log, ptx = nvrtc_compile.compile_source(
         source, "fused.cu", [*BUILDS[build].options(), f"--gpu-architecture={arch}"])
     assert ok and not log.strip(), log
-    assert set(re.findall(rb"\.entry (\w+)", ptx)) == {b"fused_int8_topk", b"fused_merge"}
+    assert set(re.findall(rb"\.entry (\w+)", ptx)) == {b"fused_int8_topk", b"fused_merge",
+                                                       b"fused_merge_ranked"}
     wgmma = BUILDS[build].wgmma
     assert (b".target sm_90a" in ptx) == wgmma
     assert (b"wgmma.mma_async" in ptx) == wgmma

@@ -1,6 +1,7 @@
 """The fused search's per-row lists (``kernels/knn/fused.cu``): heaps in shared memory,
 rows side by side, sorted as they go out -- the device functions themselves, built for
-the host with g++ (the rest of the kernel needs tensor-core instructions: GPU tests)."""
+the host with g++ (the rest of the kernel needs tensor-core instructions: GPU tests), and
+the merges of the splits' lists."""
 
 from __future__ import annotations
 
@@ -18,26 +19,31 @@ from mgpu_dask.kernels.knn import fused
 EMPTY = np.iinfo(np.int64).max
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory):
+def _host_library(tmp_path_factory, name: str, text: str) -> ctypes.CDLL:
+    """``text`` (C++ with fused.cu's functions) built by g++ into a shared library."""
     compiler = shutil.which("g++")
     if compiler is None:
-        pytest.skip("g++ not found (apt-get install g++): the host build of the list functions")
-    text = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
-    start = text.index("#define AT(list, j)")
-    end = text.index("// Row r's queue")
-    assert re.search(r"#define BM (\d+)", text).group(1) == str(fused.ROWS)
-    src = tmp_path_factory.mktemp("fused_heap") / "heap.cpp"
-    src.write_text(
-        "#define __device__\n#define __forceinline__ inline\n"
-        f"#define BM {fused.ROWS}\n" + text[start:end] +
-        'extern "C" void push_all(long long* lists, int row, int K, const long long* v, int n)'
-        " {\n    for (int i = 0; i < n; ++i) heap_replace(lists + row, K, v[i]);\n"
-        "    heap_sort(lists + row, K);\n}\n")
+        pytest.skip("g++ not found (apt-get install g++): the host build of fused.cu's functions")
+    src = tmp_path_factory.mktemp(name) / f"{name}.cpp"
+    src.write_text(text)
     out = src.with_suffix(".so")
     subprocess.run([compiler, "-std=c++17", "-O1", "-shared", "-fPIC", "-o", str(out), str(src)],
                    check=True, capture_output=True, text=True)
     return ctypes.CDLL(str(out))
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    text = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
+    start = text.index("#define AT(list, j)")
+    end = text.index("// Row r's queue")
+    assert re.search(r"#define BM (\d+)", text).group(1) == str(fused.ROWS)
+    return _host_library(tmp_path_factory, "heap", (
+        "#define __device__\n#define __forceinline__ inline\n"
+        f"#define BM {fused.ROWS}\n" + text[start:end] +
+        'extern "C" void push_all(long long* lists, int row, int K, const long long* v, int n)'
+        " {\n    for (int i = 0; i < n; ++i) heap_replace(lists + row, K, v[i]);\n"
+        "    heap_sort(lists + row, K);\n}\n"))
 
 
 @pytest.mark.parametrize("K", [1, 2, 3, 10, 18, 32, 63, 64])
@@ -57,3 +63,60 @@ def test_each_rows_heap_keeps_its_k_smallest_and_sorts_them(lib, K, n, spread):
     np.testing.assert_array_equal(lists[:, row], want)
     assert (lists[:, 6] == 123).all()
     assert (np.delete(lists, [row, 6], axis=1) == EMPTY).all()
+
+
+@pytest.fixture(scope="module")
+def merges(tmp_path_factory):
+    """``fused_merge`` and ``fused_merge_ranked`` built for the host: each launch a loop
+    over the grid's threads (the int8 build's keys)."""
+    text = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
+    insert = text[text.index("// Insert p into the ascending list"):text.index("// A row's list in")]
+    kernels = text[text.index("// Entry j of a row's merged list"):]
+    return _host_library(tmp_path_factory, "merge", (
+        "#include <cstring>\n#define __device__\n#define __forceinline__ inline\n"
+        "#define __global__\n#define __restrict__\n"
+        f"#define LK {fused.MAX_K}\n#define EMPTY 0x7fffffffffffffffLL\n"
+        "struct Dim { int x; } blockIdx, threadIdx, blockDim;\n"
+        "static double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }\n"
+        "static int key_of(long long p) { return (int)(p >> 32); }\n" + insert + kernels +
+        'extern "C" void launch(int ranked, int blocks, int threads, const long long* parts,'
+        " int splits, int m, int K, double* keys, int* cols) {\n"
+        "    blockDim.x = threads;\n"
+        "    for (blockIdx.x = 0; blockIdx.x < blocks; ++blockIdx.x)\n"
+        "        for (threadIdx.x = 0; threadIdx.x < threads; ++threadIdx.x)\n"
+        "            if (ranked) fused_merge_ranked(parts, splits, m, K, keys, cols);\n"
+        "            else fused_merge(parts, splits, m, K, keys, cols);\n}\n"))
+
+
+def _merged(lib, ranked, parts, threads):
+    splits, m, K = parts.shape
+    keys = np.zeros((m, K)); cols = np.zeros((m, K), dtype=np.int32)
+    work = splits * m * K if ranked else m
+    p = ctypes.c_void_p
+    lib.launch(ctypes.c_int(int(ranked)), ctypes.c_int(-(-work // threads)), ctypes.c_int(threads),
+               parts.ctypes.data_as(p), ctypes.c_int(splits), ctypes.c_int(m), ctypes.c_int(K),
+               keys.ctypes.data_as(p), cols.ctypes.data_as(p))
+    return keys, cols
+
+
+@pytest.mark.parametrize("splits, m, K", [(1, 3, 1), (2, 5, 3), (3, 40, 18), (7, 9, 10),
+                                          (16, 4, 64)])
+def test_both_merges_keep_each_rows_k_best_over_the_splits(merges, splits, m, K):
+    """Each split's ascending lists (columns of their own, "none" where a split had fewer
+    than K, equal keys across splits): the ranked merge, a thread an entry, writes what
+    the merge a thread a row writes, and both the K smallest of all the row's entries."""
+    rng = np.random.default_rng(splits * 100 + K)
+    keys = rng.integers(-20, 20, (splits, m, K)).astype(np.int64)  # few values: many ties
+    cols = (np.arange(splits * K).reshape(splits, 1, K) + np.zeros((1, m, 1), np.int64))
+    parts = np.sort(keys * (1 << 32) + cols, axis=2)
+    short = rng.random((splits, m)) < 0.3  # some splits had fewer than K rows
+    for s, r in zip(*np.nonzero(short)):
+        parts[s, r, rng.integers(0, K):] = EMPTY
+    want = np.sort(parts.transpose(1, 0, 2).reshape(m, splits * K), axis=1)[:, :K]
+    ranked = _merged(merges, True, parts, 256)
+    plain = _merged(merges, False, parts, 32)
+    np.testing.assert_array_equal(ranked[0], plain[0])
+    np.testing.assert_array_equal(ranked[1], plain[1])
+    real = want != EMPTY
+    np.testing.assert_array_equal(ranked[1], np.where(real, want & 0xffffffff, 2**31 - 1))
+    np.testing.assert_array_equal(ranked[0], np.where(real, (want >> 32).astype(float), np.inf))

@@ -18,8 +18,8 @@
 // warpgroups have read it), and the warpgroups, no longer held together by block-wide
 // barriers, run at their own pace: one takes its keys while the other's products run.
 // Lists hold key * 2^32 + column, so one comparison orders by key, then by the smaller
-// column.  Each split writes its rows' lists; fused_merge keeps the K best of the
-// splits.  With HALF the operands are float16 (mma.sync m16n8k16, wgmma m64n128k16: the
+// column.  Each split writes its rows' lists; fused_merge (fused_merge_ranked for a few
+// splits) keeps the K best of the splits.  With HALF the operands are float16 (mma.sync m16n8k16, wgmma m64n128k16: the
 // same bytes a step, the same fragments and descriptors), the sums float32, and a key
 // |t|^2 - 2 q.t is a float whose bits, made to order as integers do, take the int key's
 // place: everything after the products is the same code.  Rows are LD bytes apart, of
@@ -71,6 +71,9 @@ __device__ __forceinline__ int ordered(float f) {
     return i >= 0 ? i : i ^ 0x7fffffff;
 }
 __device__ __forceinline__ float unordered(int i) { return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff); }
+// A float key |t|^2 - 2 q.t from a column's norm and product: one fused multiply-add,
+// the value of nrm - 2.f * a (2a is exact, so both round once).
+__device__ __forceinline__ float key_value(float nrm, float a) { return __fmaf_rn(-2.f, a, nrm); }
 #else
 typedef int acc_t;
 #endif
@@ -140,12 +143,17 @@ __device__ __forceinline__ void heap_sort(long long* list, int K) {
 // Row r's queue (entry i at queue[i * BM + r]) into its heap (r's thread); whether the
 // queue had overflowed.
 __device__ __forceinline__ bool merge_queue(long long* lists, const long long* queue, int* count,
-                                            int* thr, int r, int K) {
+                                            int* thr, float* thrf, int r, int K) {
     const int c = count[r];
     if (!c) return false;
     long long* list = lists + r;
     for (int i = 0; i < min(c, QCAP); ++i) heap_replace(list, K, queue[i * BM + r]);
-    if (AT(list, 0) != EMPTY) thr[r] = key_of(AT(list, 0));
+    if (AT(list, 0) != EMPTY) {
+        thr[r] = key_of(AT(list, 0));
+#ifdef HALF
+        thrf[r] = unordered(thr[r]);
+#endif
+    }
     count[r] = 0;
     return c > QCAP;
 }
@@ -204,8 +212,9 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     long long* queue = lists + BM * K;
     int* count = (int*)(queue + BM * QCAP);
     int* thr = count + BM;
+    float* thrf = (float*)(thr + BM);   // (HALF) each threshold as the float it stands for
 #ifdef TMA
-    unsigned long long* full_bar = (unsigned long long*)(thr + BM);   // a ring stage landed
+    unsigned long long* full_bar = (unsigned long long*)(thrf + BM);  // a ring stage landed
     unsigned long long* empty_bar = full_bar + STAGES;                 // both warpgroups read it
 #endif
 
@@ -221,36 +230,44 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     for (int i = tid; i < BM; i += THREADS) {
         count[i] = 0;
         thr[i] = row0 + i < m ? OPEN_KEY : CLOSED_KEY;
+        thrf[i] = __int_as_float(row0 + i < m ? 0x7f800000 : 0xff800000);   // +inf, -inf
     }
 
 #ifndef TMA
     // Each thread copies the same 16-byte chunk c of rows r, r + 64, ... of every stage.
+    // Rows 64 apart share a swizzle: row lr + i * 64's chunk is i * 64 * BK bytes past
+    // row lr's, and its source 64 rows further on.  (Offsets and pointers are made once,
+    // not again each stage.)
     const int lr = tid >> 2, lc = tid & 3;
-    int load_tile = tile_begin, load_k0 = 0, load_stage = 0;
-    auto load = [&]() {
-        signed char* b = sB + load_stage * BN * BK;
-        const int gk = load_k0 + lc * 16;
-        const bool kin = gk < d_pad;
+    const unsigned dst = smem_u32(smem) + swz(lr, lc);
+    const long long far = 64LL * ld;
 #ifndef RESIDENT
-        signed char* a = sA + load_stage * BM * BK;
+    const signed char* q_src = Q + (long long)(row0 + lr) * ld + lc * 16;
+#endif
+    const signed char* t_src = T + (long long)(tile_begin * BN + lr) * ld + lc * 16;
+    int load_row = tile_begin * BN + lr, load_k0 = 0, load_stage = 0;
+    auto load = [&]() {
+        const unsigned b = dst + (unsigned)(sB - (signed char*)smem) + load_stage * BN * BK;
+        const bool kin = load_k0 + lc * 16 < d_pad;
+#ifndef RESIDENT
+        const unsigned a = dst + load_stage * BM * BK;
 #pragma unroll
         for (int i = 0; i < BM / 64; ++i) {
-            const int r = lr + i * 64, grow = row0 + r;
-            const bool ok = kin && grow < q_rows;
-            cp_async16(smem_u32(a + swz(r, lc)), ok ? Q + (long long)grow * ld + gk : Q, ok ? 16 : 0);
+            const bool ok = kin && row0 + lr + i * 64 < q_rows;
+            cp_async16(a + i * 64 * BK, ok ? q_src + i * far + load_k0 : Q, ok ? 16 : 0);
         }
 #endif
 #pragma unroll
         for (int i = 0; i < BN / 64; ++i) {
-            const int r = lr + i * 64, grow = load_tile * BN + r;
-            const bool ok = kin && grow < t_rows;
-            cp_async16(smem_u32(b + swz(r, lc)), ok ? T + (long long)grow * ld + gk : T, ok ? 16 : 0);
+            const bool ok = kin && load_row + i * 64 < t_rows;
+            cp_async16(b + i * 64 * BK, ok ? t_src + i * far + load_k0 : T, ok ? 16 : 0);
         }
         load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
         load_k0 += BK;
         if (load_k0 >= d_pad) {
             load_k0 = 0;
-            ++load_tile;
+            load_row += BN;
+            t_src += BN * ld;
         }
     };
 #endif
@@ -298,6 +315,14 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #endif
 
 #ifndef TMA
+#ifndef WGMMA
+    // This thread's ldmatrix offsets in a stage at k-step 0, as load_a and load_b2 (mma.cuh)
+    // make them for the warp's first m16 tile and first pair of n8 tiles: the next tiles'
+    // rows are 16 further on (the same swizzle, 16 rows further), and k-step 1 reads
+    // chunk 2 + c for chunk c (offset ^ 32).
+    const int a_frag = swz(wm * 64 + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+    const int b_frag = swz(wn * (BN / 4) + (lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
+#endif
     // One stage of the operand ring: wait for it, start loading the stage AHEAD of it,
     // and add its products into acc (first: the tile's first stage).
     int stage = 0, g = 0;
@@ -321,17 +346,25 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #ifdef WGMMA
         stage_products(&acc[0][0][0], a + wm * 64 * BK, b, first);
 #else
+        // (a stage holds at least one step: the first, whose sums start from zero, runs
+        // unconditionally so that its products take zeros for sums, not registers)
         const int steps = min(2, (d_pad - kb * BK + 31) / 32);
+        if (first) zero(acc);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
-            if (ks < steps) {
+            if (ks == 0 || ks < steps) {
+                // load_a's and load_b2's fragments (mma.cuh), from this thread's offsets
+                const unsigned a_at = smem_u32(a) + (a_frag ^ (ks << 5));
+                const unsigned b_at = smem_u32(b) + (b_frag ^ (ks << 5));
                 unsigned af[4][4];
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) load_a(af[mt], a, wm * 64 + mt * 16, ks, lane, swz);
+                for (int mt = 0; mt < 4; ++mt)
+                    ldmatrix_x4(af[mt][0], af[mt][1], af[mt][2], af[mt][3], a_at + mt * 16 * BK);
                 unsigned bf[NT][2];
 #pragma unroll
                 for (int np = 0; np < NT / 2; ++np)
-                    load_b2(bf[2 * np], bf[2 * np + 1], b, wn * (BN / 4) + np * 16, ks, lane, swz);
+                    ldmatrix_x4(bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1],
+                                b_at + np * 16 * BK);
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -364,30 +397,39 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     // made again in the passes after a merge (the int8 build keeps its keys in place of
     // the products instead).  The resident builds' norms are loaded for every column
     // (step 2); the others' are read from memory, within the rows only.
+#ifdef RESIDENT
+    // The norms of this thread's columns of the tile at col0 (nf[nt][e]: column
+    // col0 + my_col + nt * 8 + e), for the resident builds; a column past the rows reads
+    // the last row's (its key is NO_KEY whatever it is).
+    auto tile_norms = [&](float (&nf)[NT][2], const int col0) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) nf[nt][e] = __ldg(norms + min(col0 + my_col + nt * 8 + e, n_valid - 1));
+    };
+#endif
 #ifdef HALF
     auto norm_at = [&](const float* nrm_at, const int step, const int i, const int col) -> float {
         return step == 2 || col < n_valid ? nrm_at[i] : 0.f;
     };
     auto key_at = [&](const float nrm, const acc_t a, const int col) -> int {
-        return col < n_valid ? ordered(nrm - 2.f * a) : NO_KEY;
+        return col < n_valid ? ordered(key_value(nrm, a)) : NO_KEY;
     };
 #endif
     auto tile_keys = [&](const int col0, const float* nrm_at, const int step) {
-        int th[MT * 2];
 #ifdef HALF
-        // The thresholds as floats: a key is compared as the float it is, and made an
-        // ordered integer only where it passes (rare once the lists have filled).  The
-        // float test takes every key the integer one does (and +0 at a threshold of -0).
+        // The thresholds as floats (thrf): a key is compared as the float it is, and made
+        // an ordered integer only where it passes (rare once the lists have filled), then
+        // compared with the integer threshold.  The float test takes every key the
+        // integer one does (and +0 at a threshold of -0; a NaN threshold takes all).
         float tf[MT * 2];
-#endif
 #pragma unroll
-        for (int h = 0; h < MT * 2; ++h) {
-            th[h] = thr[my_row + (h >> 1) * 16 + (h & 1) * 8];
-#ifdef HALF
-            tf[h] = th[h] == OPEN_KEY ? __int_as_float(0x7f800000)
-                  : th[h] == CLOSED_KEY ? __int_as_float(0xff800000) : unordered(th[h]);
+        for (int h = 0; h < MT * 2; ++h) tf[h] = thrf[my_row + (h >> 1) * 16 + (h & 1) * 8];
+#else
+        int th[MT * 2];
+#pragma unroll
+        for (int h = 0; h < MT * 2; ++h) th[h] = thr[my_row + (h >> 1) * 16 + (h & 1) * 8];
 #endif
-        }
         unsigned long long done[MT];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) done[mt] = 0ull;
@@ -407,7 +449,10 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         for (int nt = 0; nt < NT; ++nt) {
             // Whether any key of this n8 tile may enter, with no branch a key: once the
             // lists have filled, none does in nearly every tile.
-            bool any = false;
+            // (an answer an m16 tile, ORed at the end: four short chains of tests, not one long)
+            bool part[MT];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) part[mt] = false;
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = col0 + my_col + nt * 8 + e;
@@ -419,15 +464,18 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
 #ifdef HALF
-                        any |= !(nv[nt][e] - 2.f * acc[mt][nt][h * 2 + e] > tf[mt * 2 + h]);
+                        part[mt] |= !(key_value(nv[nt][e], acc[mt][nt][h * 2 + e]) > tf[mt * 2 + h]);
 #else
                         const int v = col < n_valid ? nrm - 2 * acc[mt][nt][h * 2 + e] : NO_KEY;
                         acc[mt][nt][h * 2 + e] = v;  // the key, for the passes after a merge
-                        any |= v <= th[mt * 2 + h];
+                        part[mt] |= v <= th[mt * 2 + h];
 #endif
                     }
                 }
             }
+            bool any = false;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) any |= part[mt];
             if (!any) continue;
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
@@ -436,14 +484,14 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
+                        const int r = my_row + mt * 16 + h * 8;
 #ifdef HALF
                         // (the integer test alone: the float one above takes every key it does)
-                        const int v = key_at(nv[nt][e], acc[mt][nt][h * 2 + e], col);
+                        const int v = key_at(nv[nt][e], acc[mt][nt][h * 2 + e], col), t = thr[r];
 #else
-                        const int v = acc[mt][nt][h * 2 + e];  // the key, as taken above
+                        const int v = acc[mt][nt][h * 2 + e], t = th[mt * 2 + h];  // (the key, as taken above)
 #endif
-                        if (v <= th[mt * 2 + h]) {  // rare once the lists have filled
-                            const int r = my_row + mt * 16 + h * 8;
+                        if (v <= t) {  // rare once the lists have filled
                             const int slot = atomicAdd(&count[r], 1);
                             if (slot < QCAP) {
                                 queue[slot * BM + r] = pack(v, col);
@@ -457,7 +505,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         }
         if (!group_or(gid, gsize, full)) return;
         while (true) {
-            const int more = gtid < rows && merge_queue(lists, queue, count, thr, row_lo + gtid, K);
+            const int more = gtid < rows && merge_queue(lists, queue, count, thr, thrf, row_lo + gtid, K);
             if (!group_or(gid, gsize, more)) break;
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
@@ -520,13 +568,8 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
             ++g;
         };
         for (int col0 = tile_begin * BN; col0 < tile_end * BN; col0 += BN) {
-            // The tile's norms, loaded while its products run.
             float nf[NT][2];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    nf[nt][e] = __ldg(norms + min(col0 + my_col + nt * 8 + e, n_valid - 1));
+            tile_norms(nf, col0);   // (loaded while its products run)
             mma_stage(0, true);
             for (int kb = 1; kb < nk; ++kb) mma_stage(kb, false);
             wgmma_wait<0>();
@@ -538,13 +581,9 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #else
     for (int col0 = tile_begin * BN; col0 < tile_end * BN; col0 += BN) {
 #ifdef RESIDENT
-        // The tile's norms, loaded while its products run (too few warps an SM to hide
-        // the loads' latency at the keys).
+        // (loaded while its products run: too few warps an SM to hide their latency at the keys)
         float nf[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) nf[nt][e] = __ldg(norms + min(col0 + my_col + nt * 8 + e, n_valid - 1));
+        tile_norms(nf, col0);
 #endif
         step(0, true);
         for (int kb = 1; kb < nk; ++kb) step(kb, false);
@@ -557,15 +596,12 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #else
         tile_keys(col0, norms + col0 + my_col, 8);   // (read as the keys are taken)
 #endif
-#ifndef WGMMA
-        zero(acc);   // (wgmma's first product of a tile overwrites them)
-#endif
     }
 #endif
     cp_async_wait<0>();
     __syncthreads();
     if (tid < BM) {
-        merge_queue(lists, queue, count, thr, tid, K);  // what the last tiles queued
+        merge_queue(lists, queue, count, thr, thrf, tid, K);  // what the last tiles queued
         heap_sort(lists + tid, K);
     }
     __syncthreads();
@@ -575,8 +611,21 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     }
 }
 
-// The K best of each row over the splits' lists: keys as float64 (inf where none) and
-// columns (2^31 - 1 where none), as the scan kernels leave them.
+// Entry j of a row's merged list, v, as the scan kernels leave it: its key as float64 (inf
+// where none) and its column (2^31 - 1 where none).
+__device__ __forceinline__ void put(double* keys, int* cols, int row, int K, int j, long long v) {
+#ifdef HALF
+    keys[(long long)row * K + j] = v == EMPTY ? __longlong_as_double(0x7ff0000000000000LL)
+                                              : (double)unordered(key_of(v));
+#else
+    keys[(long long)row * K + j] = v == EMPTY ? __longlong_as_double(0x7ff0000000000000LL)
+                                              : (double)key_of(v);
+#endif
+    cols[(long long)row * K + j] = v == EMPTY ? 0x7fffffff : (int)(v & 0xffffffffLL);
+}
+
+// The K best of each row over the splits' lists, a thread a row: each list's entries
+// inserted into the row's best K until one is no better than the K-th (lists ascend).
 extern "C" __global__ void fused_merge(const long long* __restrict__ parts, int splits, int m, int K,
                                        double* __restrict__ keys, int* __restrict__ cols)
 {
@@ -592,15 +641,33 @@ extern "C" __global__ void fused_merge(const long long* __restrict__ parts, int 
             insert(best, K, v);
         }
     }
-    for (int j = 0; j < K; ++j) {
-        const long long v = best[j];
-#ifdef HALF
-        keys[(long long)row * K + j] = v == EMPTY ? __longlong_as_double(0x7ff0000000000000LL)
-                                                  : (double)unordered(key_of(v));
-#else
-        keys[(long long)row * K + j] = v == EMPTY ? __longlong_as_double(0x7ff0000000000000LL)
-                                                  : (double)key_of(v);
-#endif
-        cols[(long long)row * K + j] = v == EMPTY ? 0x7fffffff : (int)(v & 0xffffffffLL);
+    for (int j = 0; j < K; ++j) put(keys, cols, row, K, j, best[j]);
+}
+
+// The same for a few splits, a thread an entry: entry j of split s's list goes to place
+// j + (the entries of the other lists before it: smaller, or equal in an earlier split,
+// found by binary search) if that is within the K best.  The places are distinct, so
+// the K first are each written once, with what fused_merge writes there.
+extern "C" __global__ void fused_merge_ranked(const long long* __restrict__ parts, int splits,
+                                              int m, int K, double* __restrict__ keys,
+                                              int* __restrict__ cols)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // ((s * m) + row) * K + j
+    if (i >= (long long)splits * m * K) return;
+    const int j = (int)(i % K), row = (int)((i / K) % m), s = (int)(i / ((long long)m * K));
+    const long long v = parts[i];
+    int place = j;
+    for (int o = 0; o < splits && place < K; ++o) {
+        if (o == s) continue;
+        const long long* p = parts + ((long long)o * m + row) * K;
+        int lo = 0, hi = K;
+        while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            const long long w = p[mid];
+            if (w < v || (w == v && o < s)) lo = mid + 1;
+            else hi = mid;
+        }
+        place += lo;
     }
+    if (place < K) put(keys, cols, row, K, place, v);
 }

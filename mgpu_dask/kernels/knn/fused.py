@@ -71,6 +71,10 @@ START_TILES = 1.5
 MERGE_THREADS = 32
 """Threads of a ``fused_merge`` block, a row each: its rows are few (10,000 queries, 79
 blocks of 128, left most SMs idle), so small blocks spread them over every SM."""
+RANKED_SPLITS = 16
+"""Up to this many splits the lists are merged a thread an entry (``fused_merge_ranked``:
+each entry placed by binary searches in the other lists) rather than a thread a row,
+whose insertions wait on each other (36 us at 10,000 rows of 3 splits of 18)."""
 _OPTIN: dict[int, tuple[int, int, tuple[int, int]]] = {}
 
 
@@ -115,11 +119,11 @@ class Build:
     def shared_bytes(self, K: int, d_pad: int) -> int:
         """Dynamic shared memory of a block for lists of ``K`` over ``d_pad`` features:
         the query rows (all of them when resident, else a ring's worth), the training
-        rows' ring, the lists, the queues, a count and threshold per row, and the TMA
-        ring's two mbarriers a stage."""
+        rows' ring, the lists, the queues, a count and threshold (an integer and a
+        float) per row, and the TMA ring's two mbarriers a stage."""
         queries = -(-d_pad // STAGE_BYTES) if self.resident else self.stages
         return ((queries * ROWS + self.stages * COLS) * STAGE_BYTES
-                + ROWS * (K + QUEUE) * 8 + ROWS * 8 + (16 * self.stages if self.tma else 0))
+                + ROWS * (K + QUEUE) * 8 + ROWS * 12 + (16 * self.stages if self.tma else 0))
 
 
 MMA_SYNC = Build(wgmma=False, resident=False, stages=STAGES, min_blocks=MIN_BLOCKS)
@@ -211,9 +215,10 @@ def usable(train: Any, K: int, split: bool = False) -> bool:
                            row_bytes(train, split)))
 
 
-def _kernels(build: Build, half: bool = False) -> tuple[Any, Any]:
+def _kernels(build: Build, half: bool = False) -> tuple[Any, Any, Any]:
     built = module(__package__, "fused.cu", build.options(half))
-    return built.get_function("fused_int8_topk"), built.get_function("fused_merge")
+    return (built.get_function("fused_int8_topk"), built.get_function("fused_merge"),
+            built.get_function("fused_merge_ranked"))
 
 
 def splits(query_blocks: int, tiles: int, sms: int, start_tiles: float = START_TILES) -> int:
@@ -260,7 +265,7 @@ class FusedTopK:
             except (OSError, AttributeError, RuntimeError) as exc:
                 self.note = f"no tensor map ({type(exc).__name__}: {exc}): {self.build.label} not run"
                 self.build = build_for(K, d_pad, capability, optin, tma=False, half=self.half)
-        self.search, self.merge = _kernels(self.build, self.half)
+        self.search, self.merge, self.merge_ranked = _kernels(self.build, self.half)
         self.queries, self.train, self.m, self.K = queries, train, m, K
         tiles = max(1, -(-train.n // COLS))
         self.splits = splits(-(-m // ROWS), tiles, sms * self.build.min_blocks,
@@ -280,6 +285,10 @@ class FusedTopK:
                      np.int32(t.operand.shape[0]), np.int32(t.n), t.norms,
                      np.int32(self.d_pad), np.int32(self.ld), np.int32(self.tiles_per_split),
                      np.int32(self.K), self.parts, tmap), shared_mem=self.shared)
-        self.merge((-(-self.m // MERGE_THREADS),), (MERGE_THREADS,),
-                   (self.parts, np.int32(self.splits), np.int32(self.m), np.int32(self.K),
-                    self.keys, self.cols))
+        merged = (self.parts, np.int32(self.splits), np.int32(self.m), np.int32(self.K),
+                  self.keys, self.cols)
+        if self.splits <= RANKED_SPLITS:
+            entries = self.splits * self.m * self.K
+            self.merge_ranked((-(-entries // 256),), (256,), merged)
+        else:
+            self.merge((-(-self.m // MERGE_THREADS),), (MERGE_THREADS,), merged)
