@@ -478,10 +478,11 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
             for (int mt = 0; mt < MT; ++mt) any |= part[mt];
             if (!any) continue;
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int col = col0 + my_col + nt * 8 + e;
+            for (int mt = 0; mt < MT; ++mt) {
+                if (!part[mt]) continue;   // (no key of this m16 tile may enter)
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
+                for (int e = 0; e < 2; ++e) {
+                    const int col = col0 + my_col + nt * 8 + e;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int r = my_row + mt * 16 + h * 8;
