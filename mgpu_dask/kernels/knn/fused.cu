@@ -486,7 +486,14 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int r = my_row + mt * 16 + h * 8;
-#ifdef HALF
+#if defined(HALF) && defined(WGMMA)
+                        // the float test again, then the integer one (the float test takes
+                        // every key it does): most of a passing n8 tile's keys stay out, and
+                        // the wgmma builds' threads hold few rows (MT 1) to skip the test for
+                        const float kv = key_value(nv[nt][e], acc[mt][nt][h * 2 + e]);
+                        if (kv > tf[mt * 2 + h]) continue;
+                        const int v = col < n_valid ? ordered(kv) : NO_KEY, t = thr[r];
+#elif defined(HALF)
                         // (the integer test alone: the float one above takes every key it does)
                         const int v = key_at(nv[nt][e], acc[mt][nt][h * 2 + e], col), t = thr[r];
 #else
