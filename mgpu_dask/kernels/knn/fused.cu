@@ -19,11 +19,13 @@
 // barriers, run at their own pace: one takes its keys while the other's products run.
 // Lists hold key * 2^32 + column, so one comparison orders by key, then by the smaller
 // column.  Each split writes its rows' lists; fused_merge (fused_merge_ranked for a few
-// splits) keeps the K best of the splits.  With HALF the operands are float16 (mma.sync m16n8k16, wgmma m64n128k16: the
-// same bytes a step, the same fragments and descriptors), the sums float32, and a key
-// |t|^2 - 2 q.t is a float whose bits, made to order as integers do, take the int key's
-// place: everything after the products is the same code.  Rows are LD bytes apart, of
-// which the first D_PAD take part (the first part of a split operand, or all of it).
+// splits) keeps the K best of the splits.  With HALF the operands are float16 (mma.sync
+// m16n8k16, wgmma m64n128k16: the same bytes a step, the same fragments and descriptors),
+// the sums float32, and a key |t|^2 - 2 q.t is a float whose bits, made to order as
+// integers do, take the int key's place: everything after the products is the same code
+// (each threshold kept as a float too, which the keys are tested against first).  Rows
+// are LD bytes apart, of which the first D_PAD take part (the first part of a split
+// operand, or all of it).
 
 #define BM 128
 #ifndef BN
@@ -488,8 +490,9 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                         const int r = my_row + mt * 16 + h * 8;
 #if defined(HALF) && defined(WGMMA)
                         // the float test again, then the integer one (the float test takes
-                        // every key it does): most of a passing n8 tile's keys stay out, and
-                        // the wgmma builds' threads hold few rows (MT 1) to skip the test for
+                        // every key it does): most of a passing n8 tile's keys stay out.  (A
+                        // wgmma build's thread holds one m16 tile's rows: the keys themselves
+                        // are what it can skip.)
                         const float kv = key_value(nv[nt][e], acc[mt][nt][h * 2 + e]);
                         if (kv > tf[mt * 2 + h]) continue;
                         const int v = col < n_valid ? ordered(kv) : NO_KEY, t = thr[r];

@@ -71,10 +71,11 @@ START_TILES = 1.5
 MERGE_THREADS = 32
 """Threads of a ``fused_merge`` block, a row each: its rows are few (10,000 queries, 79
 blocks of 128, left most SMs idle), so small blocks spread them over every SM."""
-RANKED_SPLITS = 16
-"""Up to this many splits the lists are merged a thread an entry (``fused_merge_ranked``:
-each entry placed by binary searches in the other lists) rather than a thread a row,
-whose insertions wait on each other (36 us at 10,000 rows of 3 splits of 18)."""
+RANKED_SPLITS, RANKED_THREADS = 16, 256
+"""Up to this many splits the lists are merged a thread an entry (``fused_merge_ranked``,
+blocks of ``RANKED_THREADS``: each entry placed by binary searches in the other lists, a
+few loads each) rather than a thread a row, whose insertions wait on each other's
+loads; past it an entry's searches would outnumber a row's insertions."""
 _OPTIN: dict[int, tuple[int, int, tuple[int, int]]] = {}
 
 
@@ -289,6 +290,6 @@ class FusedTopK:
                   self.keys, self.cols)
         if self.splits <= RANKED_SPLITS:
             entries = self.splits * self.m * self.K
-            self.merge_ranked((-(-entries // 256),), (256,), merged)
+            self.merge_ranked((-(-entries // RANKED_THREADS),), (RANKED_THREADS,), merged)
         else:
             self.merge((-(-self.m // MERGE_THREADS),), (MERGE_THREADS,), merged)
