@@ -232,7 +232,9 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     for (int i = tid; i < BM; i += THREADS) {
         count[i] = 0;
         thr[i] = row0 + i < m ? OPEN_KEY : CLOSED_KEY;
+#ifdef HALF
         thrf[i] = __int_as_float(row0 + i < m ? 0x7f800000 : 0xff800000);   // +inf, -inf
+#endif
     }
 
 #ifndef TMA
