@@ -196,12 +196,17 @@ def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tu
     gpu = bool(shards) and array_module(shards[0][0].norms) is not np
     # candidates that may land in the merger's inbox: one shard's, on a GPU
     reply = 3 * 8 * k if mail is not None and gpu and len(shards) == 1 else 0
-    asked = []
-    for i, holder, key, rows, nbytes in remote:
+    # A worker with nothing of its own to do meanwhile (no blocks here, none to hand out)
+    # asks for its first block in its own thread, after the others (through the pool).
+    idle = not local and not (hand_out is not None and hand_out.keys and hand_out.askers)
+    asked: list[Any] = [None] * len(remote)
+    for j in [*range(1, len(remote)), 0] if remote else []:
+        i, holder, key, rows, nbytes = remote[j]
         box = peer_copy.take(nbytes) if gpu else None
-        asked.append((i, box, direct.from_worker(
+        asked[j] = (i, box, direct.from_worker(
             holder, held_block, key, name, box.desc if box is not None else None,
-            reply * rows, worker=worker, lane_path=paths.get(holder))))
+            reply * rows, worker=worker, lane_path=paths.get(holder), here=idle and j == 0,
+            timeout=wait))
     if hand_out is not None and hand_out.keys and hand_out.askers:
         _handed_out(hand_out, min(wait, HAND_OUT_WAIT))
     mergers = dict(mail.mergers) if mail else {}
@@ -216,7 +221,7 @@ def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tu
     for i, Qb in zip(local, held[2 * len(shards):]):
         out[i] = search_all(Qb, host=mail is None)  # merged here with mail: kept on device
     try:
-        for i, box, future in asked:
+        for n, (i, box, future) in enumerate(asked):
             handed = future.result(timeout=wait)
             if handed.landed is not None:
                 Qb = box.view(handed.landed.shape, handed.landed.dtype)
@@ -233,9 +238,10 @@ def candidates_here(worker: Any, *held: Any, offsets: tuple[int, ...], local: tu
             found = [landed] if landed is not None else [
                 c.get() if hasattr(c, "get") else c for c in found]
             peer_copy.give_back(box)  # the copy or the get waited for the search
-            sent.append(direct.from_worker(mergers[i], deposit, mail.name, i,
+            sent.append(direct.from_worker(mergers[i], deposit, mail.name, i,  # the last: here
                                            dict(zip(mail.shards, found)), worker=worker,
-                                           lane_path=paths.get(mergers[i])))
+                                           lane_path=paths.get(mergers[i]),
+                                           here=n == len(asked) - 1, timeout=wait))
         for delivery in sent:
             delivery.result(timeout=wait)
         if mail is None:

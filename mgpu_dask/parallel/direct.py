@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import inspect
 from typing import Any, NamedTuple
 
@@ -47,7 +48,8 @@ PEER_LANE_CALLS = [0]
 
 
 def from_worker(address: str, function: Any, *args: Any, worker: Any = None,
-                lane_path: str | None = None) -> "concurrent.futures.Future[Any]":
+                lane_path: str | None = None, here: bool = False,
+                timeout: float | None = None) -> "concurrent.futures.Future[Any]":
     """Run ``function(*args)`` on the worker at ``address``, asked by ``worker`` (this
     process's Dask worker; by default the one whose task runs this).
 
@@ -55,9 +57,12 @@ def from_worker(address: str, function: Any, *args: Any, worker: Any = None,
     asked over the lane and runs in the lane's thread there: its arguments and answer cross a Unix
     socket as they lie (arrays out of band), where Dask's RPC pickles them in band
     and frames them again (milliseconds a megabyte).  Where the lane cannot be
-    reached, through Dask's RPC; past ``mgpu-dask.cluster.compute-timeout`` without an
-    answer, ``TimeoutError``.  Returns at once with a future of the result (an
+    reached, through Dask's RPC; past ``timeout`` seconds (by default
+    ``mgpu-dask.cluster.compute-timeout``) without an answer, ``TimeoutError``.  Returns at once with a future of the result (an
     exception raised there is raised by ``result()``); callable from any thread.
+    ``here``: a call over the lane is made in this thread, and the future comes back
+    done -- for a caller with nothing else to do meanwhile, which then spares the two
+    hand-offs between threads (each about as long as the call itself, on a busy host).
     """
     if worker is None:
         from distributed import get_worker
@@ -67,18 +72,27 @@ def from_worker(address: str, function: Any, *args: Any, worker: Any = None,
         from .. import config
         from . import lane
 
-        timeout = config.seconds("cluster.compute-timeout")
+        if timeout is None:
+            timeout = config.seconds("cluster.compute-timeout")
 
         def over_lane() -> Any:
             try:
                 answer = lane.call_peer(lane_path, ("thread", function, args), timeout)
             except ConnectionError:  # no lane after all: Dask's RPC, as without one
                 return asyncio.run_coroutine_threadsafe(
-                    _run(worker.rpc(address), function, args), worker.loop.asyncio_loop).result()
+                    _run(worker.rpc(address), function, args),
+                    worker.loop.asyncio_loop).result(timeout)
             PEER_LANE_CALLS[0] += 1
             return answer
 
-        return _PEER_CALLS.submit(over_lane)
+        if not here:
+            return _PEER_CALLS.submit(over_lane)
+        done: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+        try:
+            done.set_result(over_lane())
+        except BaseException as exc:  # noqa: BLE001 - raised again by result(), as the pool's
+            done.set_exception(exc)
+        return done
     return asyncio.run_coroutine_threadsafe(_run(worker.rpc(address), function, args),
                                             worker.loop.asyncio_loop)
 
@@ -137,10 +151,22 @@ def served(message: tuple, dask_worker: Any = None) -> Any:
                                             dask_worker.loop.asyncio_loop).result()
 
 
-def _worker_kwargs(function: Any, dask_worker: Any) -> dict[str, Any]:
+@functools.lru_cache(maxsize=256)
+def _takes_worker(function: Any) -> bool:
+    """Whether ``function`` takes ``dask_worker`` (its signature read once, not each call)."""
     from distributed.utils import has_arg
 
-    return {"dask_worker": dask_worker} if has_arg(function, "dask_worker") else {}
+    return has_arg(function, "dask_worker")
+
+
+def _worker_kwargs(function: Any, dask_worker: Any) -> dict[str, Any]:
+    try:
+        takes = _takes_worker(function)
+    except TypeError:  # not hashable
+        from distributed.utils import has_arg
+
+        takes = has_arg(function, "dask_worker")
+    return {"dask_worker": dask_worker} if takes else {}
 
 
 async def _run_here(function: Any, args: tuple, dask_worker: Any) -> Any:

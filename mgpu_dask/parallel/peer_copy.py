@@ -139,6 +139,22 @@ def _mapped(desc: dict[str, Any]) -> tuple[int, int] | None:
     return ptr, device
 
 
+_STREAMS = threading.local()  # each thread's copy streams, by device
+
+
+def _copy_stream(device: int) -> Any:
+    """This thread's stream for copies on ``device``, made once: a stream of its own, so
+    that a copy is not queued behind this worker's other work (its own search)."""
+    import cupy
+
+    streams = getattr(_STREAMS, "by_device", None)
+    if streams is None:
+        streams = _STREAMS.by_device = {}
+    if device not in streams:
+        streams[device] = cupy.cuda.Stream(non_blocking=True)
+    return streams[device]
+
+
 def copy_into(desc: dict[str, Any] | None, array: Any) -> Landed | None:
     """Copy CuPy ``array`` into the inbox ``desc`` names (another process's, on this host)
     and wait for the copy; what to tell the reader, or None where it cannot be done here
@@ -157,8 +173,7 @@ def copy_into(desc: dict[str, Any] | None, array: Any) -> Landed | None:
         with cupy.cuda.Device(array.device.id):
             src = cupy.ascontiguousarray(array)
             made = cupy.cuda.get_current_stream().record()
-            # a stream of its own: not behind this worker's other work (its own search)
-            stream = cupy.cuda.Stream(non_blocking=True)
+            stream = _copy_stream(array.device.id)
             stream.wait_event(made)
             cupy.cuda.runtime.memcpyPeerAsync(ptr, device, src.data.ptr, src.device.id,
                                               src.nbytes, stream.ptr)

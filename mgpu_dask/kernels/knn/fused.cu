@@ -60,6 +60,7 @@
 #endif
 #define LK 64            // longest list (MAX_K); a block's lists take BM * K entries
 #define QCAP 32          // queue entries per row between two merges
+#define LOOK 8           // tiles between two reads of the shared thresholds (a power of two)
 #define EMPTY 0x7fffffffffffffffLL
 #define NO_KEY 0x7fffffff
 #define OPEN_KEY 0x7ffffffe   // threshold of a list not yet full: every real key passes
@@ -142,20 +143,31 @@ __device__ __forceinline__ void heap_sort(long long* list, int K) {
     }
 }
 
+// Row r's threshold lowered to t where t is lower (r's thread; the others may read the
+// old one or the new one meanwhile: either lets in every key that may enter).
+__device__ __forceinline__ void lower(int* thr, float* thrf, int r, int t) {
+    if (t < thr[r]) {
+        thr[r] = t;
+#ifdef HALF
+        thrf[r] = unordered(t);
+#endif
+    }
+}
+
 // Row r's queue (entry i at queue[i * BM + r]) into its heap (r's thread); whether the
-// queue had overflowed.
+// queue had overflowed.  With bound (the block's rows' slots in the search's shared
+// thresholds), the row's K-th goes there and the lowest any split has put there comes
+// back (atomicMin: the old value).
 __device__ __forceinline__ bool merge_queue(long long* lists, const long long* queue, int* count,
-                                            int* thr, float* thrf, int r, int K) {
+                                            int* thr, float* thrf, int r, int K, int* bound) {
     const int c = count[r];
     if (!c) return false;
     long long* list = lists + r;
     for (int i = 0; i < min(c, QCAP); ++i) heap_replace(list, K, queue[i * BM + r]);
-    if (AT(list, 0) != EMPTY) {
-        thr[r] = key_of(AT(list, 0));
-#ifdef HALF
-        thrf[r] = unordered(thr[r]);
-#endif
-    }
+    int t = thr[r];
+    if (AT(list, 0) != EMPTY) t = min(t, key_of(AT(list, 0)));
+    if (bound) t = min(t, atomicMin(bound + r, t));
+    lower(thr, thrf, r, t);
     count[r] = 0;
     return c > QCAP;
 }
@@ -200,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 const signed char* __restrict__ T, int t_rows, int n_valid,
                 const float* __restrict__ norms, int d_pad, int ld, int tiles_per_split, int K,
-                long long* __restrict__ out, const void* __restrict__ tmap)
+                long long* __restrict__ out, const void* __restrict__ tmap, int* __restrict__ shared)
 {
     extern __shared__ __align__(1024) unsigned char smem[];  // (wgmma: stages on 512-byte boundaries)
     const int nk = (d_pad + BK - 1) / BK;
@@ -227,6 +239,11 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     const int tile_begin = blockIdx.y * tiles_per_split;
     const int tile_end = min(tile_begin + tiles_per_split, ntiles);
     const int total = tile_end > tile_begin ? (tile_end - tile_begin) * nk : 0;
+    // The search's thresholds shared by the splits (null: one split), a query row's
+    // lowest K-th key of any split so far: no key above it is among the row's K best
+    // over all splits (that split alone has K better), so each split's lists take only
+    // what may be, and their merge is what it would be without.
+    int* const bound = shared ? shared + row0 : nullptr;
 
     for (int i = tid; i < BM * K; i += THREADS) lists[i] = EMPTY;
     for (int i = tid; i < BM; i += THREADS) {
@@ -420,7 +437,14 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         return col < n_valid ? ordered(key_value(nrm, a)) : NO_KEY;
     };
 #endif
+    // The row whose threshold this thread keeps (merges it, lowers it to the shared one).
+    const int own = row_lo + gtid;
+    const bool keeps = gtid < rows && bound != nullptr && row0 + own < m;
     auto tile_keys = [&](const int col0, const float* nrm_at, const int step) {
+        // Every LOOK tiles, the shared threshold of this thread's row, read now (from L2,
+        // where the splits' atomicMin leave it) and taken after the tile's tests, so that
+        // its latency hides behind them.
+        const int fresh = keeps && ((col0 / BN) & (LOOK - 1)) == 0 ? __ldcg(bound + own) : OPEN_KEY;
 #ifdef HALF
         // The thresholds as floats (thrf): a key is compared as the float it is, and made
         // an ordered integer only where it passes (rare once the lists have filled), then
@@ -516,9 +540,11 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 }
             }
         }
+        if (fresh != OPEN_KEY) lower(thr, thrf, own, fresh);
         if (!group_or(gid, gsize, full)) return;
         while (true) {
-            const int more = gtid < rows && merge_queue(lists, queue, count, thr, thrf, row_lo + gtid, K);
+            const int more = gtid < rows && merge_queue(lists, queue, count, thr, thrf, own, K,
+                                                        keeps ? bound : nullptr);
             if (!group_or(gid, gsize, more)) break;
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
@@ -614,7 +640,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     cp_async_wait<0>();
     __syncthreads();
     if (tid < BM) {
-        merge_queue(lists, queue, count, thr, thrf, tid, K);  // what the last tiles queued
+        merge_queue(lists, queue, count, thr, thrf, tid, K, nullptr);  // what the last tiles queued
         heap_sort(lists + tid, K);
     }
     __syncthreads();

@@ -62,6 +62,7 @@ LOADER = 32       # the TMA build's loading warp, beside THREADS
 COLS, STAGES, MIN_BLOCKS = 128, 3, 2
 WGMMA = (9, 0)    # the compute capability whose products are wgmma (sm_90a; not Blackwell's)
 MAX_K = 64
+OPEN_KEY = 0x7FFFFFFE  # as fused.cu has it: a threshold that every real key passes
 MAX_SPLITS = 512  # a few query rows over many training rows still fill the GPU
 NEEDS = (8, 0)
 # Per-block start-up (pipeline fill, the first tiles' flood of candidates) in tiles of
@@ -272,20 +273,26 @@ class FusedTopK:
         self.splits = splits(-(-m // ROWS), tiles, sms * self.build.min_blocks,
                              self.build.start_tiles)
         self.tiles_per_split = -(-tiles // self.splits)
-        self.shared = self.build.shared_bytes(K, d_pad)
-        self.search.max_dynamic_shared_size_bytes = self.shared
+        self.shared_bytes = self.build.shared_bytes(K, d_pad)
+        self.search.max_dynamic_shared_size_bytes = self.shared_bytes
         self.parts = cupy.empty((self.splits, m, K), dtype=np.int64)
+        # the splits' shared thresholds, a query row's lowest K-th key so far (fused.cu)
+        self.shared = cupy.empty(m, dtype=np.int32) if self.splits > 1 else None
         self.keys = cupy.empty((m, K), dtype=np.float64)
         self.cols = cupy.empty((m, K), dtype=np.int32)
 
     def __call__(self) -> None:
         t, q = self.train, self.queries
         tmap = self.tmap if self.tmap is not None else np.uint64(0)
+        shared = np.uint64(0)
+        if self.shared is not None:
+            self.shared.fill(OPEN_KEY)
+            shared = self.shared
         self.search((-(-self.m // ROWS), self.splits), (self.build.threads,),
                     (q, np.int32(self.m), np.int32(q.shape[0]), t.operand,
                      np.int32(t.operand.shape[0]), np.int32(t.n), t.norms,
                      np.int32(self.d_pad), np.int32(self.ld), np.int32(self.tiles_per_split),
-                     np.int32(self.K), self.parts, tmap), shared_mem=self.shared)
+                     np.int32(self.K), self.parts, tmap, shared), shared_mem=self.shared_bytes)
         merged = (self.parts, np.int32(self.splits), np.int32(self.m), np.int32(self.K),
                   self.keys, self.cols)
         if self.splits <= RANKED_SPLITS:
