@@ -120,3 +120,79 @@ def test_both_merges_keep_each_rows_k_best_over_the_splits(merges, splits, m, K)
     real = want != EMPTY
     np.testing.assert_array_equal(ranked[1], np.where(real, want & 0xffffffff, 2**31 - 1))
     np.testing.assert_array_equal(ranked[0], np.where(real, (want >> 32).astype(float), np.inf))
+
+
+@pytest.fixture(scope="module")
+def scans(tmp_path_factory):
+    """The splits' scans of one query row, built for the host around fused.cu's own
+    ``merge_queue`` and ``lower``: each split tests a tile's keys against its threshold,
+    queues those that pass, merges its queue once half full and, with shared thresholds,
+    reads the row's shared one every ``look`` tiles; the splits take their tiles in turn,
+    as blocks running side by side would (int8 keys)."""
+    text = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
+    functions = text[text.index("#define AT(list, j)"):text.index("#ifdef WGMMA\n// A warpgroup")]
+    qcap = int(re.search(r"#define QCAP (\d+)", text).group(1))
+    return _host_library(tmp_path_factory, "scan", (
+        "#include <vector>\n#include <algorithm>\n#define __device__\n#define __forceinline__ inline\n"
+        f"#define BM {fused.ROWS}\n#define QCAP {qcap}\n#define EMPTY 0x7fffffffffffffffLL\n"
+        f"#define OPEN_KEY {fused.OPEN_KEY}\nusing std::min;\n"
+        "static int key_of(long long p) { return (int)(p >> 32); }\n"
+        "static int atomicMin(int* p, int v) { const int old = *p; if (v < old) *p = v; return old; }\n"
+        + functions +
+        'extern "C" long long scan(const int* keys, int splits, int n, int K, int tile, int share,'
+        " int look, long long* out) {\n"
+        "    struct Split { std::vector<long long> lists, queue; std::vector<int> count, thr;"
+        " std::vector<float> thrf; };\n"
+        "    std::vector<Split> at(splits);\n"
+        "    for (auto& s : at) { s.lists.assign(BM * K, EMPTY); s.queue.assign(BM * QCAP, 0);"
+        " s.count.assign(BM, 0); s.thr.assign(BM, OPEN_KEY); s.thrf.assign(BM, 0.f); }\n"
+        "    int bound = OPEN_KEY;\n    long long queued = 0;\n"
+        "    for (int t = 0; t * tile < n; ++t)\n"
+        "        for (int p = 0; p < splits; ++p) {\n"
+        "            Split& s = at[p];\n"
+        "            if (share && t % look == 0) lower(s.thr.data(), s.thrf.data(), 0, bound);\n"
+        "            for (int c = t * tile; c < min(n, (t + 1) * tile); ++c) {\n"
+        "                const int v = keys[p * n + c];\n"
+        "                if (v <= s.thr[0]) {\n"
+        "                    s.queue[s.count[0]++ * BM] = (long long)v * 4294967296LL + (p * n + c);\n"
+        "                    ++queued;\n                }\n            }\n"
+        "            if (s.count[0] >= QCAP / 2) merge_queue(s.lists.data(), s.queue.data(),"
+        " s.count.data(), s.thr.data(), s.thrf.data(), 0, K, share ? &bound : nullptr);\n"
+        "        }\n"
+        "    for (int p = 0; p < splits; ++p) {\n"
+        "        Split& s = at[p];\n"
+        "        merge_queue(s.lists.data(), s.queue.data(), s.count.data(), s.thr.data(),"
+        " s.thrf.data(), 0, K, nullptr);\n"
+        "        heap_sort(s.lists.data(), K);\n"
+        "        for (int j = 0; j < K; ++j) out[p * K + j] = s.lists[j * BM];\n    }\n"
+        "    return queued;\n}\n"))
+
+
+def _scan(lib, keys, K, share, tile=16, look=8):
+    splits, n = keys.shape
+    out = np.zeros((splits, K), dtype=np.int64)
+    queued = lib.scan(keys.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(splits), ctypes.c_int(n),
+                      ctypes.c_int(K), ctypes.c_int(tile), ctypes.c_int(int(share)),
+                      ctypes.c_int(look), out.ctypes.data_as(ctypes.c_void_p))
+    return out, queued
+
+
+@pytest.mark.parametrize("splits, n, K, spread", [(2, 300, 10, 1 << 20), (5, 2000, 64, 1 << 20),
+                                                  (5, 2000, 18, 50), (8, 64, 64, 1 << 20)])
+def test_shared_thresholds_queue_fewer_keys_and_merge_to_the_same_k_best(scans, splits, n, K,
+                                                                         spread):
+    """A row's keys over several splits (ties among them where the spread is small, a split
+    shorter than K too): with the thresholds shared, each split's list, merged with the
+    others', still gives the K smallest of all the row's keys (packed with their columns,
+    ties to the smaller), as without sharing; and the splits queue fewer keys."""
+    rng = np.random.default_rng(splits * n + K)
+    keys = np.ascontiguousarray(rng.integers(-spread, spread, (splits, n)).astype(np.int32))
+    packed = keys.astype(np.int64) * (1 << 32) + np.arange(splits * n).reshape(splits, n)
+    want = np.sort(np.concatenate([packed.ravel(), np.full(K, EMPTY, np.int64)]))[:K]
+    alone, queued_alone = _scan(scans, keys, K, share=False)
+    shared, queued_shared = _scan(scans, keys, K, share=True)
+    for lists in (alone, shared):
+        np.testing.assert_array_equal(np.sort(lists.ravel())[:K], want)
+    assert (np.diff(shared, axis=1) >= 0).all()  # each split's list still ascends
+    if n > K:  # every split fills its list: the others' thresholds cut what it queues
+        assert queued_shared < queued_alone

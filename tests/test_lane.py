@@ -400,3 +400,47 @@ def test_a_worker_asks_another_over_its_lane_else_through_dasks_rpc(cluster_clie
     (tag, where, _), over = client.submit(_ask_peer, b, paths[b], "z", _where_am_i,
                                           workers=[a], pure=False).result()
     assert (tag, where, over) == ("z", b, 0)
+
+
+def _fails(tag):
+    raise LookupError(f"no {tag} here")
+
+
+def _ask_here(other, path, tag, function=_who):
+    """In a worker's task: ``function`` asked of ``other`` in this very thread (``here``):
+    whether the future came back done, the thread that made the call, and the answer (or
+    the exception's type and text)."""
+    import threading
+
+    seen = []
+    real = lane.call_peer
+
+    def watched(*args, **kwargs):
+        seen.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    lane.call_peer = watched
+    try:
+        future = direct.from_worker(other, function, tag, lane_path=path, here=True, timeout=30)
+    finally:
+        lane.call_peer = real
+    done = future.done()
+    try:
+        answer = future.result()
+    except LookupError as exc:
+        answer = (type(exc).__name__, str(exc))
+    return done, seen == [threading.current_thread().name], answer
+
+
+def test_a_worker_asks_another_in_its_own_thread_when_it_says_here(cluster_client):
+    """``here``: the call over the lane is made in the caller's thread (no pool), and the
+    future comes back done, with the answer or with the exception raised there."""
+    client = cluster_client
+    a, b = sorted(client.nthreads())
+    paths = lane.paths(client, [a, b], direct.SERVED)
+    done, in_caller, (tag, where, _) = client.submit(_ask_here, b, paths[b], "h", workers=[a],
+                                                     pure=False).result()
+    assert (done, in_caller, tag, where) == (True, True, "h", b)
+    done, in_caller, answer = client.submit(_ask_here, b, paths[b], "x", _fails, workers=[a],
+                                            pure=False).result()
+    assert (done, in_caller, answer) == (True, True, ("LookupError", "no x here"))

@@ -18,7 +18,9 @@
 // warpgroups have read it), and the warpgroups, no longer held together by block-wide
 // barriers, run at their own pace: one takes its keys while the other's products run.
 // Lists hold key * 2^32 + column, so one comparison orders by key, then by the smaller
-// column.  Each split writes its rows' lists; fused_merge (fused_merge_ranked for a few
+// column.  The splits share each row's threshold (the lowest K-th key of any, in global
+// memory), so that none takes keys that cannot be among the row's K best over all of
+// them.  Each split writes its rows' lists; fused_merge (fused_merge_ranked for a few
 // splits) keeps the K best of the splits.  With HALF the operands are float16 (mma.sync
 // m16n8k16, wgmma m64n128k16: the same bytes a step, the same fragments and descriptors),
 // the sums float32, and a key |t|^2 - 2 q.t is a float whose bits, made to order as

@@ -9,7 +9,11 @@ it computes the 128 x COLS products with ``mma.sync`` (int8 in, int32 out, exact
 :mod:`.precision`), makes them keys ``|t|^2 - 2 q.t`` and compares each with its
 row's current K-th key.  The few keys that pass go through a per-row queue into
 the row's list in shared memory, a heap (a key that enters sinks in log2(K) steps;
-each split's lists are sorted as they go out).  A second kernel keeps the K best
+each split's lists are sorted as they go out).  The splits share each query row's
+threshold, the lowest K-th key any of them has so far (an ``atomicMin`` in global
+memory at each merge, read every few tiles): a split keeps only keys that may be among
+the row's K best over all splits, so a row's passes no longer grow with the splits, and
+the lists' merge is the same as without.  A second kernel keeps the K best
 over the splits.  Keys and columns come out as the tile loop's scan leaves them, ties
 to the smaller column, so everything after the search is unchanged.
 
