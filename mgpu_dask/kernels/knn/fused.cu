@@ -214,7 +214,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
                 const signed char* __restrict__ T, int t_rows, int n_valid,
                 const float* __restrict__ norms, int d_pad, int ld, int tiles_per_split, int K,
-                long long* __restrict__ out, const void* __restrict__ tmap, int* __restrict__ shared)
+                long long* __restrict__ out, const void* __restrict__ tmap,
+                int* __restrict__ thresholds)
 {
     extern __shared__ __align__(1024) unsigned char smem[];  // (wgmma: stages on 512-byte boundaries)
     const int nk = (d_pad + BK - 1) / BK;
@@ -245,7 +246,7 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
     // lowest K-th key of any split so far: no key above it is among the row's K best
     // over all splits (that split alone has K better), so each split's lists take only
     // what may be, and their merge is what it would be without.
-    int* const bound = shared ? shared + row0 : nullptr;
+    int* const bound = thresholds ? thresholds + row0 : nullptr;
 
     for (int i = tid; i < BM * K; i += THREADS) lists[i] = EMPTY;
     for (int i = tid; i < BM; i += THREADS) {

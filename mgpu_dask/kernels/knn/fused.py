@@ -281,22 +281,22 @@ class FusedTopK:
         self.search.max_dynamic_shared_size_bytes = self.shared_bytes
         self.parts = cupy.empty((self.splits, m, K), dtype=np.int64)
         # the splits' shared thresholds, a query row's lowest K-th key so far (fused.cu)
-        self.shared = cupy.empty(m, dtype=np.int32) if self.splits > 1 else None
+        self.thresholds = cupy.empty(m, dtype=np.int32) if self.splits > 1 else None
         self.keys = cupy.empty((m, K), dtype=np.float64)
         self.cols = cupy.empty((m, K), dtype=np.int32)
 
     def __call__(self) -> None:
         t, q = self.train, self.queries
         tmap = self.tmap if self.tmap is not None else np.uint64(0)
-        shared = np.uint64(0)
-        if self.shared is not None:
-            self.shared.fill(OPEN_KEY)
-            shared = self.shared
+        thresholds = np.uint64(0)  # (null: one split)
+        if self.thresholds is not None:
+            self.thresholds.fill(OPEN_KEY)
+            thresholds = self.thresholds
         self.search((-(-self.m // ROWS), self.splits), (self.build.threads,),
                     (q, np.int32(self.m), np.int32(q.shape[0]), t.operand,
                      np.int32(t.operand.shape[0]), np.int32(t.n), t.norms,
                      np.int32(self.d_pad), np.int32(self.ld), np.int32(self.tiles_per_split),
-                     np.int32(self.K), self.parts, tmap, shared), shared_mem=self.shared_bytes)
+                     np.int32(self.K), self.parts, tmap, thresholds), shared_mem=self.shared_bytes)
         merged = (self.parts, np.int32(self.splits), np.int32(self.m), np.int32(self.K),
                   self.keys, self.cols)
         if self.splits <= RANKED_SPLITS:
