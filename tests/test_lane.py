@@ -402,7 +402,7 @@ def test_a_worker_asks_another_over_its_lane_else_through_dasks_rpc(cluster_clie
     assert (tag, where, over) == ("z", b, 0)
 
 
-def _fails(tag):
+def _refuses(tag):
     raise LookupError(f"no {tag} here")
 
 
@@ -441,6 +441,6 @@ def test_a_worker_asks_another_in_its_own_thread_when_it_says_here(cluster_clien
     done, in_caller, (tag, where, _) = client.submit(_ask_here, b, paths[b], "h", workers=[a],
                                                      pure=False).result()
     assert (done, in_caller, tag, where) == (True, True, "h", b)
-    done, in_caller, answer = client.submit(_ask_here, b, paths[b], "x", _fails, workers=[a],
+    done, in_caller, answer = client.submit(_ask_here, b, paths[b], "x", _refuses, workers=[a],
                                             pure=False).result()
     assert (done, in_caller, answer) == (True, True, ("LookupError", "no x here"))
