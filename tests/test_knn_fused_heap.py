@@ -133,11 +133,13 @@ def scans(tmp_path_factory):
     functions = text[text.index("#define AT(list, j)"):text.index("#ifdef WGMMA\n// A warpgroup")]
     qcap = int(re.search(r"#define QCAP (\d+)", text).group(1))
     return _host_library(tmp_path_factory, "scan", (
-        "#include <vector>\n#include <algorithm>\n#define __device__\n#define __forceinline__ inline\n"
+        "#include <vector>\n#include <algorithm>\n"
+        "#define __device__\n#define __forceinline__ inline\n"
         f"#define BM {fused.ROWS}\n#define QCAP {qcap}\n#define EMPTY 0x7fffffffffffffffLL\n"
         f"#define OPEN_KEY {fused.OPEN_KEY}\nusing std::min;\n"
         "static int key_of(long long p) { return (int)(p >> 32); }\n"
-        "static int atomicMin(int* p, int v) { const int old = *p; if (v < old) *p = v; return old; }\n"
+        "static int atomicMin(int* p, int v) {\n"
+        "    const int old = *p;\n    if (v < old) *p = v;\n    return old;\n}\n"
         + functions +
         'extern "C" long long scan(const int* keys, int splits, int n, int K, int tile, int share,'
         " int look, long long* out) {\n"
@@ -154,7 +156,8 @@ def scans(tmp_path_factory):
         "            for (int c = t * tile; c < min(n, (t + 1) * tile); ++c) {\n"
         "                const int v = keys[p * n + c];\n"
         "                if (v <= s.thr[0]) {\n"
-        "                    s.queue[s.count[0]++ * BM] = (long long)v * 4294967296LL + (p * n + c);\n"
+        "                    s.queue[s.count[0]++ * BM] =\n"
+        "                        (long long)v * 4294967296LL + (p * n + c);\n"
         "                    ++queued;\n                }\n            }\n"
         "            if (s.count[0] >= QCAP / 2) merge_queue(s.lists.data(), s.queue.data(),"
         " s.count.data(), s.thr.data(), s.thrf.data(), 0, K, share ? &bound : nullptr);\n"

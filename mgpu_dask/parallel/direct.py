@@ -54,15 +54,15 @@ def from_worker(address: str, function: Any, *args: Any, worker: Any = None,
     process's Dask worker; by default the one whose task runs this).
 
     With ``lane_path`` (that worker's lane, :func:`.lane.paths`) a plain function is
-    asked over the lane and runs in the lane's thread there: its arguments and answer cross a Unix
-    socket as they lie (arrays out of band), where Dask's RPC pickles them in band
-    and frames them again (milliseconds a megabyte).  Where the lane cannot be
-    reached, through Dask's RPC; past ``timeout`` seconds (by default
-    ``mgpu-dask.cluster.compute-timeout``) without an answer, ``TimeoutError``.  Returns at once with a future of the result (an
-    exception raised there is raised by ``result()``); callable from any thread.
-    ``here``: a call over the lane is made in this thread, and the future comes back
-    done -- for a caller with nothing else to do meanwhile, which then spares the two
-    hand-offs between threads (each about as long as the call itself, on a busy host).
+    asked over the lane and runs in the lane's thread there: its arguments and answer
+    cross a Unix socket as they lie (arrays out of band), where Dask's RPC pickles them
+    in band and frames them again.  Where the lane cannot be reached, through Dask's
+    RPC; past ``timeout`` seconds (by default ``mgpu-dask.cluster.compute-timeout``)
+    without an answer, ``TimeoutError``.  Returns at once with a future of the result
+    (an exception raised there is raised by ``result()``); callable from any thread.
+    ``here``: a call over the lane is made in this thread and the future comes back
+    done, for a caller with nothing else to do meanwhile: it spares the hand-offs to a
+    pool thread and back.
     """
     if worker is None:
         from distributed import get_worker
