@@ -447,7 +447,8 @@ fused_int8_topk(const signed char* __restrict__ Q, int m, int q_rows,
         // Every LOOK tiles, the shared threshold of this thread's row, read now (from L2,
         // where the splits' atomicMin leave it) and taken after the tile's tests, so that
         // its latency hides behind them.
-        const int fresh = keeps && ((col0 / BN) & (LOOK - 1)) == 0 ? __ldcg(bound + own) : OPEN_KEY;
+        const bool look = keeps && ((col0 / BN) & (LOOK - 1)) == 0;
+        const int fresh = look ? __ldcg(bound + own) : OPEN_KEY;
 #ifdef HALF
         // The thresholds as floats (thrf): a key is compared as the float it is, and made
         // an ordered integer only where it passes (rare once the lists have filled), then
