@@ -132,6 +132,7 @@ def scans(tmp_path_factory):
     text = resources.files("mgpu_dask.kernels.knn").joinpath("fused.cu").read_text()
     functions = text[text.index("#define AT(list, j)"):text.index("#ifdef WGMMA\n// A warpgroup")]
     qcap = int(re.search(r"#define QCAP (\d+)", text).group(1))
+    assert int(re.search(r"#define OPEN_KEY (0x[0-9a-f]+)", text).group(1), 16) == fused.OPEN_KEY
     return _host_library(tmp_path_factory, "scan", (
         "#include <vector>\n#include <algorithm>\n"
         "#define __device__\n#define __forceinline__ inline\n"

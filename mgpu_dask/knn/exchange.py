@@ -62,8 +62,9 @@ def held_block(key: Any, name: str = "", inbox: dict[str, Any] | None = None,
     elif landed is None:
         import cupy
 
-        with cupy.cuda.Device(block.device.id), cupy.cuda.Stream(non_blocking=True) as stream:
-            host = block.get(stream=stream)  # not behind this worker's own search
+        with cupy.cuda.Device(block.device.id):
+            stream = peer_copy.copy_stream(block.device.id)  # not behind this worker's search
+            host = block.get(stream=stream)
             stream.synchronize()
     if reply and on_gpu(block):
         import cupy

@@ -142,7 +142,7 @@ def _mapped(desc: dict[str, Any]) -> tuple[int, int] | None:
 _STREAMS = threading.local()  # each thread's copy streams, by device
 
 
-def _copy_stream(device: int) -> Any:
+def copy_stream(device: int) -> Any:
     """This thread's stream for copies on ``device``, made once: a stream of its own, so
     that a copy is not queued behind this worker's other work (its own search)."""
     import cupy
@@ -173,7 +173,7 @@ def copy_into(desc: dict[str, Any] | None, array: Any) -> Landed | None:
         with cupy.cuda.Device(array.device.id):
             src = cupy.ascontiguousarray(array)
             made = cupy.cuda.get_current_stream().record()
-            stream = _copy_stream(array.device.id)
+            stream = copy_stream(array.device.id)
             stream.wait_event(made)
             cupy.cuda.runtime.memcpyPeerAsync(ptr, device, src.data.ptr, src.device.id,
                                               src.nbytes, stream.ptr)
